@@ -1,0 +1,223 @@
+"""Reverse-mode differentiation over the op set: :func:`gradients`.
+
+Each differentiable op's :class:`core.ops.OpDef` points at one function here,
+``<name>_grad(op, grads) -> [grad of each input]`` (None for an input that gets none).
+Gradient ops are built in a ``gradients`` name scope under the device scopes active at
+the call (TensorFlow's default, ``colocate_gradients_with_ops=False``).
+
+>>> from core import builders as tf
+>>> g = Graph()
+>>> with g.as_default():
+...     x = tf.Variable([[1.0, 2.0]], name="x")
+...     loss = tf.reduce_sum(x * x)
+...     (dx,) = gradients(loss, [x])
+>>> dx.shape
+(1, 2)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from core import builders as b
+from core.graph import Graph, GraphError, Operation, Tensor, topological_order
+
+__all__ = ["gradients"]
+
+
+def gradients(ys, xs, grad_ys=None, name: str = "gradients") -> list[Tensor | None]:
+    """Symbolic gradients of ``sum(ys)`` with respect to each of ``xs``.
+
+    ``ys`` and ``xs`` are tensors (or variables: a variable's gradient is taken at its
+    value); ``grad_ys`` defaults to ones.  An ``x`` that ``ys`` does not depend on gets
+    None, as in TensorFlow.
+    """
+    ys = _as_list(ys)
+    xs = _as_list(xs)
+    ys = [b.convert_to_tensor(y) for y in ys]
+    xs = [x.ref if isinstance(x, b.Variable) else b.convert_to_tensor(x) for x in xs]
+    graph: Graph = ys[0].graph
+    grad_ys = [None] * len(ys) if grad_ys is None else _as_list(grad_ys)
+
+    between = _ops_between([x.op for x in xs], [y.op for y in ys])
+    between_names = {op.name for op in between}
+    with graph.name_scope(name):
+        pending: dict[Tensor, list[Tensor]] = {}
+        for y, gy in zip(ys, grad_ys):
+            if gy is None:
+                if any(d is None for d in y.shape):
+                    raise GraphError(f"gradients(): {y.name} has an unknown shape; pass grad_ys")
+                gy = b.constant(1.0, dtype=y.dtype, shape=y.shape, name=f"grad_ys_{ys.index(y)}")
+            pending.setdefault(y, []).append(b.convert_to_tensor(gy))
+
+        for op in reversed(topological_order(between)):
+            out_grads = [_sum(pending.get(t)) for t in op.outputs]
+            if all(g is None for g in out_grads) or op.op_def.gradient is None:
+                continue
+            with graph.name_scope(f"{op.name}_grad"):
+                in_grads = op.op_def.gradient(op, out_grads)
+            for t, g in zip(op.inputs, in_grads):
+                if g is not None and t.op.name in between_names:
+                    pending.setdefault(t, []).append(g)
+        return [_sum(pending.get(x)) for x in xs]
+
+
+def _as_list(v) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def _sum(grads: list[Tensor] | None) -> Tensor | None:
+    if not grads:
+        return None
+    total = grads[0]
+    for g in grads[1:]:
+        total = b.add(total, g, name="AddN")
+    if len(grads) > 1:
+        grads[:] = [total]  # accumulate once even if asked again
+    return total
+
+
+def _ops_between(from_ops: Sequence[Operation], to_ops: Sequence[Operation]) -> list[Operation]:
+    """Ops reachable forward from ``from_ops`` that also lead to ``to_ops`` (data edges)."""
+    forward: set[str] = set()
+    stack = list(from_ops)
+    while stack:
+        op = stack.pop()
+        if op.name in forward:
+            continue
+        forward.add(op.name)
+        for t in op.outputs:
+            stack.extend(t.consumers())
+    result: dict[str, Operation] = {}
+    stack = [op for op in to_ops if op.name in forward]
+    while stack:
+        op = stack.pop()
+        if op.name in result:
+            continue
+        result[op.name] = op
+        stack.extend(t.op for t in op.inputs if t.op.name in forward)
+    order = {op.name: i for i, op in enumerate(to_ops[0].graph.get_operations())} if to_ops else {}
+    return sorted(result.values(), key=lambda op: order[op.name])
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+def _unbroadcast(grad: Tensor, shape: tuple) -> Tensor:
+    """Sum ``grad`` over the axes that broadcasting added or stretched, back to ``shape``."""
+    if tuple(grad.shape) == tuple(shape):
+        return grad
+    lead = len(grad.shape) - len(shape)
+    axes = list(range(lead))
+    axes += [lead + i for i, d in enumerate(shape) if d == 1 and grad.shape[lead + i] != 1]
+    reduced = b.reduce_sum(grad, axis=axes, keepdims=True) if axes else grad
+    return b.reshape(reduced, shape)
+
+
+# --- one function per differentiable op (named in core.ops) ---------------------------------
+
+def identity_grad(op, grads):
+    return [grads[0]]
+
+
+def neg_grad(op, grads):
+    return [b.negative(grads[0])]
+
+
+def add_grad(op, grads):
+    x, y = op.inputs
+    return [_unbroadcast(grads[0], x.shape), _unbroadcast(grads[0], y.shape)]
+
+
+def sub_grad(op, grads):
+    x, y = op.inputs
+    return [_unbroadcast(grads[0], x.shape), _unbroadcast(b.negative(grads[0]), y.shape)]
+
+
+def mul_grad(op, grads):
+    x, y = op.inputs
+    g = grads[0]
+    return [_unbroadcast(b.multiply(g, y), x.shape), _unbroadcast(b.multiply(g, x), y.shape)]
+
+
+def matmul_grad(op, grads):
+    a, bb = op.inputs
+    g = grads[0]
+    ta, tb = op.attrs.get("transpose_a", False), op.attrs.get("transpose_b", False)
+    if not ta and not tb:
+        return [b.matmul(g, bb, transpose_b=True), b.matmul(a, g, transpose_a=True)]
+    if not ta and tb:
+        return [b.matmul(g, bb), b.matmul(g, a, transpose_a=True)]
+    if ta and not tb:
+        return [b.matmul(bb, g, transpose_b=True), b.matmul(a, g)]
+    return [b.matmul(bb, g, transpose_a=True, transpose_b=True),
+            b.matmul(g, a, transpose_a=True, transpose_b=True)]
+
+
+def relu_grad(op, grads):
+    g = op.graph
+    return [g.create_op("ReluGrad", [grads[0], op.outputs[0]], name="ReluGrad").outputs[0]]
+
+
+def tanh_grad(op, grads):
+    g = op.graph
+    return [g.create_op("TanhGrad", [op.outputs[0], grads[0]], name="TanhGrad").outputs[0]]
+
+
+def sigmoid_grad(op, grads):
+    g = op.graph
+    return [g.create_op("SigmoidGrad", [op.outputs[0], grads[0]], name="SigmoidGrad").outputs[0]]
+
+
+def softmax_grad(op, grads):
+    g = op.graph
+    return [g.create_op("SoftmaxGrad", [op.outputs[0], grads[0]], name="SoftmaxGrad").outputs[0]]
+
+
+def _reduced_shape(op) -> tuple:
+    x = op.inputs[0]
+    axis = op.attrs.get("axis")
+    rank = len(x.shape)
+    axes = range(rank) if axis is None else [a % rank for a in axis]
+    return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+
+
+def sum_grad(op, grads):
+    x = op.inputs[0]
+    kept = b.reshape(grads[0], _reduced_shape(op))
+    return [b.broadcast_to(kept, x.shape)]
+
+
+def mean_grad(op, grads):
+    x = op.inputs[0]
+    count = 1
+    for full, kept in zip(x.shape, _reduced_shape(op)):
+        count *= full // kept
+    (spread,) = sum_grad(op, grads)
+    return [b.multiply(spread, 1.0 / count)]
+
+
+def broadcast_to_grad(op, grads):
+    return [_unbroadcast(grads[0], op.inputs[0].shape)]
+
+
+def reshape_grad(op, grads):
+    return [b.reshape(grads[0], op.inputs[0].shape)]
+
+
+def transpose_grad(op, grads):
+    perm = op.attrs["perm"]
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return [b.transpose(grads[0], inverse)]
+
+
+def concat_grad(op, grads):
+    axis = op.attrs["axis"] % len(op.outputs[0].shape)
+    out, offset = [], 0
+    for t in op.inputs:
+        begin = [0] * len(t.shape)
+        begin[axis] = offset
+        out.append(b.slice(grads[0], begin, t.shape))
+        offset += t.shape[axis]
+    return out

@@ -1,0 +1,978 @@
+"""Clusters: which tasks exist (:class:`ClusterSpec`) and what hardware they run on
+(:class:`Cluster`).
+
+A :class:`ClusterSpec` is TensorFlow's ``tf.train.ClusterSpec``: job names mapped to
+``host:port`` addresses, ``/job:ps/task:1`` being the second address of job ``ps``.
+
+A :class:`Cluster` is the hardware view the placers, the simulator and the runtime share:
+hosts (machines), tasks (server processes, each on one host), devices (a task's CPU and
+GPUs, with speed, memory and thread pools) and links (shared resources a transfer
+occupies).  All times are in seconds, rates in FLOP/s and bytes/s, sizes in bytes.
+
+Links are found by name, so a cluster is plain data that round-trips through JSON:
+
+==========================  =========  ===============================================
+name                        kind       used by
+==========================  =========  ===============================================
+``memcpy:<host>``           memcpy     transfers between two tasks of the host
+``network:<host>``          network    transfers leaving or entering the host
+``pcie:<device full name>`` pcie       transfers to or from that GPU
+``nvlink:<host>``           nvlink     GPU to GPU inside one task (``nvlink=True``)
+==========================  =========  ===============================================
+
+>>> spec = ClusterSpec({"ps": ["127.0.0.1:2221"], "worker": ["127.0.0.1:2223"]})
+>>> cluster = Cluster.from_spec(spec, gpus_per_task={"worker": 1})
+>>> cluster.default_device("worker", 0).name
+'/job:worker/replica:0/task:0/device:GPU:0'
+>>> [link.name for link in cluster.route("/job:ps/task:0/cpu:0", "/job:worker/task:0/gpu:0")]
+['network:host0', 'network:host1', 'pcie:/job:worker/replica:0/task:0/device:GPU:0']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Iterable, Mapping
+
+# One rule for job names, shared with device names.
+from core.devices import _JOB_NAME as JOB_NAME_RE
+from core.devices import DeviceSpec, InvalidDeviceSpec, full_name
+
+__all__ = [
+    "ClusterSpec", "InvalidClusterSpec", "UnknownTask", "split_address",
+    "Host", "Task", "Device", "Link", "LINK_KINDS", "Cluster", "InvalidCluster",
+    "UnknownDevice", "HardwareFigures", "DEFAULT_FIGURES", "FORMAT",
+]
+
+FORMAT = "placement-lab.cluster/1"
+LINK_KINDS = ("memcpy", "pcie", "nvlink", "network")
+GiB = 1 << 30
+
+
+# ======================================================================================
+# Errors
+# ======================================================================================
+
+class InvalidClusterSpec(ValueError):
+    """A malformed cluster spec.
+
+    Attributes: ``reason``, and the culprit where there is one: ``job``, ``task``,
+    ``address``; for a duplicate address, ``other`` is the ``(job, task)`` that has it first.
+    """
+
+    def __init__(self, reason: str, *, job=None, task=None, address=None, other=None):
+        self.reason, self.job, self.task, self.address, self.other = reason, job, task, address, other
+        where = ""
+        if job is not None:
+            where = f"job {job!r}" + (f" task {task}" if task is not None else "") + ": "
+        super().__init__(f"invalid cluster spec: {where}{reason}")
+
+
+class UnknownTask(KeyError):
+    """A job or task the cluster does not have (``job``, ``task``, ``known``)."""
+
+    def __init__(self, job, task=None, known: Iterable = ()):
+        self.job, self.task, self.known = job, task, list(known)
+        what = f"job {job!r}" if task is None else f"task {task} of job {job!r}"
+        super().__init__(f"unknown {what}; the cluster has {self.known}")
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return self.args[0]
+
+
+class InvalidCluster(ValueError):
+    """A cluster that breaks an invariant, or a cluster file that cannot be read.
+
+    Attributes: ``reason``, ``culprit`` (the name of the host, task, device or link at
+    fault, or None) and ``path`` (the file, when loading).
+    """
+
+    def __init__(self, reason: str, culprit=None, path=None):
+        self.reason, self.culprit, self.path = reason, culprit, path
+        prefix = f"{path}: " if path is not None else ""
+        where = f"{culprit}: " if culprit is not None else ""
+        super().__init__(f"{prefix}invalid cluster: {where}{reason}")
+
+
+class UnknownDevice(KeyError):
+    """A device name the cluster does not have (``name``, ``known``)."""
+
+    def __init__(self, name, known: Iterable = (), reason: str = ""):
+        self.name, self.known = name, list(known)
+        why = f" ({reason})" if reason else ""
+        super().__init__(f"unknown device {name!r}{why}; the cluster has {self.known}")
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+# ======================================================================================
+# ClusterSpec
+# ======================================================================================
+
+# host:port where host is a name, an IPv4 address or a bracketed IPv6 address.
+_ADDRESS = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._\-]+):(?P<port>[0-9]{1,5})\Z")
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` -> ``(host, port)``; raise :class:`InvalidClusterSpec` if malformed.
+
+    Port 0 is allowed: it asks the server to pick a free (ephemeral) port.
+
+    >>> split_address("127.0.0.1:2222")
+    ('127.0.0.1', 2222)
+    """
+    match = _ADDRESS.match(address) if isinstance(address, str) else None
+    if not match or int(match["port"]) > 65535:
+        raise InvalidClusterSpec(f"malformed address {address!r}; expected host:port with "
+                                 "an integer port in 0..65535", address=address)
+    return match["host"], int(match["port"])
+
+
+class ClusterSpec:
+    """Job names mapped to task addresses, as ``tf.train.ClusterSpec``.
+
+    ``jobs`` maps each job name to a list of ``"host:port"`` strings (task ``i`` is the
+    ``i``-th) or, for a sparse job, to a dict task index -> address.
+
+    >>> spec = ClusterSpec({"ps": ["127.0.0.1:2221", "127.0.0.1:2222"],
+    ...                     "worker": ["127.0.0.1:2223"]})
+    >>> spec.task_address("ps", 1), spec.num_tasks("ps"), spec.jobs
+    ('127.0.0.1:2222', 2, ['ps', 'worker'])
+    >>> ClusterSpec(spec.as_dict()) == spec
+    True
+    """
+
+    def __init__(self, jobs: "Mapping | ClusterSpec"):
+        if isinstance(jobs, ClusterSpec):
+            jobs = jobs.as_dict()
+        if not isinstance(jobs, Mapping) or not jobs:
+            raise InvalidClusterSpec("a cluster spec needs at least one job")
+        for job in jobs:
+            if not isinstance(job, str) or not JOB_NAME_RE.match(job):
+                raise InvalidClusterSpec(f"bad job name {job!r}: a job name starts with a letter "
+                                         "and holds only letters, digits, '_' and '-'", job=job)
+        self._jobs: dict[str, dict[int, str]] = {}
+        owner: dict[str, tuple[str, int]] = {}  # address -> the first task that has it
+        for job in sorted(jobs):
+            tasks = _task_items(job, jobs[job])
+            for task, address in tasks.items():
+                try:
+                    _, port = split_address(address)
+                except InvalidClusterSpec as e:
+                    raise InvalidClusterSpec(e.reason, job=job, task=task, address=address) from None
+                # Port 0 means "any free port", so two tasks may both ask for it.
+                if port != 0 and address in owner:
+                    first = owner[address]
+                    raise InvalidClusterSpec(
+                        f"address {address!r} is used by both /job:{first[0]}/task:{first[1]} "
+                        f"and /job:{job}/task:{task}", job=job, task=task, address=address, other=first)
+                owner.setdefault(address, (job, task))
+            self._jobs[job] = tasks
+
+    # -- lookups ---------------------------------------------------------------------
+    @property
+    def jobs(self) -> list[str]:
+        """The job names, sorted."""
+        return list(self._jobs)
+
+    def _tasks_of(self, job: str) -> dict[int, str]:
+        if job not in self._jobs:
+            raise UnknownTask(job, None, self.jobs)
+        return self._jobs[job]
+
+    def num_tasks(self, job: str) -> int:
+        """How many tasks ``job`` has."""
+        return len(self._tasks_of(job))
+
+    def task_indices(self, job: str) -> list[int]:
+        """The task indices of ``job``, sorted (``0..n-1`` unless the job is sparse)."""
+        return list(self._tasks_of(job))
+
+    def task_address(self, job: str, task: int) -> str:
+        """The address of task ``task`` of ``job``."""
+        tasks = self._tasks_of(job)
+        if task not in tasks:
+            raise UnknownTask(job, task, [f"/job:{job}/task:{t}" for t in tasks])
+        return tasks[task]
+
+    def job_tasks(self, job: str) -> list[str | None]:
+        """The addresses of ``job``, where position ``i`` is task ``i``; as in TensorFlow,
+        a sparse job has ``None`` at the indices it lacks."""
+        tasks = self._tasks_of(job)
+        return [tasks.get(i) for i in range(max(tasks) + 1)]
+
+    def tasks(self) -> list[tuple[str, int]]:
+        """Every ``(job, task)``, sorted."""
+        return [(job, task) for job, tasks in self._jobs.items() for task in tasks]
+
+    def as_dict(self) -> dict[str, "list[str] | dict[int, str]"]:
+        """Jobs -> list of addresses (dense jobs) or dict index -> address (sparse ones)."""
+        out: dict = {}
+        for job, tasks in self._jobs.items():
+            dense = list(tasks) == list(range(len(tasks)))
+            out[job] = list(tasks.values()) if dense else dict(tasks)
+        return out
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ClusterSpec) and self._jobs == other._jobs
+
+    def __hash__(self) -> int:
+        return hash(tuple((job, tuple(tasks.items())) for job, tasks in self._jobs.items()))
+
+    def __repr__(self) -> str:
+        return f"ClusterSpec({self.as_dict()!r})"
+
+
+def _task_items(job: str, tasks) -> dict[int, str]:
+    """A job's tasks as a dict index -> address, sorted by index."""
+    if isinstance(tasks, Mapping):
+        for task in tasks:
+            if not isinstance(task, int) or isinstance(task, bool) or task < 0:
+                raise InvalidClusterSpec(f"task index {task!r} is not a non-negative integer", job=job)
+        items = dict(sorted(tasks.items()))
+    elif isinstance(tasks, (list, tuple)):
+        items = dict(enumerate(tasks))
+    else:  # a bare string is the usual mistake: {"worker": "host:2222"}
+        raise InvalidClusterSpec(f"the tasks must be a list of addresses or a dict "
+                                 f"index -> address, not {tasks!r}", job=job)
+    if not items:
+        raise InvalidClusterSpec("the job has no tasks", job=job)
+    return items
+
+
+# ======================================================================================
+# Hardware records
+# ======================================================================================
+
+@dataclass(frozen=True)
+class Host:
+    """A machine: its CPU cores are shared by every task on it.
+
+    >>> Host("host0", cpu_cores=8, memory_bytes=32 * 2**30).cpu_cores
+    8
+    """
+
+    name: str
+    cpu_cores: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class Task:
+    """A server process: ``/job:<job>/replica:0/task:<index>`` running on ``host``.
+
+    >>> Task("ps", 0, "host0", "127.0.0.1:2221").name
+    '/job:ps/replica:0/task:0'
+    """
+
+    job: str
+    index: int
+    host: str
+    address: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"/job:{self.job}/replica:0/task:{self.index}"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of a task, with the figures the cost models and the simulator use.
+
+    ``peak_flops`` is the rate of a single-threaded kernel (one core of a CPU, the whole
+    card of a GPU); a multithreaded kernel runs ``intra_op_speedup`` times faster (it is
+    a measured or assumed figure, not ``intra_op_threads``).  ``op_overhead`` is the
+    fixed launch/dispatch cost of every op.  ``inter_op_threads`` ops run at once.
+
+    >>> d = Cluster.single_host(gpus=1).device("/job:localhost/replica:0/task:0/gpu:0")
+    >>> d.name, d.task_name, d.spec.device_type
+    ('/job:localhost/replica:0/task:0/device:GPU:0', '/job:localhost/replica:0/task:0', 'GPU')
+    """
+
+    name: str
+    job: str
+    task: int
+    device_type: str
+    index: int
+    host: str
+    peak_flops: float
+    mem_bandwidth: float
+    memory_bytes: int
+    inter_op_threads: int
+    intra_op_threads: int
+    intra_op_speedup: float
+    op_overhead: float
+
+    def __post_init__(self):
+        if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
+            object.__setattr__(self, "device_type", self.device_type.upper())
+
+    @property
+    def spec(self) -> DeviceSpec:
+        return DeviceSpec(self.job, 0, self.task, self.device_type, self.index)
+
+    @property
+    def task_name(self) -> str:
+        return f"/job:{self.job}/replica:0/task:{self.task}"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device_type == "CPU"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A shared transfer resource; a transfer occupies every link of its route.
+
+    >>> Link("pcie:/job:localhost/replica:0/task:0/device:GPU:0", "pcie", 12e9, 10e-6).kind
+    'pcie'
+    """
+
+    name: str
+    kind: str
+    bandwidth: float
+    latency: float
+
+
+def device_sort_key(device: Device) -> tuple:
+    """The order of a cluster's devices: job, task, CPU before GPU (before any other
+    type), index.  Placers break ties in this order, so it must not depend on input order."""
+    type_rank = {"CPU": 0, "GPU": 1}.get(device.device_type, 2)
+    return (device.job, device.task, type_rank, device.device_type, device.index)
+
+
+def memcpy_link_name(host: str) -> str:
+    return f"memcpy:{host}"
+
+
+def network_link_name(host: str) -> str:
+    return f"network:{host}"
+
+
+def pcie_link_name(device_name: str) -> str:
+    return f"pcie:{device_name}"
+
+
+def nvlink_link_name(host: str) -> str:
+    return f"nvlink:{host}"
+
+
+# ======================================================================================
+# Default figures for the presets
+# ======================================================================================
+
+@dataclass(frozen=True)
+class HardwareFigures:
+    """The figures the presets give devices and links, until a calibration run measures
+    real ones.  Round numbers for a commodity server: one CPU core runs ~50 GFLOP/s,
+    memory ~20 GB/s; a GPU ~10 TFLOP/s with 16 GiB at 900 GB/s; PCIe 3 x16 ~12 GB/s;
+    host memcpy between processes ~8 GB/s; 10 GbE ~1.25 GB/s.
+
+    A CPU with ``n`` cores gets ``intra_op_speedup = 1 + cpu_parallel_efficiency * (n-1)``
+    (1.8 for 2 cores).  ``None`` thread counts mean "the host's cores".
+    """
+
+    cpu_flops: float = 50e9
+    cpu_mem_bandwidth: float = 20e9
+    cpu_op_overhead: float = 5e-6
+    cpu_parallel_efficiency: float = 0.8
+    cpu_inter_op_threads: int | None = None
+    cpu_intra_op_threads: int | None = None
+    host_memory_bytes: int = 16 * GiB
+    gpu_flops: float = 10e12
+    gpu_mem_bandwidth: float = 900e9
+    gpu_memory_bytes: int = 16 * GiB
+    gpu_op_overhead: float = 10e-6
+    gpu_inter_op_threads: int = 2
+    gpu_intra_op_threads: int = 1
+    pcie_bandwidth: float = 12e9
+    pcie_latency: float = 10e-6
+    nvlink_bandwidth: float = 50e9
+    nvlink_latency: float = 5e-6
+    memcpy_bandwidth: float = 8e9
+    memcpy_latency: float = 5e-6
+    network_bandwidth: float = 1.25e9
+    network_latency: float = 50e-6
+
+    def with_(self, **overrides) -> "HardwareFigures":
+        """A copy with some figures changed; an unknown name raises TypeError listing them."""
+        known = [f.name for f in fields(self)]
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise TypeError(f"unknown hardware figure(s) {unknown}; known: {known}")
+        return replace(self, **overrides)
+
+
+DEFAULT_FIGURES = HardwareFigures()
+
+
+# ======================================================================================
+# Cluster
+# ======================================================================================
+
+class Cluster:
+    """Hosts, tasks, devices and links; immutable, validated when built.
+
+    ``devices`` is kept sorted by :func:`device_sort_key` whatever order it is given in;
+    ``hosts`` by name and ``tasks`` by ``(job, index)``.  ``master`` is the ``(job, task)``
+    of the session's master; by default the first task of job ``localhost``, else of job
+    ``worker``, else the first task.  Link names follow the table in the module docstring.
+
+    >>> cluster = Cluster.single_host(gpus=2, cpu_cores=4)
+    >>> [d.name for d in cluster.devices]  # doctest: +NORMALIZE_WHITESPACE
+    ['/job:localhost/replica:0/task:0/device:CPU:0',
+     '/job:localhost/replica:0/task:0/device:GPU:0',
+     '/job:localhost/replica:0/task:0/device:GPU:1']
+    >>> cluster.master, cluster.default_device("localhost", 0).device_type
+    (('localhost', 0), 'GPU')
+    >>> Cluster.from_dict(cluster.to_dict()) == cluster
+    True
+    """
+
+    def __init__(self, hosts: Iterable[Host], tasks: Iterable[Task], devices: Iterable[Device],
+                 links: "Mapping[str, Link] | Iterable[Link]", master=None, nvlink: bool = False):
+        self._hosts = tuple(sorted(hosts, key=lambda h: h.name))
+        self._tasks = tuple(sorted(tasks, key=lambda t: (t.job, t.index)))
+        self._devices = tuple(sorted(devices, key=device_sort_key))
+        link_list = list(links.values()) if isinstance(links, Mapping) else list(links)
+        self._links = {link.name: link for link in sorted(link_list, key=lambda l: l.name)}
+        self._link_count = len(link_list)  # to catch two links with one name
+        self._nvlink = bool(nvlink)
+        self._master = tuple(master) if master is not None else _default_master(self._tasks)
+        # Lookups; validate() reports the duplicates these would hide.
+        self._host_by_name = {h.name: h for h in self._hosts}
+        self._task_by_key = {(t.job, t.index): t for t in self._tasks}
+        self._device_by_name = {d.name: d for d in self._devices}
+        self.validate()
+
+    # -- plain views -------------------------------------------------------------------
+    @property
+    def hosts(self) -> tuple[Host, ...]:
+        return self._hosts
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        return self._tasks
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return self._devices
+
+    @property
+    def links(self) -> dict[str, Link]:
+        return dict(self._links)
+
+    @property
+    def master(self) -> tuple[str, int]:
+        return self._master
+
+    @property
+    def nvlink(self) -> bool:
+        return self._nvlink
+
+    @property
+    def job_names(self) -> list[str]:
+        """The jobs, sorted."""
+        return sorted({t.job for t in self._tasks})
+
+    # -- lookups -------------------------------------------------------------------------
+    def host(self, name: str) -> Host:
+        """The host called ``name`` (KeyError if none)."""
+        if name not in self._host_by_name:
+            raise KeyError(f"unknown host {name!r}; the cluster has {list(self._host_by_name)}")
+        return self._host_by_name[name]
+
+    def task(self, job: str, index: int) -> Task:
+        """The task ``(job, index)``; :class:`UnknownTask` if none."""
+        task = self._task_by_key.get((job, index))
+        if task is None:
+            raise UnknownTask(job, index, [t.name for t in self._tasks])
+        return task
+
+    def device(self, name: "str | DeviceSpec | Device") -> Device:
+        """The device a full name denotes, in any spelling (``/job:j/task:0/cpu:0`` and
+        ``/job:j/replica:0/task:0/device:CPU:0`` are one device); a missing replica is 0.
+        Raises :class:`UnknownDevice` naming it and listing the devices."""
+        if isinstance(name, Device):
+            name = name.name
+        known = list(self._device_by_name)
+        try:
+            spec = DeviceSpec.from_string(name)
+        except InvalidDeviceSpec as e:
+            raise UnknownDevice(name, known, str(e)) from None
+        if None in (spec.job, spec.task, spec.device_type, spec.device_index):
+            raise UnknownDevice(name, known, "not a full device name")
+        key = full_name(spec.job, spec.task, spec.device_type, spec.device_index, spec.replica or 0)
+        if key not in self._device_by_name:
+            raise UnknownDevice(name, known)
+        return self._device_by_name[key]
+
+    def devices_of_task(self, job: str, task: int) -> tuple[Device, ...]:
+        """The devices of one task, in cluster order (CPU first)."""
+        self.task(job, task)  # raises UnknownTask
+        return tuple(d for d in self._devices if d.job == job and d.task == task)
+
+    def default_device(self, job: str, task: int) -> Device:
+        """GPU:0 of the task if it has one, else its CPU:0 (TensorFlow's default)."""
+        devices = {(d.device_type, d.index): d for d in self.devices_of_task(job, task)}
+        return devices.get(("GPU", 0)) or devices[("CPU", 0)]
+
+    def host_of(self, device_name: "str | Device") -> Host:
+        """The :class:`Host` the device is on."""
+        return self._host_by_name[self.device(device_name).host]
+
+    def cluster_spec(self) -> ClusterSpec:
+        """The tasks' addresses as a :class:`ClusterSpec`; every task needs an address."""
+        missing = [t.name for t in self._tasks if t.address is None]
+        if missing:
+            raise InvalidCluster("tasks without an address cannot form a cluster spec",
+                                 culprit=", ".join(missing))
+        jobs: dict[str, dict[int, str]] = {}
+        for t in self._tasks:
+            jobs.setdefault(t.job, {})[t.index] = t.address
+        return ClusterSpec(jobs)
+
+    # -- routes ----------------------------------------------------------------------------
+    def route(self, src: "str | Device", dst: "str | Device") -> tuple[Link, ...]:
+        """The links a tensor crosses from ``src`` to ``dst``, in order.
+
+        - same device, or two CPUs of one task (one address space): no link;
+        - CPU <-> GPU of one task: the GPU's PCIe link;
+        - GPU <-> GPU of one task: the host's NVLink with ``nvlink=True``, else both
+          GPUs' PCIe links (staged through host memory);
+        - two tasks of one host: the host's memcpy link (plus the PCIe of GPU ends);
+        - two hosts: the source host's network link then the destination host's
+          (plus the PCIe of GPU ends).
+        """
+        a, b = self.device(src), self.device(dst)
+        if a.name == b.name:
+            return ()
+        names: list[str] = []
+        if (a.job, a.task) == (b.job, b.task):
+            if not a.is_cpu and not b.is_cpu and self._nvlink:
+                names = [nvlink_link_name(a.host)]
+            else:
+                names = [pcie_link_name(d.name) for d in (a, b) if not d.is_cpu]
+        else:
+            middle = ([memcpy_link_name(a.host)] if a.host == b.host
+                      else [network_link_name(a.host), network_link_name(b.host)])
+            names = ([pcie_link_name(a.name)] if not a.is_cpu else []) + middle + \
+                    ([pcie_link_name(b.name)] if not b.is_cpu else [])
+        return tuple(self._link(name) for name in names)
+
+    def _link(self, name: str) -> Link:
+        if name not in self._links:
+            raise InvalidCluster("a route needs this link, which the cluster does not have",
+                                 culprit=name)
+        return self._links[name]
+
+    def _needed_links(self) -> dict[str, str]:
+        """Link name -> the device or host that needs it, for every route there can be."""
+        needed: dict[str, str] = {}
+        for d in self._devices:
+            if not d.is_cpu:
+                needed[pcie_link_name(d.name)] = d.name
+        tasks_per_host: dict[str, int] = {}
+        for t in self._tasks:
+            tasks_per_host[t.host] = tasks_per_host.get(t.host, 0) + 1
+            gpus = [d for d in self._devices if (d.job, d.task) == (t.job, t.index) and not d.is_cpu]
+            if self._nvlink and len(gpus) >= 2:
+                needed[nvlink_link_name(t.host)] = t.name
+        for host, count in tasks_per_host.items():
+            if count >= 2:
+                needed[memcpy_link_name(host)] = f"host {host}"
+            if len(tasks_per_host) >= 2:
+                needed[network_link_name(host)] = f"host {host}"
+        return needed
+
+    # -- invariants -------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise :class:`InvalidCluster` naming the first culprit of a broken invariant:
+        no tasks or devices; duplicate host, task, device, link names or addresses; a
+        device on an unknown task or host, or whose name disagrees with its fields; a task
+        on an unknown host or without a CPU; non-positive rates, capacities or threads; a
+        link of an unknown kind; a link some route needs but the cluster lacks; an unknown
+        master."""
+        if not self._tasks:
+            raise InvalidCluster("the cluster has no tasks")
+        if not self._devices:
+            raise InvalidCluster("the cluster has no devices")
+        _no_duplicates("host", [h.name for h in self._hosts])
+        _no_duplicates("task", [t.name for t in self._tasks])
+        _no_duplicates("device", [d.name for d in self._devices])
+        if self._link_count != len(self._links):
+            raise InvalidCluster("two links share one name")
+        for h in self._hosts:
+            _positive_int(h.name, "cpu_cores", h.cpu_cores)
+            _positive_int(h.name, "memory_bytes", h.memory_bytes)
+        self._validate_tasks()
+        for d in self._devices:
+            self._validate_device(d)
+        for t in self._tasks:  # after the devices, so that a misnamed CPU is named itself
+            if full_name(t.job, t.index, "CPU", 0) not in self._device_by_name:
+                raise InvalidCluster("the task has no CPU:0 device", t.name)
+        for name, link in self._links.items():
+            if link.kind not in LINK_KINDS:
+                raise InvalidCluster(f"link kind {link.kind!r} is not one of {LINK_KINDS}", name)
+            _positive(name, "bandwidth", link.bandwidth)
+            _non_negative(name, "latency", link.latency)
+        for name, user in self._needed_links().items():
+            if name not in self._links:
+                raise InvalidCluster(f"link {name!r} is missing; routes of {user} need it",
+                                     culprit=name)
+        if self._master not in self._task_by_key:
+            raise InvalidCluster(f"the master is not a task of the cluster "
+                                 f"(tasks: {[t.name for t in self._tasks]})", culprit=self._master)
+
+    def _validate_tasks(self) -> None:
+        owner: dict[str, str] = {}
+        for t in self._tasks:
+            if not isinstance(t.job, str) or not JOB_NAME_RE.match(t.job):
+                raise InvalidCluster(f"bad job name {t.job!r}", t.name)
+            _non_negative_int(t.name, "index", t.index)
+            if t.host not in self._host_by_name:
+                raise InvalidCluster(f"the task is on unknown host {t.host!r}", t.name)
+            if t.address is not None:
+                try:
+                    _, port = split_address(t.address)
+                except InvalidClusterSpec as e:
+                    raise InvalidCluster(e.reason, t.name) from None
+                if port != 0 and t.address in owner:
+                    raise InvalidCluster(f"address {t.address!r} is used by both "
+                                         f"{owner[t.address]} and {t.name}", t.name)
+                owner.setdefault(t.address, t.name)
+
+    def _validate_device(self, d: Device) -> None:
+        task = self._task_by_key.get((d.job, d.task))
+        if task is None:
+            raise InvalidCluster("the device is on an unknown task", d.name)
+        if d.host not in self._host_by_name:
+            raise InvalidCluster(f"the device is on unknown host {d.host!r}", d.name)
+        if d.host != task.host:
+            raise InvalidCluster(f"the device is on host {d.host!r} but its task is on "
+                                 f"{task.host!r}", d.name)
+        _non_negative_int(d.name, "index", d.index)
+        expected = full_name(d.job, d.task, str(d.device_type), d.index)
+        if d.name != expected:
+            raise InvalidCluster("the name disagrees with job, task, device_type and index "
+                                 f"(expected {expected!r})", d.name)
+        for attr in ("peak_flops", "mem_bandwidth"):
+            _positive(d.name, attr, getattr(d, attr))
+        for attr in ("memory_bytes", "inter_op_threads", "intra_op_threads"):
+            _positive_int(d.name, attr, getattr(d, attr))
+        if not _is_number(d.intra_op_speedup) or d.intra_op_speedup < 1:
+            raise InvalidCluster(f"intra_op_speedup must be >= 1, not {d.intra_op_speedup!r}", d.name)
+        _non_negative(d.name, "op_overhead", d.op_overhead)
+
+    # -- copies with changes ------------------------------------------------------------------
+    def replace_device(self, name: "str | Device", **changes) -> "Cluster":
+        """A new cluster where one device has some fields changed (validated).
+
+        >>> c = Cluster.single_host().replace_device("/job:localhost/task:0/cpu:0", memory_bytes=1024)
+        >>> c.device("/job:localhost/task:0/cpu:0").memory_bytes
+        1024
+        """
+        old = self.device(name)
+        devices = [replace(d, **changes) if d.name == old.name else d for d in self._devices]
+        return Cluster(self._hosts, self._tasks, devices, self._links, self._master, self._nvlink)
+
+    def replace_link(self, name: str, **changes) -> "Cluster":
+        """A new cluster where one link has some fields changed (validated)."""
+        if name not in self._links:
+            raise KeyError(f"unknown link {name!r}; the cluster has {list(self._links)}")
+        links = [replace(l, **changes) if l.name == name else l for l in self._links.values()]
+        return Cluster(self._hosts, self._tasks, self._devices, links, self._master, self._nvlink)
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """A JSON-ready dict with a ``"format"`` key; :meth:`from_dict` reads it back."""
+        return {
+            "format": FORMAT,
+            "master": list(self._master),
+            "nvlink": self._nvlink,
+            "hosts": [asdict(h) for h in self._hosts],
+            "tasks": [asdict(t) for t in self._tasks],
+            "devices": [asdict(d) for d in self._devices],
+            "links": [asdict(l) for l in self._links.values()],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "Cluster":
+        """Build and validate a cluster from :meth:`to_dict`'s output; a malformed dict
+        raises :class:`InvalidCluster` saying what is wrong and where."""
+        if not isinstance(data, Mapping):
+            raise InvalidCluster(f"expected a JSON object, got {type(data).__name__}")
+        if data.get("format") != FORMAT:
+            raise InvalidCluster(f"\"format\" must be {FORMAT!r}, not {data.get('format')!r}")
+        keys = {"format", "master", "nvlink", "hosts", "tasks", "devices", "links"}
+        if set(data) != keys:
+            raise InvalidCluster(f"expected the keys {sorted(keys)}; missing "
+                                 f"{sorted(keys - set(data))}, unexpected {sorted(set(data) - keys)}")
+        master = data["master"]
+        if not (isinstance(master, list) and len(master) == 2 and isinstance(master[0], str)
+                and _is_int(master[1])):
+            raise InvalidCluster(f"\"master\" must be [job, task], not {master!r}")
+        if not isinstance(data["nvlink"], bool):
+            raise InvalidCluster(f"\"nvlink\" must be true or false, not {data['nvlink']!r}")
+        records = {key: [_record(kind, item, f"{key}[{i}]") for i, item in enumerate(_list(data, key))]
+                   for key, kind in (("hosts", Host), ("tasks", Task), ("devices", Device),
+                                     ("links", Link))}
+        return cls(records["hosts"], records["tasks"], records["devices"], records["links"],
+                   master=tuple(master), nvlink=data["nvlink"])
+
+    def save(self, path: "str | os.PathLike") -> None:
+        """Write the cluster as JSON (see :meth:`to_dict`)."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: "str | os.PathLike") -> "Cluster":
+        """Read a cluster saved by :meth:`save`; :class:`InvalidCluster` names the path and
+        the problem when the file is malformed."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InvalidCluster(f"cannot read a cluster: {e}", path=str(path)) from e
+        try:
+            return cls.from_dict(data)
+        except InvalidCluster as e:
+            raise InvalidCluster(e.reason, e.culprit, path=str(path)) from e
+
+    # -- value semantics ------------------------------------------------------------------------
+    def _key(self) -> tuple:
+        return (self._hosts, self._tasks, self._devices, tuple(self._links.values()),
+                self._master, self._nvlink)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Cluster) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (f"Cluster({len(self._hosts)} hosts, {len(self._tasks)} tasks, "
+                f"devices={[d.name for d in self._devices]})")
+
+    # -- presets ----------------------------------------------------------------------------------
+    @classmethod
+    def single_host(cls, gpus: int = 0, cpu_cores: int = 2, job: str = "localhost", *,
+                    nvlink: bool = False, **overrides) -> "Cluster":
+        """One task ``/job:<job>/replica:0/task:0`` on host ``host0``, with a CPU and
+        ``gpus`` GPUs; figures from :data:`DEFAULT_FIGURES`, changed by ``overrides``
+        (names of :class:`HardwareFigures` fields, e.g. ``gpu_memory_bytes=8 * 2**30``).
+
+        >>> [d.name for d in Cluster.single_host(gpus=1).devices]
+        ['/job:localhost/replica:0/task:0/device:CPU:0', '/job:localhost/replica:0/task:0/device:GPU:0']
+        """
+        figures = DEFAULT_FIGURES.with_(**overrides)
+        return _build([Task(job, 0, "host0")], {(job, 0): gpus}, cpu_cores, figures, nvlink)
+
+    @classmethod
+    def from_spec(cls, cluster_spec: "ClusterSpec | Mapping",
+                  gpus_per_task: "int | Mapping[str, int]" = 0, hosts: Mapping | None = None,
+                  cpu_cores: int = 2, *, nvlink: bool = False, **overrides) -> "Cluster":
+        """One task per ``(job, task)`` of the spec, with its address.
+
+        Each task gets its own host (``host0``, ``host1``, ... in task order) unless
+        ``hosts`` maps ``(job, task)`` or ``"job/task"`` to a host name: tasks mapped to
+        one host share its ``cpu_cores`` (each task's CPU gets all of them as threads,
+        and the simulator charges the host).  ``gpus_per_task`` is an int or a dict
+        job -> int (absent jobs: 0).  ``overrides`` change :class:`HardwareFigures`.
+
+        >>> c = Cluster.from_spec({"ps": ["a:1"], "worker": ["b:1", "c:1"]},
+        ...                       hosts={("worker", 0): "big", "worker/1": "big"})
+        >>> [(t.name, t.host) for t in c.tasks]  # doctest: +NORMALIZE_WHITESPACE
+        [('/job:ps/replica:0/task:0', 'host0'), ('/job:worker/replica:0/task:0', 'big'),
+         ('/job:worker/replica:0/task:1', 'big')]
+        """
+        spec = ClusterSpec(cluster_spec)
+        figures = DEFAULT_FIGURES.with_(**overrides)
+        chosen = _host_choice(spec, hosts or {})
+        if not isinstance(gpus_per_task, int):
+            for job in gpus_per_task:  # a misspelt job would silently get no GPU
+                spec.num_tasks(job)  # raises UnknownTask
+        used = set(chosen.values())
+        fresh = (f"host{i}" for i in range(len(spec.tasks()) + len(used) + 1)
+                 if f"host{i}" not in used)
+        tasks, gpus = [], {}
+        for job, index in spec.tasks():
+            host = chosen.get((job, index)) or next(fresh)
+            tasks.append(Task(job, index, host, spec.task_address(job, index)))
+            gpus[(job, index)] = (gpus_per_task if isinstance(gpus_per_task, int)
+                                  else gpus_per_task.get(job, 0))
+        return _build(tasks, gpus, cpu_cores, figures, nvlink)
+
+    @classmethod
+    def this_machine(cls, job: str = "localhost", gpus: int | None = None, **overrides) -> "Cluster":
+        """A single-host cluster for the machine this runs on: its usable CPU cores
+        (``os.sched_getaffinity``), its memory, and its GPUs (``gpus=None`` detects them
+        with numba, imported only here; any failure, or ``CUDA_VISIBLE_DEVICES=""``, means
+        none).  Rates are the default figures until a calibration run measures them.
+
+        Detection initialises the CUDA driver in this process; a program that forks
+        processes which use CUDA should pass ``gpus`` or detect in a child.
+        """
+        cores = _cpu_cores()
+        overrides.setdefault("host_memory_bytes", _memory_bytes())
+        return cls.single_host(gpus=_detect_gpu_count() if gpus is None else gpus,
+                               cpu_cores=cores, job=job, **overrides)
+
+
+# ======================================================================================
+# Helpers
+# ======================================================================================
+
+def _default_master(tasks: tuple[Task, ...]) -> tuple[str, int] | None:
+    for job in ("localhost", "worker"):
+        for t in tasks:
+            if t.job == job:
+                return (t.job, t.index)
+    return (tasks[0].job, tasks[0].index) if tasks else None
+
+
+def _host_choice(spec: ClusterSpec, hosts: Mapping) -> dict[tuple[str, int], str]:
+    """Normalise the ``hosts`` argument of :meth:`Cluster.from_spec` to (job, task) -> host."""
+    chosen = {}
+    for key, host in hosts.items():
+        if isinstance(key, str) and key.count("/") == 1 and key.split("/")[1].isdigit():
+            job, task = key.split("/")[0], int(key.split("/")[1])
+        elif isinstance(key, tuple) and len(key) == 2:
+            job, task = key
+        else:
+            raise TypeError(f"a hosts key must be (job, task) or 'job/task', not {key!r}")
+        spec.task_address(job, task)  # raises UnknownTask
+        chosen[(job, task)] = host
+    return chosen
+
+
+def _build(tasks: list[Task], gpus: Mapping[tuple[str, int], int], cpu_cores: int,
+           figures: HardwareFigures, nvlink: bool) -> Cluster:
+    """The devices and links of the presets, from the tasks and the figures."""
+    f = figures
+    host_names = sorted({t.host for t in tasks})
+    hosts = [Host(name, cpu_cores, f.host_memory_bytes) for name in host_names]
+    devices, links = [], []
+    for t in tasks:
+        cpu_name = full_name(t.job, t.index, "CPU", 0)
+        devices.append(Device(
+            cpu_name, t.job, t.index, "CPU", 0, t.host, f.cpu_flops, f.cpu_mem_bandwidth,
+            f.host_memory_bytes,
+            inter_op_threads=f.cpu_inter_op_threads or cpu_cores,
+            intra_op_threads=f.cpu_intra_op_threads or cpu_cores,
+            intra_op_speedup=1 + f.cpu_parallel_efficiency * (cpu_cores - 1),
+            op_overhead=f.cpu_op_overhead))
+        for i in range(gpus.get((t.job, t.index), 0)):
+            gpu_name = full_name(t.job, t.index, "GPU", i)
+            devices.append(Device(
+                gpu_name, t.job, t.index, "GPU", i, t.host, f.gpu_flops, f.gpu_mem_bandwidth,
+                f.gpu_memory_bytes, f.gpu_inter_op_threads, f.gpu_intra_op_threads,
+                intra_op_speedup=1.0, op_overhead=f.gpu_op_overhead))
+            links.append(Link(pcie_link_name(gpu_name), "pcie", f.pcie_bandwidth, f.pcie_latency))
+        if nvlink and gpus.get((t.job, t.index), 0) >= 2 and \
+                nvlink_link_name(t.host) not in {l.name for l in links}:
+            links.append(Link(nvlink_link_name(t.host), "nvlink", f.nvlink_bandwidth, f.nvlink_latency))
+    # Every host has host memory and a network card, whether a route uses them or not.
+    for name in host_names:
+        links.append(Link(memcpy_link_name(name), "memcpy", f.memcpy_bandwidth, f.memcpy_latency))
+        links.append(Link(network_link_name(name), "network", f.network_bandwidth, f.network_latency))
+    return Cluster(hosts, tasks, devices, links, nvlink=nvlink)
+
+
+def _cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return DEFAULT_FIGURES.host_memory_bytes
+
+
+def _detect_gpu_count() -> int:
+    """How many CUDA GPUs this process sees; 0 on any failure."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return 0
+    try:
+        from numba import cuda  # lazily: core must not import numba at import time
+        return len(cuda.gpus) if cuda.is_available() else 0
+    except Exception:  # no numba, no driver, no device: all mean "no GPU"
+        return 0
+
+
+def _no_duplicates(what: str, names: list[str]) -> None:
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise InvalidCluster(f"two {what}s share this name", name)
+        seen.add(name)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _positive(culprit: str, attr: str, value) -> None:
+    # `not value > 0` also rejects NaN.
+    if not _is_number(value) or not value > 0 or value == float("inf"):
+        raise InvalidCluster(f"{attr} must be a positive number, not {value!r}", culprit)
+
+
+def _non_negative(culprit: str, attr: str, value) -> None:
+    if not _is_number(value) or not value >= 0 or value == float("inf"):
+        raise InvalidCluster(f"{attr} must be a non-negative number, not {value!r}", culprit)
+
+
+def _positive_int(culprit: str, attr: str, value) -> None:
+    if not _is_int(value) or value <= 0:
+        raise InvalidCluster(f"{attr} must be a positive integer, not {value!r}", culprit)
+
+
+def _non_negative_int(culprit: str, attr: str, value) -> None:
+    if not _is_int(value) or value < 0:
+        raise InvalidCluster(f"{attr} must be a non-negative integer, not {value!r}", culprit)
+
+
+def _list(data: Mapping, key: str) -> list:
+    if not isinstance(data[key], list):
+        raise InvalidCluster(f"\"{key}\" must be a list, not {type(data[key]).__name__}")
+    return data[key]
+
+
+# JSON types of the record fields, by their annotation.
+_JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),
+               "bool": (bool,)}
+
+
+def _record(cls, item, where: str):
+    """One Host/Task/Device/Link from its JSON object, checking keys and value types."""
+    if not isinstance(item, Mapping):
+        raise InvalidCluster(f"{where} must be an object, not {item!r}")
+    names = [f.name for f in fields(cls)]
+    if set(item) != set(names):
+        missing, unexpected = sorted(set(names) - set(item)), sorted(set(item) - set(names))
+        raise InvalidCluster(f"{where}: expected the keys {names}; missing {missing}, "
+                             f"unexpected {unexpected}")
+    for f in fields(cls):
+        value = item[f.name]
+        wanted = _JSON_TYPES[f.type]
+        if not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted):
+            raise InvalidCluster(f"{where}.{f.name} must be {f.type}, not {value!r}")
+    return cls(**{name: item[name] for name in names})

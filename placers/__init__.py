@@ -1,0 +1,28 @@
+"""placers: choose a device for every op.
+
+Constraints (pins, colocation, kernels, soft placement, earlier placements) are resolved
+once by :mod:`placers.constraints`; each placer then only chooses among the feasible
+devices.  Placers are found by name::
+
+    >>> import placers
+    >>> placers.names()
+    ['cost_model', 'function', 'round_robin', 'simple']
+    >>> placers.get("round_robin", variables_only=True)
+    RoundRobinPlacer(variables_only=True)
+"""
+
+from core.placement import Placement, PlacementError
+from placers.base import BasePlacer, Placer, UnknownPlacer, get, names, register
+from placers.constraints import Constraints, Group, resolve
+from placers.cost_model import CostModelPlacer, estimate_step_time
+from placers.function import FunctionPlacer
+from placers.round_robin import (GreedyLoadBalancingStrategy, RoundRobinPlacer,
+                                 RoundRobinStrategy, byte_size_load_fn, replica_device_setter)
+from placers.simple import SimplePlacer
+
+__all__ = [
+    "Placement", "PlacementError", "BasePlacer", "Placer", "UnknownPlacer", "get", "names",
+    "register", "Constraints", "Group", "resolve", "CostModelPlacer", "estimate_step_time",
+    "FunctionPlacer", "GreedyLoadBalancingStrategy", "RoundRobinPlacer", "RoundRobinStrategy",
+    "byte_size_load_fn", "replica_device_setter", "SimplePlacer",
+]

@@ -1,0 +1,302 @@
+"""The cost-model placer: greedy earliest-finish placement (TensorFlow whitepaper, 2015,
+section 3.2.1).
+
+    Abadi et al., "TensorFlow: Large-Scale Machine Learning on Heterogeneous Distributed
+    Systems", 2015, section 3.2.1 "Device Placement".
+
+The placer simulates the run.  From the sources, in the order ops become ready (the time
+their last input finished; ties by topological order), it tries every feasible device of
+the op's colocation group (kernel, pins, colocation and memory already resolved or checked)
+and puts the op where it would *finish* soonest, counting the transfers its inputs would
+need (one per tensor and destination device, charged the route's latency and slowest
+bandwidth) and the device's inter-op threads.  The first op of a colocation group decides
+the group's device.
+
+Memory: a device holds its variables for good and every other op's outputs from the op
+until its last consumer is placed; a device whose capacity the op's outputs would exceed is
+skipped, and an op that fits nowhere raises :class:`core.placement.PlacementError` naming it.
+
+Safeguard (ours, not the whitepaper's): greedy list scheduling can lose to putting
+everything on one device, so the placer also estimates, with the same model
+(:func:`estimate_step_time`), every placement that puts all free groups on one device,
+and returns the best.  By its own cost model it is therefore never worse than one device.
+
+>>> from experiments.workloads import random_layered_dag
+>>> from core.cluster import Cluster
+>>> g = random_layered_dag(200, width=8)
+>>> p = CostModelPlacer().place(g, Cluster.single_host(gpus=2))
+>>> len(p)
+200
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Iterable, Sequence
+
+from core.costs import CostModel, StaticCostModel, tensor_bytes
+from core.graph import Graph, Operation, Tensor, ops_needed, topological_order
+from core.placement import Placement, PlacementError
+from placers.base import BasePlacer, register
+
+__all__ = ["CostModelPlacer", "estimate_step_time"]
+
+
+class _Model:
+    """Integer-indexed view of the ops, devices and costs, shared by the greedy pass and
+    the estimates (so both use one model)."""
+
+    def __init__(self, ops: Sequence[Operation], cluster, cost_model: CostModel):
+        self.ops = list(ops)
+        self.cluster = cluster
+        self.cost_model = cost_model
+        self.devices = list(cluster.devices)
+        self.dev_index = {d.name: k for k, d in enumerate(self.devices)}
+        index = {op.name: i for i, op in enumerate(self.ops)}
+        self.index = index
+        n = len(self.ops)
+        self.data_inputs: list[list[tuple[int, Tensor]]] = [[] for _ in range(n)]
+        self.preds: list[list[int]] = [[] for _ in range(n)]
+        self.consumers: list[list[int]] = [[] for _ in range(n)]
+        self.out_bytes = [0] * n
+        self.persistent = [False] * n
+        for i, op in enumerate(self.ops):
+            pred_set = set()
+            for t in op.inputs:
+                j = index.get(t.op.name)
+                if j is not None:
+                    self.data_inputs[i].append((j, t))
+                    pred_set.add(j)
+            for c in op.control_inputs:
+                j = index.get(c.name)
+                if j is not None:
+                    pred_set.add(j)
+            self.preds[i] = sorted(pred_set)
+            for j in self.preds[i]:
+                self.consumers[j].append(i)
+            op_def = op.op_def
+            self.persistent[i] = op_def.persistent
+            if not op_def.ref_inputs:  # assign ops write into the variable: no new memory
+                self.out_bytes[i] = sum(tensor_bytes(t) for t in op.outputs)
+        self._op_time: dict = {}
+        self._signature: list = [None] * n
+        self._transfer: dict = {}
+        self._routes: dict = {}
+
+    def op_time(self, i: int, k: int) -> float:
+        sig = self._signature[i]
+        if sig is None:
+            sig = self._signature[i] = _signature(self.ops[i])
+        key = (sig, k)
+        t = self._op_time.get(key)
+        if t is None:
+            t = self._op_time[key] = self.cost_model.op_time(self.ops[i], self.devices[k])
+        return t
+
+    def transfer_time(self, nbytes: int, src: int, dst: int) -> float:
+        key = (nbytes, src, dst)
+        t = self._transfer.get(key)
+        if t is None:
+            route = self._routes.get((src, dst))
+            if route is None:
+                route = self._routes[(src, dst)] = self.cluster.route(self.devices[src].name,
+                                                                      self.devices[dst].name)
+            t = self._transfer[key] = self.cost_model.transfer_time(nbytes, route)
+        return t
+
+    def schedule(self, choose) -> tuple[list[int], float]:
+        """List-schedule the ops in ready order; ``choose(i, start_fn) -> device index``.
+
+        Returns the device of each op and the makespan.
+        """
+        n = len(self.ops)
+        slots = [[0.0] * max(1, d.inter_op_threads) for d in self.devices]
+        finish = [0.0] * n
+        device = [-1] * n
+        pending = [len(p) for p in self.preds]
+        ready_at = [0.0] * n
+        arrivals: dict[tuple[int, int], float] = {}
+        heap = [(0.0, i) for i in range(n) if pending[i] == 0]
+        heapq.heapify(heap)
+        makespan = 0.0
+
+        def finish_on(i: int, k: int, commit: bool = False) -> float:
+            start = ready_at[i]
+            for j, t in self.data_inputs[i]:
+                src = device[j]
+                if src == k:
+                    continue
+                arrival = arrivals.get((id(t), k))
+                if arrival is None:
+                    arrival = finish[j] + self.transfer_time(tensor_bytes_cached(t), src, k)
+                    if commit:
+                        arrivals[(id(t), k)] = arrival
+                if arrival > start:
+                    start = arrival
+            free = min(slots[k])
+            if free > start:
+                start = free
+            end = start + self.op_time(i, k)
+            if commit:
+                s = slots[k]
+                s[s.index(free)] = end
+            return end
+
+        sizes: dict[int, int] = {}
+
+        def tensor_bytes_cached(t: Tensor) -> int:
+            b = sizes.get(id(t))
+            if b is None:
+                b = sizes[id(t)] = tensor_bytes(t)
+            return b
+
+        while heap:
+            _, i = heapq.heappop(heap)
+            k = choose(i, finish_on)
+            device[i] = k
+            end = finish_on(i, k, commit=True)
+            finish[i] = end
+            if end > makespan:
+                makespan = end
+            for c in self.consumers[i]:
+                if end > ready_at[c]:
+                    ready_at[c] = end
+                pending[c] -= 1
+                if pending[c] == 0:
+                    heapq.heappush(heap, (ready_at[c], c))
+        return device, makespan
+
+
+def _signature(op: Operation):
+    """What an op's cost depends on: type, input and output types, attributes."""
+    attrs = tuple(sorted((k, v if isinstance(v, (int, float, str, bool, tuple, type(None))) else repr(v))
+                         for k, v in op.attrs.items() if k != "value"))
+    return (op.type, tuple((t.dtype.name, t.shape) for t in op.inputs),
+            tuple((t.dtype.name, t.shape) for t in op.outputs), attrs)
+
+
+def estimate_step_time(graph: Graph, placement: Placement, cluster, cost_model: CostModel | None = None,
+                       fetches: Iterable | None = None) -> float:
+    """The step time the cost-model placer's model predicts for ``placement``.
+
+    A quick list-scheduling estimate (no link contention, no memory), not the simulator:
+    use :func:`sim.simulate` for a faithful prediction.
+    """
+    cost_model = cost_model or StaticCostModel()
+    if fetches is None:
+        ops = graph.get_operations()
+    else:
+        ops = ops_needed([f.op if isinstance(f, Tensor) else f for f in fetches])
+    model = _Model(topological_order(ops), cluster, cost_model)
+    return _estimate(model, [model.dev_index[placement[op.name]] for op in model.ops])
+
+
+def _estimate(model: _Model, devices: list[int]) -> float:
+    return model.schedule(lambda i, finish_on: devices[i])[1]
+
+
+@register("cost_model")
+class CostModelPlacer(BasePlacer):
+    """Greedy earliest-finish placement on a cost model (see the module docstring).
+
+    Parameters
+    ----------
+    cost_model : a :class:`core.costs.CostModel`; default :class:`StaticCostModel`
+        (roofline estimates from the op table and the cluster's device rates).
+    check_memory : skip devices whose memory the op's outputs would exceed.
+    single_device_guard : also consider all-on-one-device placements and keep the best.
+
+    After :meth:`place`, ``estimated_step_time`` holds the model's step time of the result.
+    """
+
+    def __init__(self, cost_model: CostModel | None = None, check_memory: bool = True,
+                 single_device_guard: bool = True, **options):
+        super().__init__(**options)
+        self.cost_model = cost_model or StaticCostModel()
+        self.check_memory = check_memory
+        self.single_device_guard = single_device_guard
+        self.estimated_step_time: float | None = None
+
+    def choose(self, constraints):
+        model = _Model(constraints.order, constraints.cluster, self.cost_model)
+        group_of = [constraints.op_group[op.name] for op in model.ops]
+        group_device: dict[int, int] = {g.index: model.dev_index[g.fixed]
+                                        for g in constraints.groups if g.fixed is not None}
+        feasible = {g.index: [model.dev_index[d.name] for d in g.feasible] for g in constraints.groups}
+        capacity = [d.memory_bytes for d in model.devices]
+        used = [0] * len(model.devices)
+        # Consumers by data edge, counted once each: when the last is placed, memory is freed.
+        remaining = [len({c for c in model.consumers[i] if any(j == i for j, _ in model.data_inputs[c])})
+                     for i in range(len(model.ops))]
+        placed_device = [-1] * len(model.ops)
+
+        def choose(i: int, finish_on) -> int:
+            g = group_of[i]
+            k = group_device.get(g)
+            need = model.out_bytes[i]
+            if k is not None:
+                candidates = [k]
+            else:
+                candidates = feasible[g]
+            best, best_end = -1, 0.0
+            for k in candidates:
+                if self.check_memory and used[k] + need > capacity[k]:
+                    continue
+                end = finish_on(i, k)
+                if best < 0 or end < best_end:
+                    best, best_end = k, end
+            if best < 0:
+                op = model.ops[i]
+                names = ", ".join(model.devices[k].name for k in candidates)
+                raise PlacementError(op.name, None, f"its outputs ({need} bytes) fit in the memory "
+                                     f"of no feasible device ({names})")
+            group_device[g] = best
+            placed_device[i] = best
+            # Memory: this op's outputs stay until its last consumer is placed.
+            used[best] += need
+            if not remaining[i] and not model.persistent[i]:
+                used[best] -= need
+            for j in {j for j, _ in model.data_inputs[i]}:
+                remaining[j] -= 1
+                if remaining[j] == 0 and not model.persistent[j]:
+                    used[placed_device[j]] -= model.out_bytes[j]
+            return best
+
+        devices, makespan = model.schedule(choose)
+        best_devices, best_time = devices, makespan
+        if self.single_device_guard:
+            fixed = {g.index for g in constraints.groups if g.fixed is not None}
+            feasible_sets = {g: set(ks) for g, ks in feasible.items()}
+            for k in range(len(model.devices)):
+                alt = [k if k in feasible_sets[group_of[i]] and group_of[i] not in fixed
+                       else devices[i] for i in range(len(model.ops))]
+                if not _groups_consistent(alt, group_of) or not _fits(model, alt, capacity):
+                    continue
+                t = _estimate(model, alt)
+                if t < best_time:
+                    best_devices, best_time = alt, t
+        self.estimated_step_time = best_time
+        chosen = {}
+        for i, op in enumerate(model.ops):
+            chosen.setdefault(group_of[i], model.devices[best_devices[i]])
+        return chosen
+
+
+def _groups_consistent(devices: list[int], group_of: list[int]) -> bool:
+    seen: dict[int, int] = {}
+    for k, g in zip(devices, group_of):
+        if seen.setdefault(g, k) != k:
+            return False
+    return True
+
+
+def _fits(model: _Model, devices: list[int], capacity: list[int]) -> bool:
+    """A coarse memory check for an alternative: variables plus the largest output."""
+    resident = [0] * len(capacity)
+    largest = [0] * len(capacity)
+    for i, k in enumerate(devices):
+        if model.persistent[i]:
+            resident[k] += model.out_bytes[i]
+        elif model.out_bytes[i] > largest[k]:
+            largest[k] = model.out_bytes[i]
+    return all(resident[k] + largest[k] <= capacity[k] for k in range(len(capacity)))
