@@ -387,7 +387,8 @@ class HardwareFigures:
     gpu_mem_bandwidth: float = 900e9
     gpu_memory_bytes: int = 16 * GiB
     gpu_op_overhead: float = 10e-6
-    gpu_inter_op_threads: int = 2
+    # TensorFlow launches all of a GPU's kernels on one compute stream: one at a time.
+    gpu_inter_op_threads: int = 1
     gpu_intra_op_threads: int = 1
     pcie_bandwidth: float = 12e9
     pcie_latency: float = 10e-6

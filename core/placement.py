@@ -138,7 +138,7 @@ class Placement(Mapping):
 
     # -- checks ------------------------------------------------------------------------
     def validate(self, graph: Graph, cluster=None, *, fetches: Iterable | None = None,
-                 allow_soft_placement: bool = False) -> None:
+                 allow_soft_placement: bool = False, pin_of=None) -> None:
         """Check the placement invariants; raise :class:`InvalidPlacement` listing every
         problem.
 
@@ -146,14 +146,20 @@ class Placement(Mapping):
         None) is placed; each device exists in ``cluster`` (when given) and has a kernel
         for the op's type and dtype; colocated ops share a device; an explicit pin is
         kept, unless ``allow_soft_placement`` and the pinned device is impossible.
+        ``pin_of(op)`` gives the device an op asked for (default ``op.device_spec``; a
+        function placer's requests replace the scopes').
         """
+        pin_of = pin_of or (lambda op: op.device_spec)
         problems: list[str] = []
         if fetches is None:
             ops = graph.get_operations()
         else:
             ops = ops_needed([f.op if isinstance(f, Tensor) else f for f in fetches])
         names = {d.name for d in cluster.devices} if cluster is not None else None
-        groups: dict[str, set[str]] = {}
+        groups: dict[str, list[Operation]] = {}
+        for op in ops:
+            for g in op.colocation_groups():
+                groups.setdefault(g, []).append(op)
         for op in ops:
             device = self._devices.get(op.name)
             if device is None:
@@ -166,25 +172,32 @@ class Placement(Mapping):
             if not has_kernel(op.type, spec.device_type, dtype):
                 problems.append(f"op {op.name!r} ({op.type}, {dtype}) is on {device}, which has "
                                 f"no kernel for it")
-            pin = op.device_spec
+            pin = pin_of(op)
             if not pin.is_empty and not pin.matches(spec):
-                if not allow_soft_placement or _pin_feasible(op, pin, cluster):
+                group = [o for g in op.colocation_groups() for o in groups[g]]
+                if not allow_soft_placement or _pin_satisfiable(pin, group, cluster, pin_of):
                     problems.append(f"op {op.name!r} is pinned to {pin} but placed on {device}")
-            for g in op.colocation_groups():
-                groups.setdefault(g, set()).add(device)
-        for g, devices in sorted(groups.items()):
+        for g, members in sorted(groups.items()):
+            devices = {self._devices[o.name] for o in members if o.name in self._devices}
             if len(devices) > 1:
                 problems.append(f"colocation group {g} is split over {sorted(devices)}")
         if problems:
             raise InvalidPlacement(problems)
 
 
-def _pin_feasible(op: Operation, pin: DeviceSpec, cluster) -> bool:
-    """Whether some device of the cluster matches ``pin`` and has a kernel for ``op``."""
+def _pin_satisfiable(pin: DeviceSpec, group: Sequence[Operation], cluster, pin_of) -> bool:
+    """Whether a device matching ``pin`` (and every colocated op's pin) has kernels for the
+    whole colocation group: when not, soft placement was entitled to move the op."""
     if cluster is None:
         return True
-    dtype = kernel_dtype(op)
-    return any(pin.matches(d.name) and has_kernel(op.type, d.device_type, dtype)
+    for other in group:
+        o = pin_of(other)
+        for f in ("job", "replica", "task", "device_type", "device_index"):
+            if getattr(o, f) is not None and getattr(pin, f) is not None \
+                    and getattr(o, f) != getattr(pin, f):
+                return False  # conflicting requests in one group: one of them must give
+    return any(pin.matches(d.name) and all(has_kernel(o.type, d.device_type, kernel_dtype(o))
+                                           for o in group)
                for d in cluster.devices)
 
 

@@ -1,9 +1,9 @@
 """The function placer: a user function says where each op goes.
 
 ``FunctionPlacer(fn)`` asks ``fn(op)`` for every op's device (a string, a ``DeviceSpec``
-or None to keep the op's own request), then fills unset fields as the simple placer does.
-It is the seed's ``variables_on_cpu`` applied at placement time instead of as a device
-scope.
+or None for no preference) and ignores what the device scopes requested, then fills unset
+fields as the simple placer does.  It is the seed's ``variables_on_cpu`` applied at
+placement time, as an outermost device scope would be.
 
 >>> import core as tf
 >>> from core.cluster import Cluster
@@ -31,7 +31,7 @@ __all__ = ["FunctionPlacer"]
 
 @register("function")
 class FunctionPlacer(BasePlacer):
-    """Place every op where ``fn(op)`` says (None keeps the op's own request)."""
+    """Place every op where ``fn(op)`` says (None: no preference, the default device)."""
 
     def __init__(self, fn: Callable, **options):
         super().__init__(**options)
@@ -40,8 +40,7 @@ class FunctionPlacer(BasePlacer):
         self.fn = fn
 
     def _pin_of(self, op) -> DeviceSpec:
-        result = self.fn(op)
-        return op.device_spec if result is None else DeviceSpec.from_string(result)
+        return DeviceSpec.from_string(self.fn(op))
 
     def resolve(self, graph, cluster, previous):
         return resolve(graph, cluster, previous, allow_soft_placement=self.allow_soft_placement,
