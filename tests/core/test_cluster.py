@@ -123,7 +123,7 @@ def test_single_host_with_gpus_and_overrides():
     assert [d.name for d in c.devices] == [CPU0, GPU0, GPU1]
     gpu = c.default_device("localhost", 0)
     assert gpu.name == GPU0 and gpu.memory_bytes == 1 << 30
-    assert (gpu.inter_op_threads, gpu.intra_op_threads, gpu.intra_op_speedup) == (2, 1, 1.0)
+    assert (gpu.inter_op_threads, gpu.intra_op_threads, gpu.intra_op_speedup) == (1, 1, 1.0)  # one compute stream
     assert c.device(CPU0).intra_op_threads == 8
     assert gpu.spec.device_type == "GPU" and gpu.task_name == "/job:localhost/replica:0/task:0"
     with pytest.raises(TypeError, match="gpu_memory"):
