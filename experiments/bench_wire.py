@@ -1,0 +1,112 @@
+"""Benchmark: move one large float32 tensor between two processes.
+
+Starts a TensorStore server (runtime.wire) in a spawned child process and moves a
+tensor (64 MiB by default) from this process to it and back with each transport:
+
+* ``unary``: the whole tensor in one gRPC message (size limits raised);
+* ``stream``: chunks of 256 KiB, 1 MiB, 4 MiB (client-streaming ``Put``,
+  server-streaming ``Get``);
+* ``shm``: a shared-memory segment plus a small ``ShmRef`` message; ``get`` also in
+  view mode (no copy out of the segment).
+
+Each timing is the caller's wall time of the whole call, encoding and decoding
+included; the table reports the best of ``--repeats`` and the median. Run::
+
+    python -m experiments.bench_wire            # 64 MiB, best of 5
+    python -m experiments.bench_wire --mib 16 --repeats 3
+
+It prints a pandas table and writes ``results/bench_wire.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from runtime import shm, wire
+
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
+
+
+def time_calls(call: Callable[[], object], repeats: int) -> list[float]:
+    """Wall time in seconds of ``repeats`` calls, after one untimed warm-up call."""
+    call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def run(mib: int = 64, repeats: int = 5, *, check: bool = True) -> tuple[pd.DataFrame, float]:
+    """Measure every transport; return the table and the median Ping round trip (s)."""
+    rng = np.random.default_rng(0)
+    array = rng.standard_normal(mib * (1 << 20) // 4).astype(np.float32)
+    nbytes = array.nbytes
+    rows = []
+    with wire.TensorStoreProcess() as proc, \
+            wire.TensorStoreClient(proc.address, deadline=60.0) as client:
+        ping = statistics.median(time_calls(client.ping, 200))
+
+        def record(method: str, direction: str, chunk: int | None,
+                   call: Callable[[], object]) -> None:
+            times = time_calls(call, repeats)
+            best, median = min(times), statistics.median(times)
+            rows.append({"method": method, "direction": direction,
+                         "chunk_KiB": chunk // 1024 if chunk else None,
+                         "MiB": nbytes / (1 << 20), "seconds": best,
+                         "GB/s": nbytes / best / 1e9, "GB/s median": nbytes / median / 1e9})
+            print(f"  {method:<12} {direction:<4} {rows[-1]['GB/s']:6.2f} GB/s", flush=True)
+
+        def verify() -> None:
+            if check:
+                assert np.array_equal(client.get("x"), array), "tensor corrupted in transit"
+
+        record("unary", "put", None, lambda: client.put_unary("x", array))
+        verify()
+        for chunk in (256 << 10, 1 << 20, 4 << 20):
+            record("stream", "put", chunk, lambda: client.put("x", array, chunk_bytes=chunk))
+            verify()
+        client.put("x", array)
+        for chunk in (256 << 10, 1 << 20, 4 << 20):
+            record("stream", "get", chunk, lambda: client.get("x", chunk_bytes=chunk))
+        if shm.shm_available():
+            record("shm", "put", None, lambda: client.put_shm("x", array))
+            verify()
+            record("shm", "get", None, lambda: client.get("x", via_shm=True))
+            record("shm view", "get", None,
+                   lambda: client.get("x", via_shm=True, shm_copy=False))
+        # Reference point: one copy of the tensor into fresh memory in this process.
+        record("memcpy", "-", None, lambda: array.copy())
+    return pd.DataFrame(rows), ping
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=64, help="tensor size in MiB")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per method")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "bench_wire.csv")
+    args = parser.parse_args(argv)
+
+    print(f"moving a {args.mib} MiB float32 tensor between two processes "
+          f"(best of {args.repeats})", flush=True)
+    table, ping = run(args.mib, args.repeats)
+    with pd.option_context("display.float_format", "{:.3f}".format,
+                           "display.width", 120):
+        print(table.to_string(index=False))
+    print(f"Ping round trip (median of 200): {ping * 1e6:.0f} us")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out, index=False)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
