@@ -2,7 +2,8 @@
 
 ``FunctionPlacer(fn)`` asks ``fn(op)`` for every op's device (a string, a ``DeviceSpec``
 or None for no preference) and ignores what the device scopes requested, then fills unset
-fields as the simple placer does.  It is the seed's ``variables_on_cpu`` applied at
+fields as the simple placer does.  An op colocated with another (a variable's read and
+assign ops) is not asked: it follows the op it is colocated with.  It is the seed's ``variables_on_cpu`` applied at
 placement time, as an outermost device scope would be.
 
 >>> import core as tf
@@ -40,6 +41,10 @@ class FunctionPlacer(BasePlacer):
         self.fn = fn
 
     def _pin_of(self, op) -> DeviceSpec:
+        # An op colocated with another (a variable's read and assign ops) follows it, as
+        # ops created under colocate_with() escape the device functions in TensorFlow.
+        if f"loc:@{op.name}" not in op.colocation_groups():
+            return DeviceSpec()
         return DeviceSpec.from_string(self.fn(op))
 
     def resolve(self, graph, cluster, previous):
