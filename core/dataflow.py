@@ -33,8 +33,8 @@ placement is built once and is cheap to replay:
 ([], ['a:0 -> /job:w/replica:0/task:1/device:CPU:0'])
 >>> [plan.op_names[i] for i in state.transfer_done(0).ready]
 ['b']
->>> state.op_finished(plan.op_index["b"]).freed  # a:0 on task 0 went with its send
-[1]
+>>> state.op_finished(plan.op_index["b"]).freed  # b:0 (read by nobody), a:0's copy
+[1, 2]
 >>> state.done
 True
 """
