@@ -123,8 +123,7 @@ def convert_to_tensor(value, dtype=None, name: str = "Const", dtype_hint=None) -
         return value
     if isinstance(value, Operation):
         raise TypeError(f"op {value.name!r} is not a tensor (use one of its outputs)")
-    if dtype is None and dtype_hint is not None and isinstance(value, numbers.Number) \
-            and not isinstance(value, np.generic):
+    if dtype is None and dtype_hint is not None and isinstance(value, numbers.Number):
         hint = as_dtype(dtype_hint)
         if hint.is_floating or isinstance(value, numbers.Integral):
             dtype = hint
