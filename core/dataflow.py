@@ -93,10 +93,12 @@ class StepPlan:
     - devices ``0..n_devices-1``: ``devices`` sorted by name;
     - tensors ``0..n_tensors-1``: outputs of the ops, op by op (``tensor_base[i] + k``
       is output ``k`` of op ``i``);
-    - transfers ``0..n_transfers-1``: one per (tensor, destination device), ordered by
-      producer, output, destination device;
+    - transfers ``0..n_transfers-1``: one per (tensor, destination device);
     - buffers: buffer ``t`` is tensor ``t`` on its producer's device; buffer
       ``n_tensors + k`` is the copy transfer ``k`` receives.
+
+    Transfers are ordered as :func:`core.placement.transfers` orders them (first
+    consumer in topological order, then input order).
 
     Attributes (all lists, indexed as above): ``ops``, ``op_names``, ``op_index`` (name
     -> index), ``op_device``, ``op_preds`` (the op's dependencies: ``("op", j)`` and
@@ -214,19 +216,17 @@ class StepPlan:
             op_pred_ops[i] = sorted(preds)
             op_pred_transfers[i] = sorted(xfers)
             op_inputs[i] = bufs
-        # Number transfers by (producer, output, destination device).
-        order = sorted(range(len(pending_transfers)), key=lambda k: pending_transfers[k])
-        renumber = [0] * len(order)
-        for new, old in enumerate(order):
-            renumber[old] = new
-        n_transfers = len(order)
+        # Transfers are numbered as found: by first consumer (topological order), then
+        # input order, the order of core.placement.transfers.  A transfer that another
+        # one's producer waits for is found first.
+        n_transfers = len(pending_transfers)
         self.n_transfers = n_transfers
-        self.transfer_tensor = [pending_transfers[old][0] for old in order]
-        self.transfer_dst = [pending_transfers[old][1] for old in order]
+        self.transfer_tensor = [key[0] for key in pending_transfers]
+        self.transfer_dst = [key[1] for key in pending_transfers]
         self.transfer_src = [op_device[tensor_op[t]] for t in self.transfer_tensor]
         for i in range(n):
-            op_pred_transfers[i] = sorted(renumber[k] for k in op_pred_transfers[i])
-            op_inputs[i] = [b if b >= 0 else n_tensors + renumber[~b] for b in op_inputs[i]]
+            if op_pred_transfers[i]:
+                op_inputs[i] = [b if b >= 0 else n_tensors + ~b for b in op_inputs[i]]
         self.op_pred_ops, self.op_pred_transfers, self.op_inputs = \
             op_pred_ops, op_pred_transfers, op_inputs
 
@@ -422,27 +422,35 @@ def _needed(targets: list[Operation], ops: Sequence[Operation]) -> list[Operatio
 
 
 def _topological(ops: list[Operation]) -> list[Operation]:
-    """``ops`` in topological order: as given when that already is one (the usual case:
-    only ``add_control_input`` can point forward), else Kahn's order with ties by
-    position; a cycle raises :class:`core.graph.GraphCycleError` naming it."""
+    """``ops`` in topological order: as given when that already is one, else Kahn's
+    order with ties by position; a cycle raises :class:`core.graph.GraphCycleError`
+    naming it.
+
+    In creation order (``graph.get_operations()``, or a subset of it) only a control
+    input added by ``add_control_input`` can point forward, so only those are checked
+    then; any other order is checked edge by edge.
+    """
     pos = {id(op): i for i, op in enumerate(ops)}
+    graph = ops[0].graph if ops else None
+    creation = graph is not None and (ops == graph._ops or _is_creation_order(ops, graph))
     forward = False
-    preds: list[list[int]] = []
     for i, op in enumerate(ops):
-        ps = [pos[id(t.op)] for t in op.inputs if id(t.op) in pos]
-        ps += [pos[id(c)] for c in op._control_inputs if id(c) in pos]
-        preds.append(ps)
-        if not forward:
-            for p in ps:
-                if p >= i:
-                    forward = True
-                    break
+        deps = op._control_inputs if creation else [t.op for t in op.inputs] + op._control_inputs
+        for c in deps:
+            p = pos.get(id(c))
+            if p is not None and p >= i:
+                forward = True
+                break
+        if forward:
+            break
     if not forward:
         return ops
-    count = [len(set(ps)) for ps in preds]
+    preds = [{pos[id(x)] for x in [t.op for t in op.inputs] + op._control_inputs if id(x) in pos}
+             for op in ops]
+    count = [len(ps) for ps in preds]
     succ: list[list[int]] = [[] for _ in ops]
     for i, ps in enumerate(preds):
-        for p in set(ps):
+        for p in ps:
             succ[p].append(i)
     heap = [i for i, c in enumerate(count) if c == 0]
     heapq.heapify(heap)
@@ -458,3 +466,15 @@ def _topological(ops: list[Operation]) -> list[Operation]:
         topological_order(ops)  # raises GraphCycleError naming the ops on a cycle
         raise DataflowError("the graph has a cycle")  # pragma: no cover
     return out
+
+
+def _is_creation_order(ops: list[Operation], graph) -> bool:
+    """Whether ``ops`` is a subsequence of the graph's creation order."""
+    order = {id(op): i for i, op in enumerate(graph._ops)}
+    last = -1
+    for op in ops:
+        i = order.get(id(op))
+        if i is None or i <= last:
+            return False
+        last = i
+    return True

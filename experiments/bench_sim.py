@@ -1,0 +1,94 @@
+"""Benchmark: how fast the simulator runs, for graphs of 1k to 100k ops.
+
+Random layered DAGs (``experiments.workloads.random_layered_dag``, width 32) are placed
+round-robin *by layer* over ``N`` single-CPU worker tasks, each on its own host, so
+nearly every edge crosses devices and becomes a transfer over two network cards.  For
+each (size, devices) the table gives the simulate() seconds (best of ``--repeat``;
+everything simulate() does: plan, costs, SimPy run, trace building; graph building is
+not timed), simulated ops per second, transfers, the predicted step time, the peak
+memory simulate() allocates (tracemalloc, in a separate untimed run) and the growth
+exponent of time and memory between sizes (1.0 = linear).
+
+    python -m experiments.bench_sim --sizes 1000 10000 100000 --devices 4 16
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+import tracemalloc
+
+import pandas as pd
+
+import sim
+from core.cluster import Cluster
+from core.placement import Placement
+from experiments.report import print_table, results_parser, save_table
+from experiments.workloads import random_layered_dag
+
+WIDTH = 32
+
+
+def placed_dag(n: int, devices: int):
+    graph = random_layered_dag(n, width=WIDTH)
+    cluster = Cluster.from_spec({"worker": [f"w{i}:2222" for i in range(devices)]})
+    names = [d.name for d in cluster.devices]
+    placement = Placement({op.name: names[(i // WIDTH) % devices]
+                           for i, op in enumerate(graph.get_operations())})
+    return graph, cluster, placement
+
+
+def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool) -> pd.DataFrame:
+    rows = []
+    for n in sizes:
+        for devices in device_counts:
+            graph, cluster, placement = placed_dag(n, devices)
+            best = math.inf
+            for _ in range(repeat):
+                gc.collect()
+                t0 = time.perf_counter()
+                trace = sim.simulate(graph, placement, cluster)
+                best = min(best, time.perf_counter() - t0)
+            peak = math.nan
+            if memory:
+                del trace
+                gc.collect()
+                tracemalloc.start()
+                trace = sim.simulate(graph, placement, cluster)
+                peak = tracemalloc.get_traced_memory()[1] / 2**20
+                tracemalloc.stop()
+            rows.append({"ops": n, "devices": devices, "transfers": len(trace.transfers),
+                         "seconds": best, "ops_per_s": n / best, "step_time_s": trace.step_time,
+                         "peak_MiB": peak})
+            del graph, trace
+    frame = pd.DataFrame(rows).sort_values(["devices", "ops"]).reset_index(drop=True)
+    frame["time_growth"] = math.nan
+    frame["mem_growth"] = math.nan
+    for _, part in frame.groupby("devices"):
+        idx = part.index
+        for a, b in zip(idx[:-1], idx[1:]):
+            scale = math.log(frame.loc[b, "ops"] / frame.loc[a, "ops"])
+            frame.loc[b, "time_growth"] = math.log(frame.loc[b, "seconds"] / frame.loc[a, "seconds"]) / scale
+            frame.loc[b, "mem_growth"] = math.log(frame.loc[b, "peak_MiB"] / frame.loc[a, "peak_MiB"]) / scale
+    return frame
+
+
+def main(argv=None) -> pd.DataFrame:
+    parser = results_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000],
+                        help="graph sizes in ops (default: 1000 10000 100000)")
+    parser.add_argument("--devices", type=int, nargs="+", default=[4, 16],
+                        help="device counts (default: 4 16)")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per case, best kept")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="skip the tracemalloc run (peak_MiB is then NaN)")
+    args = parser.parse_args(argv)
+    frame = bench(args.sizes, args.devices, args.repeat, not args.no_memory)
+    print_table(frame, "simulate() speed (random layered DAGs, round-robin by layer)")
+    print(f"saved {save_table(frame, 'bench_sim', args.out)}")
+    return frame
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Thread pools and cores: the resources an op holds while it runs.
+
+- :class:`InterOpPool` — a device's inter-op thread pool: ``threads`` slots; ready ops
+  wait in a heap keyed ``(ready time, topological index)``, so among ops waiting for a
+  thread the one ready first, then the one earlier in topological order, goes first.
+- :class:`HostCores` — a host's CPU cores, shared by the CPU ops of every task on it.
+  A single-threaded CPU kernel holds one core; a multithreaded one holds the device's
+  ``intra_op_threads`` cores, or fewer if fewer are free (at least one), and runs
+  slower in proportion (:func:`amdahl_speedup`).  An op that got a thread but no core
+  keeps its thread and waits, by ``(time it asked, topological index)``.
+
+Both are SimPy-clock resources granted synchronously: the simulator's event callbacks
+take and give slots and never create request/release events, which would cost two
+scheduled events per grant (SimPy's ``Resource`` reaches about 200k request/release
+cycles a second, the whole simulator has to beat that per op).
+
+>>> pool = InterOpPool(threads=2)
+>>> pool.free
+[0, 1]
+>>> round(amdahl_speedup(4, total_speedup=2.5, threads=4), 6), amdahl_speedup(1, 2.5, 4)
+(2.5, 1.0)
+"""
+
+from __future__ import annotations
+
+__all__ = ["InterOpPool", "HostCores", "amdahl_speedup", "rescale_speedup", "slowdown_table"]
+
+
+class InterOpPool:
+    """A device's inter-op pool: ``free`` is a heap of free thread slots (the lowest slot
+    is taken first), ``waiting`` a heap of ``(ready time, op index)``."""
+
+    __slots__ = ("threads", "free", "waiting")
+
+    def __init__(self, threads: int):
+        if threads < 1:
+            raise ValueError(f"an inter-op pool needs at least one thread, not {threads}")
+        self.threads = threads
+        self.free = list(range(threads))
+        self.waiting: list = []
+
+
+class HostCores:
+    """A host's cores: ``free`` count and ``waiting`` heap of ``(time, op, thread)``."""
+
+    __slots__ = ("cores", "free", "waiting")
+
+    def __init__(self, cores: int):
+        if cores < 1:
+            raise ValueError(f"a host needs at least one core, not {cores}")
+        self.cores = cores
+        self.free = cores
+        self.waiting: list = []
+
+
+def amdahl_speedup(cores: int, total_speedup: float, threads: int) -> float:
+    """The speed-up of a multithreaded kernel on ``cores`` cores, when on all ``threads``
+    of its intra-op pool it runs ``total_speedup`` times faster than on one.
+
+    Amdahl's law (G. Amdahl, "Validity of the single processor approach to achieving
+    large scale computing capabilities", AFIPS 1967): ``S(k) = 1 / ((1 - p) + p / k)``,
+    with the parallel fraction ``p`` chosen so that ``S(threads) = total_speedup``.  A
+    super-linear ``total_speedup >= threads`` scales linearly instead.
+    """
+    cores = max(1, min(cores, threads))
+    if threads <= 1 or total_speedup <= 1.0:
+        return 1.0
+    if total_speedup >= threads:
+        return total_speedup * cores / threads
+    p = (1.0 - 1.0 / total_speedup) / (1.0 - 1.0 / threads)
+    return 1.0 / ((1.0 - p) + p / cores)
+
+
+def slowdown_table(total_speedup: float, threads: int) -> list[float]:
+    """``table[k]`` = how many times longer a multithreaded kernel takes on ``k`` cores
+    than on its whole pool (``table[threads] == 1``; index 0 unused)."""
+    full = amdahl_speedup(threads, total_speedup, threads)
+    return [1.0] + [full / amdahl_speedup(k, total_speedup, threads) for k in range(1, threads + 1)]
+
+
+def rescale_speedup(total_speedup: float, threads: int, new_threads: int) -> float:
+    """The whole-pool speed-up on ``new_threads`` threads of a kernel that runs
+    ``total_speedup`` times faster on ``threads`` (same Amdahl parallel fraction).
+
+    >>> round(rescale_speedup(1.8, 2, 2), 6), round(rescale_speedup(1.8, 2, 4), 6)
+    (1.8, 3.0)
+    """
+    if new_threads <= 1 or total_speedup <= 1.0:
+        return 1.0
+    if threads <= 1:
+        return 1.0
+    if total_speedup >= threads:
+        return total_speedup * new_threads / threads
+    p = (1.0 - 1.0 / total_speedup) / (1.0 - 1.0 / threads)
+    return 1.0 / ((1.0 - p) + p / new_threads)

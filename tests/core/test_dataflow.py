@@ -1,0 +1,133 @@
+"""The step state machine: counts, ready sets, transfers, buffer release."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+import core as tf
+from core.dataflow import DataflowError, StepPlan, StepState, UnplacedOp
+from core.graph import GraphCycleError
+from core.placement import Placement, transfers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+from sim_strategies import placed_graphs  # noqa: E402
+
+CPU0 = "/job:w/replica:0/task:0/device:CPU:0"
+CPU1 = "/job:w/replica:0/task:1/device:CPU:0"
+
+
+def diamond():
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(1.0, name="a")
+        b = tf.identity(a, name="b")
+        c = tf.identity(a, name="c")
+        d = tf.add(b, c, name="d")
+        with g.control_dependencies([d]):
+            e = tf.no_op(name="e")
+    return g, e
+
+
+def names(plan, indices):
+    return [plan.op_names[i] for i in indices]
+
+
+def test_diamond_on_one_device_runs_in_dependency_order():
+    g, _ = diamond()
+    plan = StepPlan.build(g.get_operations(), Placement({op.name: CPU0 for op in g.get_operations()}))
+    s = StepState(plan)
+    assert names(plan, s.initial_ready()) == ["a"]
+    assert names(plan, s.op_finished(plan.op_index["a"]).ready) == ["b", "c"]
+    assert names(plan, s.op_finished(plan.op_index["b"]).ready) == []
+    p = s.op_finished(plan.op_index["c"])
+    assert names(plan, p.ready) == ["d"]
+    assert p.freed == [plan.tensor_base[plan.op_index["a"]]]  # a:0 read by b and c
+    assert names(plan, s.op_finished(plan.op_index["d"]).ready) == ["e"]
+    s.op_finished(plan.op_index["e"])
+    s.validate()
+    assert s.done and plan.n_transfers == 0
+
+
+def test_one_transfer_per_tensor_and_destination():
+    g, _ = diamond()
+    placement = Placement({"a": CPU0, "b": CPU1, "c": CPU1, "d": CPU0, "e": CPU0})
+    plan = StepPlan.build(g.get_operations(), placement)
+    got = {(plan.tensor_name(plan.transfer_tensor[k]), plan.devices[plan.transfer_dst[k]])
+           for k in range(plan.n_transfers)}
+    want = {(t.tensor.name, t.dst) for t in transfers(g.get_operations(), placement)}
+    assert got == want == {("a:0", CPU1), ("b:0", CPU0), ("c:0", CPU0)}
+
+
+def test_fetches_run_only_what_they_need():
+    g, _ = diamond()
+    plan = StepPlan.build(g.get_operations(), Placement({"a": CPU0, "b": CPU0}),
+                          [g.get_tensor_by_name("b:0")])
+    assert plan.op_names == ["a", "b"]
+    assert plan.held == [plan.tensor_base[1]]  # the fetched tensor stays to the end
+
+
+def test_unplaced_op_and_cycle_are_named():
+    g, _ = diamond()
+    with pytest.raises(UnplacedOp, match="'b'") as e:
+        StepPlan.build(g.get_operations(), Placement({"a": CPU0}))
+    assert e.value.op == "b"
+    g.get_operation_by_name("a").add_control_input(g.get_operation_by_name("e"))
+    with pytest.raises(GraphCycleError) as e:
+        StepPlan.build(g.get_operations(), Placement({op.name: CPU0 for op in g.get_operations()}))
+    assert set(e.value.cycle) <= {"a", "b", "c", "d", "e"}
+
+
+def test_impossible_events_are_refused():
+    g, _ = diamond()
+    plan = StepPlan.build(g.get_operations(), Placement({op.name: CPU0 for op in g.get_operations()}))
+    s = StepState(plan)
+    with pytest.raises(DataflowError, match="'b'"):
+        s.op_finished(plan.op_index["b"])  # not ready yet
+    s.initial_ready()
+    s.op_finished(0)
+    with pytest.raises(DataflowError, match="'a'"):
+        s.op_finished(0)
+
+
+def test_variable_buffers_are_resident_and_assign_aliases():
+    g = tf.Graph()
+    with g.as_default():
+        v = tf.Variable([1.0, 2.0], name="v")
+        upd = tf.assign_sub(v, [1.0, 1.0], name="upd")
+    plan = StepPlan.build(g.get_operations(), Placement({op.name: CPU0 for op in g.get_operations()}))
+    var = plan.op_index["v"]
+    assert plan.resident == [plan.tensor_base[var]] and plan.op_outputs[var] == []
+    assert plan.buffer_bytes[plan.tensor_base[plan.op_index["upd"]]] == 0
+    del upd
+
+
+@given(placed_graphs(), st.randoms(use_true_random=False))
+def test_any_event_order_keeps_the_counters_right(placed, rnd):
+    """Drive the state machine in a random order of the events it allows."""
+    g, cluster, placement = placed
+    plan = StepPlan.build(g.get_operations(), placement)
+    s = StepState(plan)
+    ready, sends = list(s.initial_ready()), []
+    freed: list[int] = []
+    while ready or sends:
+        pick = rnd.randrange(len(ready) + len(sends))
+        if pick < len(ready):
+            p = s.op_finished(ready.pop(pick))
+        else:
+            p = s.transfer_done(sends.pop(pick - len(ready)))
+        ready += p.ready
+        sends += p.sends
+        freed += p.freed
+        s.validate()
+    assert s.done
+    # Every buffer that is not resident or fetched is freed exactly once.
+    expected = [b for b in range(len(plan.buffer_bytes)) if b not in plan.resident]
+    assert sorted(freed) == expected
+    want = {(t.tensor.name, t.dst) for t in transfers(plan.ops, placement)}
+    got = {(plan.tensor_name(plan.transfer_tensor[k]), plan.devices[plan.transfer_dst[k]])
+           for k in range(plan.n_transfers)}
+    assert got == want
