@@ -1,8 +1,10 @@
 """Compare placers on benchmark workloads.
 
-Each workload is placed with every registered placer on one cluster, and the report
-gives, per (workload, placer): the ops per device, the bytes that cross devices in one
-step, the step time the cost model estimates, and the time placing took.
+Each workload is placed with every placer on one cluster, and the report gives, per
+(workload, placer): the ops per device, the bytes that cross devices in one step, the
+time placing took, the step time the cost model estimates and, with the ``sim`` backend,
+the step time and peak memory the simulator predicts.  The best placement per workload
+(by the last step-time column) is marked.
 
     python -m experiments.compare_placers --help
 """
@@ -14,12 +16,15 @@ import time
 import pandas as pd
 
 import placers
+import sim
 from core.cluster import Cluster, ClusterSpec
 from core.costs import StaticCostModel, tensor_bytes
 from core.graph import ops_needed
 from core.placement import transfers
 from experiments.report import print_table, results_parser, save_table, short_device
-from experiments.workloads import mlp_training_step, random_layered_dag
+from experiments.workloads import (data_parallel_step, inception_training_step,
+                                   mlp_training_step, random_layered_dag, rnn_training_step,
+                                   transformer_training_step)
 from experiments.workloads.mlp import Workload
 
 __all__ = ["CLUSTERS", "WORKLOADS", "compare"]
@@ -41,9 +46,15 @@ CLUSTERS = {
 }
 
 WORKLOADS = {
-    "mlp_train": lambda: mlp_training_step(batch=64, layers=4, width=256),
+    "mlp": lambda: mlp_training_step(batch=64, layers=4, width=256),
+    "rnn": lambda: rnn_training_step(),
+    "inception": lambda: inception_training_step(),
+    "transformer": lambda: transformer_training_step(),
+    "data_parallel": lambda: data_parallel_step(workers=2, ps_tasks=1),
     "random_dag_1k": lambda: Workload("random_dag_1k", random_layered_dag(1000), []),
 }
+DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
+BACKENDS = ("sim",)
 
 
 def _placers() -> dict[str, placers.Placer]:
@@ -55,12 +66,24 @@ def _placers() -> dict[str, placers.Placer]:
     }
 
 
-def compare(workloads: list[str], cluster: Cluster) -> pd.DataFrame:
-    """One row per (workload, placer)."""
+def _fits(workload: Workload, cluster: Cluster) -> bool:
+    """Whether the cluster has every task the workload pins ops to."""
+    spec = getattr(workload, "cluster_spec", None)
+    if spec is None:
+        return True
+    tasks = {(t.job, t.index) for t in cluster.tasks}
+    return all((job, task) in tasks for job, task in spec.tasks())
+
+
+def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS) -> pd.DataFrame:
+    """One row per (workload, placer); workloads the cluster cannot run are skipped."""
     cost_model = StaticCostModel()
     rows = []
     for wname in workloads:
         w = WORKLOADS[wname]()
+        if not _fits(w, cluster):
+            print(f"skipping {wname}: it needs the tasks {w.cluster_spec.tasks()}")
+            continue
         fetch_ops = w.fetch_ops or w.graph.get_operations()
         step_ops = ops_needed(fetch_ops)
         for pname, placer in _placers().items():
@@ -71,28 +94,40 @@ def compare(workloads: list[str], cluster: Cluster) -> pd.DataFrame:
             counts = {}
             for op in step_ops:
                 counts[p[op.name]] = counts.get(p[op.name], 0) + 1
-            est = placers.estimate_step_time(w.graph, p, cluster, cost_model, fetches=fetch_ops)
-            rows.append({
+            row = {
                 "workload": wname, "placer": pname, "ops": len(step_ops),
                 "ops_per_device": ", ".join(f"{short_device(d)}={n}" for d, n in sorted(counts.items())),
-                "bytes_across": moved, "est_step_ms": est * 1e3, "place_ms": place_s * 1e3,
-            })
+                "bytes_across": moved, "place_ms": place_s * 1e3,
+                "est_step_ms": placers.estimate_step_time(w.graph, p, cluster, cost_model,
+                                                          fetches=fetch_ops) * 1e3,
+            }
+            if "sim" in backends:
+                trace = sim.simulate(w.graph, p, cluster, fetches=fetch_ops, cost_model=cost_model)
+                row["sim_step_ms"] = trace.step_time * 1e3
+                row["sim_peak_MiB"] = max(trace.peak_memory.values(), default=0) / 2**20
+            rows.append(row)
     frame = pd.DataFrame(rows)
-    best = frame.groupby("workload")["est_step_ms"].transform("min")
-    frame["best"] = (frame["est_step_ms"] == best).map({True: "*", False: ""})
+    if frame.empty:
+        return frame
+    key = "sim_step_ms" if "sim" in backends else "est_step_ms"
+    best = frame.groupby("workload")[key].transform("min")
+    frame["best"] = (frame[key] == best).map({True: "*", False: ""})
     return frame
 
 
 def main(argv=None) -> pd.DataFrame:
     parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
+    parser.add_argument("--backend", choices=["sim", "none"], default="sim",
+                        help="predict with the simulator (sim) or only the cost model (none)")
     parser.add_argument("--cluster", default="ps_workers",
                         help=f"a preset ({', '.join(CLUSTERS)}) or a cluster JSON file")
     args = parser.parse_args(argv)
     cluster = CLUSTERS[args.cluster]() if args.cluster in CLUSTERS else Cluster.load(args.cluster)
-    frame = compare(args.workloads, cluster)
+    backends = () if args.backend == "none" else (args.backend,)
+    frame = compare(args.workloads, cluster, backends)
     print_table(frame, f"placers on {args.cluster} ({len(cluster.devices)} devices); "
-                       "est_step_ms: the cost model's estimate")
+                       "est_step_ms: the cost model's estimate; sim_*: the simulator's")
     print(f"saved {save_table(frame, 'compare_placers', args.out)}")
     return frame
 

@@ -9,8 +9,9 @@ their last input finished; ties by topological order), it tries every feasible d
 the op's colocation group (kernel, pins, colocation and memory already resolved or checked)
 and puts the op where it would *finish* soonest, counting the transfers its inputs would
 need (one per tensor and destination device, charged the route's latency and slowest
-bandwidth) and the device's inter-op threads.  The first op of a colocation group decides
-the group's device.
+bandwidth), the device's inter-op threads and, for CPU ops, the host's cores (tasks on one
+host share them; a multithreaded kernel holds up to ``intra_op_threads`` cores).  The first
+op of a colocation group decides the group's device.
 
 Memory: a device holds its variables for good and every other op's outputs from the op
 until its last consumer is placed; a device whose capacity the op's outputs would exceed is
@@ -60,6 +61,13 @@ class _Model:
         self.consumers: list[list[int]] = [[] for _ in range(n)]
         self.out_bytes = [0] * n
         self.persistent = [False] * n
+        self.multithreaded = [op.op_def.multithreaded for op in self.ops]
+        # Host cores: CPU devices draw on their host's cores; other devices use none.
+        cores = {h.name: h.cpu_cores for h in cluster.hosts}
+        hosts = sorted({d.host for d in self.devices if d.device_type == "CPU"})
+        self.host_cores = [cores[h] for h in hosts]
+        self.device_host = [hosts.index(d.host) if d.device_type == "CPU" else -1
+                            for d in self.devices]
         for i, op in enumerate(self.ops):
             pred_set = set()
             for t in op.inputs:
@@ -111,6 +119,8 @@ class _Model:
         """
         n = len(self.ops)
         slots = [[0.0] * max(1, d.inter_op_threads) for d in self.devices]
+        core_free = [[0.0] * c for c in self.host_cores]
+        intra = [max(1, d.intra_op_threads) for d in self.devices]
         finish = [0.0] * n
         device = [-1] * n
         pending = [len(p) for p in self.preds]
@@ -136,10 +146,20 @@ class _Model:
             free = min(slots[k])
             if free > start:
                 start = free
+            h = self.device_host[k]
+            if h >= 0:
+                cores = core_free[h]
+                need = min(intra[k], len(cores)) if self.multithreaded[i] else 1
+                ordered = sorted(cores)
+                if ordered[need - 1] > start:
+                    start = ordered[need - 1]
             end = start + self.op_time(i, k)
             if commit:
                 s = slots[k]
                 s[s.index(free)] = end
+                if h >= 0:
+                    for t in ordered[:need]:
+                        cores[cores.index(t)] = end
             return end
 
         sizes: dict[int, int] = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC_PACKAGES = ["core", "placers"]
+DOC_PACKAGES = ["core", "placers", "sim"]
 
 
 def _modules():
