@@ -1,0 +1,54 @@
+"""Kernels: what each op type computes on each device type, found by name.
+
+The public face is a registry keyed by ``(op_type, device_type)``:
+
+* :func:`get_kernel` ``(op_type, device_type, dtype=None) -> Kernel`` (raises
+  :class:`NoKernel`, listing what exists);
+* :func:`registered` ``() -> set[(op_type, device_type)]``;
+* :func:`supported_dtypes` ``(op_type, device_type) -> set[str]``;
+* a :class:`Kernel` is ``kernel(ctx, inputs, attrs) -> tuple of outputs`` with ``ctx`` a
+  :class:`KernelContext`.
+
+CPU kernels (:mod:`.cpu`) are numba-compiled; GPU kernels (:mod:`.cuda`) are numba CUDA
+kernels on device arrays, compiled on first use, and ``numba.cuda`` is imported only then,
+so the CPU path never needs CUDA.  :func:`cuda_available` says whether a GPU (or numba's
+simulator, ``NUMBA_ENABLE_CUDASIM=1``) can run them.  Importing this package fixes
+numba's threading layer (see :mod:`.threading_layer`).
+
+>>> import numpy as np
+>>> from runtime.kernels import KernelContext, get_kernel
+>>> mm = get_kernel("MatMul", "CPU")
+>>> mm(KernelContext(), (np.eye(2), np.arange(4.0).reshape(2, 2)), {"transpose_b": True})[0]
+array([[0., 2.],
+       [1., 3.]])
+"""
+
+from __future__ import annotations
+
+from .threading_layer import THREADING_LAYER  # first: before anything compiles a parallel kernel
+from .context import KernelContext
+from .registry import Kernel, NoKernel, get_kernel, registered, supported_dtypes
+from . import cpu as _cpu  # noqa: F401  (registers the CPU kernels)
+from . import cuda as _cuda  # noqa: F401  (registers the GPU kernels; imports no CUDA yet)
+from .cuda import cuda_available
+
+__all__ = ["Kernel", "KernelContext", "NoKernel", "THREADING_LAYER", "cuda_available",
+           "get_kernel", "registered", "supported_dtypes", "warmup"]
+
+
+def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",),
+           parallel: bool = True) -> None:
+    """Compile (or load from numba's cache) the kernels for ``dtypes`` ahead of measuring.
+
+    ``device_types`` may include ``"GPU"`` (compiles the CUDA kernels; needs
+    :func:`cuda_available`).  ``parallel`` also prepares the CPU multithreaded variants.
+
+    >>> warmup(dtypes=("float64",))
+    """
+    for device_type in device_types:
+        if device_type.upper() == "CPU":
+            _cpu.warmup(dtypes, parallel=parallel)
+        elif device_type.upper() == "GPU":
+            _cuda.warmup(dtypes)
+        else:
+            raise ValueError(f"unknown device type {device_type!r}; known: ['CPU', 'GPU']")

@@ -1,0 +1,727 @@
+"""CPU kernels: numba ``@njit(cache=True, nogil=True)`` functions behind numpy-level wrappers.
+
+Design
+------
+* Every compute kernel works on flat C-ordered buffers (see :mod:`.layout`), so each numba
+  function compiles once per dtype, not once per rank or memory layout.
+* The work of a kernel is a ``*_range`` function over a slice of its index space.  The
+  serial variant calls it once; the parallel variant (``parallel=True``) splits the space
+  into chunks and runs them in a ``prange``.  The two variants are separate functions
+  because numba's cache index does not tell ``parallel=True`` apart.
+* Multithreaded ops (MatMul, Sum, Mean, Softmax, SoftmaxGrad and the elementwise ops on
+  at least :data:`PARALLEL_MIN_ELEMENTS` elements) run the parallel variant when
+  ``ctx.intra_op_threads > 1``, after ``numba.set_num_threads`` in the calling thread.
+* ``nogil=True`` everywhere: the executor's inter-op threads run kernels concurrently.
+* Elementwise ops pass an integer op code (:mod:`.opcodes`) rather than a jitted element
+  function, which numba could not cache; one compiled function per dtype serves them all.
+  The hot loops branch on the code outside the loop and index slices from 0 (so numba's
+  negative-index wraparound folds away): they vectorise and match numpy's speed.
+* Pure data movement (Reshape, Transpose, BroadcastTo, Concat, Slice, Identity) uses
+  numpy's copy loops, which release the GIL and which numba would not beat.
+* Floating sums accumulate in float64 and integer sums in int64, then cast back (the op
+  keeps its input dtype, as in TensorFlow).  An integer Mean truncates toward zero.
+
+>>> import numpy as np
+>>> from runtime.kernels import KernelContext, get_kernel
+>>> get_kernel("Mean", "CPU")(KernelContext(), (np.array([[1, 2], [3, 5]]),), {"axis": (1,)})
+(array([1, 4]),)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from .layout import broadcast_layout, normalize_axes, reduce_layout
+from .opcodes import (ADD, ASSIGN, MUL, NEG, RELU, RELU_GRAD, SIGMOID, SIGMOID_GRAD, SUB, TANH,
+                      TANH_GRAD)
+from .registry import FLOATING, NUMERIC, register
+from .threading_layer import parallel_region
+
+__all__ = ["PARALLEL_MIN_ELEMENTS", "warmup"]
+
+#: Below this many elements an elementwise op, reduction or softmax runs serially even
+#: with several intra-op threads: waking the pool costs more than the work.
+PARALLEL_MIN_ELEMENTS = 1 << 16
+#: MatMul goes parallel from this many multiply-adds (m * n * k).
+PARALLEL_MIN_MACS = 1 << 20
+#: Chunks per thread in a parallel loop, so an unlucky slow chunk does not idle the rest.
+_CHUNKS_PER_THREAD = 4
+
+
+
+# --- element functions ---------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _binary_element(code, a, b):
+    if code == ADD:
+        return a + b
+    if code == SUB:
+        return a - b
+    if code == MUL:
+        return a * b
+    if code == RELU_GRAD:  # ReluGrad(g, x)
+        return a if b > 0 else 0
+    if code == TANH_GRAD:  # TanhGrad(y, g)
+        return b * (1 - a * a)
+    if code == SIGMOID_GRAD:  # SigmoidGrad(y, g)
+        return b * a * (1 - a)
+    return b  # ASSIGN
+
+
+@njit(cache=True, nogil=True)
+def _unary_element(code, a):
+    if code == NEG:
+        return -a
+    return a if a > 0 else 0  # RELU
+
+
+@njit(cache=True, nogil=True)
+def _unary_float_element(code, a):
+    if code == TANH:
+        return math.tanh(a)
+    # Sigmoid, written so that exp never overflows.
+    if a >= 0:
+        return 1 / (1 + math.exp(-a))
+    e = math.exp(a)
+    return e / (1 + e)
+
+
+# --- elementwise drivers ------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _binary_contiguous(code, x, xo, y, yo, out, oo, n):
+    """The hot case: both operands contiguous along the run.  One loop per op, so the
+    op branch sits outside the loop, and indices from 0 in slices, so numba's
+    negative-index wraparound folds away; LLVM then vectorises each loop."""
+    a = x[xo:xo + n]
+    b = y[yo:yo + n]
+    c = out[oo:oo + n]
+    if code == ADD:
+        for j in range(n):
+            c[j] = a[j] + b[j]
+    elif code == SUB:
+        for j in range(n):
+            c[j] = a[j] - b[j]
+    elif code == MUL:
+        for j in range(n):
+            c[j] = a[j] * b[j]
+    elif code == ASSIGN:
+        for j in range(n):
+            c[j] = b[j]
+    else:
+        for j in range(n):
+            c[j] = _binary_element(code, a[j], b[j])
+
+
+@njit(cache=True, nogil=True)
+def _binary_range(code, x, xs, y, ys, shape, out, start, stop):
+    """out[i] = f(x[...], y[...]) for flat output indices start <= i < stop."""
+    ndim = shape.size
+    inner = shape[ndim - 1]
+    sx = xs[ndim - 1]
+    sy = ys[ndim - 1]
+    i = start
+    while i < stop:
+        row = i // inner
+        col = i - row * inner
+        end = min(stop, i + inner - col)
+        # Decode the row once, then walk its contiguous run.
+        xo = col * sx
+        yo = col * sy
+        r = row
+        for d in range(ndim - 2, -1, -1):
+            idx = r % shape[d]
+            r //= shape[d]
+            xo += idx * xs[d]
+            yo += idx * ys[d]
+        n = end - i
+        if sx == 1 and sy == 1:
+            _binary_contiguous(code, x, xo, y, yo, out, i, n)
+        elif sx == 1:
+            b = y[yo]
+            for j in range(n):
+                out[i + j] = _binary_element(code, x[xo + j], b)
+        elif sy == 1:
+            a = x[xo]
+            for j in range(n):
+                out[i + j] = _binary_element(code, a, y[yo + j])
+        else:
+            for j in range(n):
+                out[i + j] = _binary_element(code, x[xo + j * sx], y[yo + j * sy])
+        i = end
+
+
+@njit(cache=True, nogil=True)
+def _binary_serial(code, x, xs, y, ys, shape, out):
+    _binary_range(code, x, xs, y, ys, shape, out, 0, out.size)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _binary_parallel(code, x, xs, y, ys, shape, out, nchunks):
+    n = out.size
+    for c in prange(nchunks):
+        _binary_range(code, x, xs, y, ys, shape, out, c * n // nchunks, (c + 1) * n // nchunks)
+
+
+@njit(cache=True, nogil=True)
+def _unary_range(code, x, out, start, stop):
+    a = x[start:stop]  # slices: indices from 0, no wraparound checks (see above)
+    c = out[start:stop]
+    if code == NEG:  # one loop per op: the branch stays out of the loop
+        for i in range(stop - start):
+            c[i] = -a[i]
+    else:
+        for i in range(stop - start):
+            c[i] = _unary_element(code, a[i])
+
+
+@njit(cache=True, nogil=True)
+def _unary_serial(code, x, out):
+    _unary_range(code, x, out, 0, out.size)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _unary_parallel(code, x, out, nchunks):
+    n = out.size
+    for c in prange(nchunks):
+        _unary_range(code, x, out, c * n // nchunks, (c + 1) * n // nchunks)
+
+
+@njit(cache=True, nogil=True)
+def _unary_float_range(code, x, out, start, stop):
+    a = x[start:stop]
+    c = out[start:stop]
+    for i in range(stop - start):
+        c[i] = _unary_float_element(code, a[i])
+
+
+@njit(cache=True, nogil=True)
+def _unary_float_serial(code, x, out):
+    _unary_float_range(code, x, out, 0, out.size)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _unary_float_parallel(code, x, out, nchunks):
+    n = out.size
+    for c in prange(nchunks):
+        _unary_float_range(code, x, out, c * n // nchunks, (c + 1) * n // nchunks)
+
+
+# --- reductions -------------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _reduce_range(x, acc, o_start, o_stop, r_start, r_stop):
+    """acc[o, i] += sum of x[o, r, i] over r_start <= r < r_stop, for o_start <= o < o_stop."""
+    inner = x.shape[2]
+    for o in range(o_start, o_stop):
+        if inner == 1:
+            s = acc[o, 0]
+            for r in range(r_start, r_stop):
+                s += x[o, r, 0]
+            acc[o, 0] = s
+        else:
+            for r in range(r_start, r_stop):
+                for i in range(inner):
+                    acc[o, i] += x[o, r, i]
+
+
+@njit(cache=True, nogil=True)
+def _reduce_serial(x, acc):
+    _reduce_range(x, acc, 0, x.shape[0], 0, x.shape[1])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _reduce_parallel_outer(x, acc, nchunks):
+    """Many outputs: each chunk of outer rows is independent."""
+    n = x.shape[0]
+    for c in prange(nchunks):
+        _reduce_range(x, acc, c * n // nchunks, (c + 1) * n // nchunks, 0, x.shape[1])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _reduce_parallel_split(x, partial, nchunks):
+    """Few outputs: split the reduced axis; partial[c] gets chunk c's sums."""
+    n = x.shape[1]
+    for c in prange(nchunks):
+        _reduce_range(x, partial[c], 0, x.shape[0], c * n // nchunks, (c + 1) * n // nchunks)
+
+
+# --- softmax ---------------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _softmax_range(x, out, r_start, r_stop):
+    cols = x.shape[1]
+    for r in range(r_start, r_stop):
+        m = x[r, 0]
+        for j in range(1, cols):
+            m = max(m, x[r, j])
+        s = 0.0
+        for j in range(cols):
+            e = math.exp(x[r, j] - m)  # <= 1: never overflows
+            out[r, j] = e
+            s += e
+        inv = 1 / s
+        for j in range(cols):
+            out[r, j] *= inv
+
+
+@njit(cache=True, nogil=True)
+def _softmax_serial(x, out):
+    _softmax_range(x, out, 0, x.shape[0])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _softmax_parallel(x, out, nchunks):
+    n = x.shape[0]
+    for c in prange(nchunks):
+        _softmax_range(x, out, c * n // nchunks, (c + 1) * n // nchunks)
+
+
+@njit(cache=True, nogil=True)
+def _softmax_grad_range(y, g, out, r_start, r_stop):
+    cols = y.shape[1]
+    for r in range(r_start, r_stop):
+        s = 0.0
+        for j in range(cols):
+            s += g[r, j] * y[r, j]
+        for j in range(cols):
+            out[r, j] = y[r, j] * (g[r, j] - s)
+
+
+@njit(cache=True, nogil=True)
+def _softmax_grad_serial(y, g, out):
+    _softmax_grad_range(y, g, out, 0, y.shape[0])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _softmax_grad_parallel(y, g, out, nchunks):
+    n = y.shape[0]
+    for c in prange(nchunks):
+        _softmax_grad_range(y, g, out, c * n // nchunks, (c + 1) * n // nchunks)
+
+
+# --- matmul ------------------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _matmul_blas_serial(a, b, out):
+    """Float matmul: np.dot in numba calls BLAS gemm (C- or F-ordered operands)."""
+    np.dot(a, b, out)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _matmul_blas_parallel(a, b, out, nchunks):
+    """Row blocks of a C-ordered ``a``, one gemm call each."""
+    m = a.shape[0]
+    for c in prange(nchunks):
+        lo = c * m // nchunks
+        hi = (c + 1) * m // nchunks
+        if hi > lo:
+            # a C-ordered copy of the block when a is a transpose view (in parallel too)
+            np.dot(np.ascontiguousarray(a[lo:hi]), b, out[lo:hi])
+
+
+@njit(cache=True, nogil=True)
+def _matmul_int_range(a, b, out, lo, hi):
+    """Integer matmul (BLAS has none): i-k-j order, so the inner loop vectorises."""
+    k = a.shape[1]
+    n = b.shape[1]
+    for i in range(lo, hi):
+        for j in range(n):
+            out[i, j] = 0
+        for p in range(k):
+            aip = a[i, p]
+            for j in range(n):
+                out[i, j] += aip * b[p, j]
+
+
+@njit(cache=True, nogil=True)
+def _matmul_int_serial(a, b, out):
+    _matmul_int_range(a, b, out, 0, a.shape[0])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _matmul_int_parallel(a, b, out, nchunks):
+    m = a.shape[0]
+    for c in prange(nchunks):
+        _matmul_int_range(a, b, out, c * m // nchunks, (c + 1) * m // nchunks)
+
+
+# --- dispatch helpers ------------------------------------------------------------------------
+
+def _pool_threads(ctx, work: int, threshold: int) -> int:
+    """Threads to use for ``work`` units (1: run serially), after set_num_threads."""
+    threads = min(ctx.intra_op_threads, numba.config.NUMBA_NUM_THREADS)
+    if threads <= 1 or work < threshold:
+        return 1
+    numba.set_num_threads(threads)  # per calling thread: other inter-op threads keep theirs
+    return threads
+
+
+def _flat(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+def _binary(code: int, ctx, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None):
+    """Elementwise ``f(x, y)`` with numpy broadcasting, into a new array or into ``out``."""
+    if out is None:
+        out = np.empty(np.broadcast_shapes(x.shape, y.shape), dtype=x.dtype)
+    shape, (xs, ys) = broadcast_layout(out.shape, [x.shape, y.shape])
+    args = (code, _flat(x), np.array(xs, np.int64), _flat(y), np.array(ys, np.int64),
+            np.array(shape, np.int64), out.reshape(-1))
+    threads = _pool_threads(ctx, out.size, PARALLEL_MIN_ELEMENTS)
+    if threads == 1:
+        _binary_serial(*args)
+    else:
+        with parallel_region:
+            _binary_parallel(*args, threads * _CHUNKS_PER_THREAD)
+    return out
+
+
+def _unary(serial, parallel, code: int, ctx, x: np.ndarray) -> np.ndarray:
+    out = np.empty(x.shape, dtype=x.dtype)
+    threads = _pool_threads(ctx, x.size, PARALLEL_MIN_ELEMENTS)
+    if threads == 1:
+        serial(code, _flat(x), out.reshape(-1))
+    else:
+        with parallel_region:
+            parallel(code, _flat(x), out.reshape(-1), threads * _CHUNKS_PER_THREAD)
+    return out
+
+
+def _assign(code: int, ctx, ref: np.ndarray, value: np.ndarray) -> tuple[np.ndarray]:
+    """``ref[...] = f(ref, value)`` in place; returns ``(ref,)``."""
+    if not ref.flags.c_contiguous:  # variables are allocated contiguous; stay correct anyway
+        ref[...] = _binary(code, ctx, np.ascontiguousarray(ref), value)
+        return (ref,)
+    # ref is both input and output: every element reads and writes only its own index.
+    _binary(code, ctx, ref, value, out=ref)
+    return (ref,)
+
+
+# --- kernels -------------------------------------------------------------------------------------
+
+CPU = "CPU"
+
+
+@register("Const", CPU, NUMERIC)
+def const(ctx, inputs, attrs):
+    """The constant's value (shared, not copied: kernels never write their inputs)."""
+    return (np.asarray(attrs["value"]),)
+
+
+@register("Placeholder", CPU, NUMERIC)
+def placeholder(ctx, inputs, attrs):
+    """The value fed for this placeholder, ``ctx.feed``."""
+    if ctx.feed is None:
+        raise ValueError("Placeholder kernel needs ctx.feed, the fed value")
+    return (np.asarray(ctx.feed),)
+
+
+@register("Variable", CPU, NUMERIC)
+def variable(ctx, inputs, attrs):
+    """The variable's buffer itself, ``ctx.variable``, so Assign* update it in place."""
+    if ctx.variable is None:
+        raise ValueError("Variable kernel needs ctx.variable, the variable's buffer")
+    return (ctx.variable,)
+
+
+@register("NoOp", CPU, NUMERIC)
+def no_op(ctx, inputs, attrs):
+    """Nothing; exists for its control edges."""
+    return ()
+
+
+@register("Identity", CPU, NUMERIC)
+def identity(ctx, inputs, attrs):
+    """A copy of x."""
+    return (np.array(inputs[0], copy=True, order="C"),)
+
+
+@register("Assign", CPU, NUMERIC)
+def assign(ctx, inputs, attrs):
+    """``ref[...] = value``; returns ref."""
+    return _assign(ASSIGN, ctx, *inputs)
+
+
+@register("AssignAdd", CPU, NUMERIC)
+def assign_add(ctx, inputs, attrs):
+    """``ref += value``; returns ref."""
+    return _assign(ADD, ctx, *inputs)
+
+
+@register("AssignSub", CPU, NUMERIC)
+def assign_sub(ctx, inputs, attrs):
+    """``ref -= value``; returns ref."""
+    return _assign(SUB, ctx, *inputs)
+
+
+@register("Add", CPU, NUMERIC)
+def add(ctx, inputs, attrs):
+    """x + y, broadcasting."""
+    return (_binary(ADD, ctx, *inputs),)
+
+
+@register("Sub", CPU, NUMERIC)
+def sub(ctx, inputs, attrs):
+    """x - y, broadcasting."""
+    return (_binary(SUB, ctx, *inputs),)
+
+
+@register("Mul", CPU, NUMERIC)
+def mul(ctx, inputs, attrs):
+    """x * y, broadcasting."""
+    return (_binary(MUL, ctx, *inputs),)
+
+
+@register("ReluGrad", CPU, NUMERIC)
+def relu_grad(ctx, inputs, attrs):
+    """ReluGrad(g, x) = g * (x > 0)."""
+    return (_binary(RELU_GRAD, ctx, *inputs),)
+
+
+@register("TanhGrad", CPU, FLOATING)
+def tanh_grad(ctx, inputs, attrs):
+    """TanhGrad(y, g) = g * (1 - y * y), y the Tanh output."""
+    return (_binary(TANH_GRAD, ctx, *inputs),)
+
+
+@register("SigmoidGrad", CPU, FLOATING)
+def sigmoid_grad(ctx, inputs, attrs):
+    """SigmoidGrad(y, g) = g * y * (1 - y), y the Sigmoid output."""
+    return (_binary(SIGMOID_GRAD, ctx, *inputs),)
+
+
+@register("Neg", CPU, NUMERIC)
+def neg(ctx, inputs, attrs):
+    """-x."""
+    return (_unary(_unary_serial, _unary_parallel, NEG, ctx, inputs[0]),)
+
+
+@register("Relu", CPU, NUMERIC)
+def relu(ctx, inputs, attrs):
+    """max(x, 0)."""
+    return (_unary(_unary_serial, _unary_parallel, RELU, ctx, inputs[0]),)
+
+
+@register("Tanh", CPU, FLOATING)
+def tanh(ctx, inputs, attrs):
+    """tanh(x)."""
+    return (_unary(_unary_float_serial, _unary_float_parallel, TANH, ctx, inputs[0]),)
+
+
+@register("Sigmoid", CPU, FLOATING)
+def sigmoid(ctx, inputs, attrs):
+    """1 / (1 + exp(-x)), computed without overflow."""
+    return (_unary(_unary_float_serial, _unary_float_parallel, SIGMOID, ctx, inputs[0]),)
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """A C-ordered (rows, last axis) view; a 0-d or empty-last-axis array has one row."""
+    return np.ascontiguousarray(a).reshape(-1, a.shape[-1] if a.ndim else 1)
+
+
+@register("Softmax", CPU, FLOATING)
+def softmax(ctx, inputs, attrs):
+    """Softmax over the last axis, max-subtracted so exp never overflows."""
+    x = inputs[0]
+    out = np.empty(x.shape, dtype=x.dtype)
+    if x.size == 0:
+        return (out,)
+    x2, out2 = _rows(x), out.reshape(-1, x.shape[-1] if x.ndim else 1)
+    threads = _pool_threads(ctx, x.size, PARALLEL_MIN_ELEMENTS)
+    if threads == 1 or x2.shape[0] < 2:
+        _softmax_serial(x2, out2)
+    else:
+        with parallel_region:
+            _softmax_parallel(x2, out2, min(x2.shape[0], threads * _CHUNKS_PER_THREAD))
+    return (out,)
+
+
+@register("SoftmaxGrad", CPU, FLOATING)
+def softmax_grad(ctx, inputs, attrs):
+    """SoftmaxGrad(y, g) = y * (g - sum(g * y, axis=-1, keepdims=True))."""
+    y, g = inputs
+    out = np.empty(y.shape, dtype=y.dtype)
+    if y.size == 0:
+        return (out,)
+    y2, g2, out2 = _rows(y), _rows(g), out.reshape(-1, y.shape[-1] if y.ndim else 1)
+    threads = _pool_threads(ctx, y.size, PARALLEL_MIN_ELEMENTS)
+    if threads == 1 or y2.shape[0] < 2:
+        _softmax_grad_serial(y2, g2, out2)
+    else:
+        with parallel_region:
+            _softmax_grad_parallel(y2, g2, out2, min(y2.shape[0], threads * _CHUNKS_PER_THREAD))
+    return (out,)
+
+
+def _reduce_sum(ctx, x: np.ndarray, attrs) -> tuple[np.ndarray, np.ndarray, int]:
+    """The sums over the reduced axes, in float64 (int64 for integers) and of the output's
+    shape, and how many elements each sum has."""
+    axes = normalize_axes(attrs.get("axis"), x.ndim)
+    if attrs.get("keepdims"):
+        out_shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    else:
+        out_shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
+    perm, (o, r, i) = reduce_layout(x.shape, axes)
+    src = x if perm is None else x.transpose(perm)
+    x3 = np.ascontiguousarray(src).reshape(o, r, i)
+    acc_dtype = np.float64 if x.dtype.kind == "f" else np.int64
+    acc = np.zeros((o, i), dtype=acc_dtype)
+    threads = _pool_threads(ctx, x.size, PARALLEL_MIN_ELEMENTS)
+    if threads == 1 or x.size == 0:
+        _reduce_serial(x3, acc)
+    elif o >= 2 * threads:
+        with parallel_region:
+            _reduce_parallel_outer(x3, acc, min(o, threads * _CHUNKS_PER_THREAD))
+    else:
+        nchunks = min(r, threads * _CHUNKS_PER_THREAD)
+        partial = np.zeros((nchunks, o, i), dtype=acc_dtype)
+        with parallel_region:
+            _reduce_parallel_split(x3, partial, nchunks)
+        partial.sum(axis=0, out=acc)
+    return acc.reshape(out_shape), r
+
+
+@register("Sum", CPU, NUMERIC)
+def sum_(ctx, inputs, attrs):
+    """Sum over ``attrs["axis"]`` (None: all), keeping reduced axes if ``keepdims``."""
+    x = inputs[0]
+    acc, _ = _reduce_sum(ctx, x, attrs)
+    return (acc.astype(x.dtype),)
+
+
+@register("Mean", CPU, NUMERIC)
+def mean(ctx, inputs, attrs):
+    """Mean over ``attrs["axis"]``; integers truncate toward zero, as TensorFlow's."""
+    x = inputs[0]
+    acc, count = _reduce_sum(ctx, x, attrs)
+    if x.dtype.kind == "f":
+        return ((acc / count).astype(x.dtype),)
+    # Integer mean as TensorFlow (C++ division): truncate toward zero.
+    return ((np.sign(acc) * (np.abs(acc) // max(count, 1))).astype(x.dtype),)
+
+
+@register("MatMul", CPU, NUMERIC)
+def matmul(ctx, inputs, attrs):
+    """``op(a) @ op(b)``, op transposing when ``transpose_a``/``transpose_b`` is set.
+
+    Floats call BLAS gemm (through numba's np.dot), in row blocks over the intra-op pool
+    when it has several threads; integers run a numba triple loop.
+    """
+    a, b = inputs
+    a = a.T if attrs.get("transpose_a") else a
+    b = b.T if attrs.get("transpose_b") else b
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.empty((m, n), dtype=a.dtype)
+    threads = _pool_threads(ctx, m * n * k, PARALLEL_MIN_MACS)
+    if threads > 1 and m < 2 * threads:
+        threads = 1
+    if a.dtype.kind == "f":
+        if k == 0 or m == 0 or n == 0:
+            out[...] = 0
+            return (out,)
+        # BLAS takes C- or F-ordered operands as they are (a transpose view is F-ordered).
+        a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
+        b = b if b.flags.c_contiguous or b.flags.f_contiguous else np.ascontiguousarray(b)
+        if threads == 1:
+            _matmul_blas_serial(a, b, out)
+        else:
+            with parallel_region:
+                _matmul_blas_parallel(a, b, out, threads * _CHUNKS_PER_THREAD)
+        return (out,)
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    if threads == 1:
+        _matmul_int_serial(a, b, out)
+    else:
+        with parallel_region:
+            _matmul_int_parallel(a, b, out, min(m, threads * _CHUNKS_PER_THREAD))
+    return (out,)
+
+
+@register("BroadcastTo", CPU, NUMERIC)
+def broadcast_to(ctx, inputs, attrs):
+    """x broadcast to ``attrs["shape"]`` (materialised)."""
+    return (np.array(np.broadcast_to(inputs[0], tuple(attrs["shape"])), order="C"),)
+
+
+@register("Reshape", CPU, NUMERIC)
+def reshape(ctx, inputs, attrs):
+    """x with ``attrs["shape"]`` (a copy: outputs never alias inputs)."""
+    return (np.array(inputs[0], order="C").reshape(tuple(attrs["shape"])),)
+
+
+@register("Transpose", CPU, NUMERIC)
+def transpose(ctx, inputs, attrs):
+    """x with its axes permuted by ``attrs["perm"]`` (materialised, C-ordered)."""
+    return (np.array(np.transpose(inputs[0], tuple(attrs["perm"])), order="C"),)
+
+
+@register("Concat", CPU, NUMERIC)
+def concat(ctx, inputs, attrs):
+    """The inputs joined along ``attrs["axis"]``."""
+    return (np.concatenate(inputs, axis=attrs["axis"]),)
+
+
+@register("Slice", CPU, NUMERIC)
+def slice_(ctx, inputs, attrs):
+    """``x[begin : begin + size]`` per axis; a size of -1 means "to the end"."""
+    x = inputs[0]
+    index = tuple(slice(b, n if s == -1 else b + s)
+                  for b, s, n in zip(attrs["begin"], attrs["size"], x.shape))
+    return (np.array(x[index], order="C"),)
+
+
+# --- warm-up ------------------------------------------------------------------------------------
+
+def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = True) -> None:
+    """Compile (or load from numba's on-disk cache) every CPU kernel for ``dtypes``.
+
+    Call it before timing steps, so no compile lands in a measured step.  ``parallel``
+    also prepares the multithreaded variants (their first compile is the slow part).
+
+    >>> warmup(("float32",))
+    """
+    for name in dtypes:
+        dtype = np.dtype(name)
+        floating = dtype.kind == "f"
+        v = np.ones(4, dtype)
+        o = np.empty(4, dtype)
+        idx = np.ones(1, np.int64)
+        sh = np.array([4], np.int64)
+        x3 = np.ones((2, 2, 1), dtype)
+        acc = np.zeros((2, 1), np.float64 if floating else np.int64)
+        m2 = np.ones((2, 2), dtype)
+        o2 = np.empty((2, 2), dtype)
+        _binary_serial(ADD, v, idx, v, idx, sh, o)
+        _unary_serial(NEG, v, o)
+        _reduce_serial(x3, acc)
+        if floating:
+            _unary_float_serial(TANH, v, o)
+            _softmax_serial(m2, o2)
+            _softmax_grad_serial(m2, m2, o2)
+            _matmul_blas_serial(m2, m2, o2)
+            _matmul_blas_serial(m2, m2.T, o2)
+            _matmul_blas_serial(m2.T, m2, o2)
+            _matmul_blas_serial(m2.T, m2.T, o2)
+        else:
+            _matmul_int_serial(m2, m2, o2)
+        if not parallel:
+            continue
+        with parallel_region:
+            _binary_parallel(ADD, v, idx, v, idx, sh, o, 2)
+            _unary_parallel(NEG, v, o, 2)
+            _reduce_parallel_outer(x3, acc, 2)
+            _reduce_parallel_split(x3, np.zeros((2,) + acc.shape, acc.dtype), 2)
+            if floating:
+                _unary_float_parallel(TANH, v, o, 2)
+                _softmax_parallel(m2, o2, 2)
+                _softmax_grad_parallel(m2, m2, o2, 2)
+                for a, b in ((m2, m2), (m2, m2.T), (m2.T, m2), (m2.T, m2.T)):
+                    _matmul_blas_parallel(a, b, o2, 2)
+            else:
+                _matmul_int_parallel(m2, m2, o2, 2)
