@@ -227,11 +227,13 @@ def _op(op_type: str, inputs: Sequence, name: str | None, attrs: dict | None = N
     return g.create_op(op_type, tensors, attrs, name=name).outputs[0]
 
 
-def _binary(op_type: str, x, y, name: str | None) -> Tensor:
+def _binary(op_type: str, x, y, name: str | None, attrs: dict | None = None) -> Tensor:
+    """A two-input op inside a name scope of its own, so that a Python scalar operand
+    becomes ``<name>/x`` or ``<name>/y`` as in TensorFlow."""
     g = _graph_of(x, y)
     with g.name_scope(name or op_type) as scope:
         x, y = _convert_pair(x, y)
-        return g.create_op(op_type, [x, y], name=scope).outputs[0]
+        return g.create_op(op_type, [x, y], attrs, name=scope).outputs[0]
 
 
 def _convert_pair(x, y) -> tuple[Tensor, Tensor]:
@@ -404,14 +406,12 @@ def global_variables_initializer() -> Operation:
 # --- operators on tensors and variables ---------------------------------------------
 
 def _operator(op_type: str, scope: str, reverse: bool = False):
+    """A binary operator method, named as TensorFlow names it (``a + b`` -> ``add``)."""
     def method(self, other):
         if not isinstance(other, (Tensor, Variable, numbers.Number, np.ndarray, list, tuple)):
             return NotImplemented
         x, y = (other, self) if reverse else (self, other)
-        g = _graph_of(x, y)
-        with g.name_scope(scope) as name:
-            x, y = _convert_pair(x, y)
-            return g.create_op(op_type, [x, y], name=name).outputs[0]
+        return _binary(op_type, x, y, scope)
     return method
 
 
@@ -420,11 +420,7 @@ def _matmul_operator(reverse: bool):
         if not isinstance(other, (Tensor, Variable, np.ndarray, list)):
             return NotImplemented
         x, y = (other, self) if reverse else (self, other)
-        g = _graph_of(x, y)
-        with g.name_scope("matmul") as name:
-            x, y = _convert_pair(x, y)
-            return g.create_op("MatMul", [x, y], {"transpose_a": False, "transpose_b": False},
-                               name=name).outputs[0]
+        return _binary("MatMul", x, y, "matmul", {"transpose_a": False, "transpose_b": False})
     return method
 
 
