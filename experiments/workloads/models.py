@@ -165,7 +165,7 @@ def transformer_training_step(seq: int = 32, d_model: int = 64, heads: int = 4, 
 
 def data_parallel_step(workers: int = 2, ps_tasks: int = 1, batch: int = 32, layers: int = 3,
                        width: int = 128, synchronous: bool = True, learning_rate: float = 0.01,
-                       seed: int = 0) -> Workload:
+                       seed: int = 0, ps_strategy: str = "round_robin") -> Workload:
     """Data-parallel MLP training: ``workers`` replicas each compute gradients on their
     own batch; the variables are sharded over ``ps_tasks`` ps tasks by
     :func:`placers.replica_device_setter`.
@@ -177,6 +177,9 @@ def data_parallel_step(workers: int = 2, ps_tasks: int = 1, batch: int = 32, lay
 
     Ops are pinned to ``/job:worker/task:i`` per replica and variables to the ps job, so
     this graph needs a cluster with ``ps`` and ``worker`` jobs (``Workload.cluster_spec``).
+    ``ps_strategy`` is ``replica_device_setter``'s (``"round_robin"`` or ``"greedy"`` by
+    bytes: round-robin over an even number of ps tasks puts every weight matrix on one
+    task and every bias on another).
     """
     rng = np.random.default_rng(seed)
     spec = ClusterSpec({"ps": [f"127.0.0.1:{20000 + i}" for i in range(ps_tasks)],
@@ -185,7 +188,7 @@ def data_parallel_step(workers: int = 2, ps_tasks: int = 1, batch: int = 32, lay
     g = tf.Graph()
     flops = 0.0
     with g.as_default():
-        with tf.device(placers.replica_device_setter(cluster=spec)):
+        with tf.device(placers.replica_device_setter(cluster=spec, ps_strategy=ps_strategy)):
             params = []
             for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
                 params.append(_weight(rng, (n_in, n_out), f"w{i}"))

@@ -1,0 +1,31 @@
+"""The experiment scripts run end to end on tiny inputs and write their CSV."""
+
+import pandas as pd
+
+from experiments import bench_placers, compare_placers, ps_sharding
+
+
+def test_compare_placers_marks_a_best_row(tmp_path, capsys):
+    frame = compare_placers.main(["--workloads", "mlp", "--out", str(tmp_path)])
+    assert set(frame["placer"]) == {"simple", "round_robin", "round_robin_vars", "cost_model"}
+    assert (frame["best"] == "*").any()
+    assert (frame["sim_step_ms"] > 0).all()
+    saved = pd.read_csv(tmp_path / "compare_placers.csv")
+    assert len(saved) == len(frame)
+    assert "placers on ps_workers" in capsys.readouterr().out
+
+
+def test_bench_placers_reports_growth(tmp_path):
+    frame = bench_placers.main(["--sizes", "200", "400", "--placers", "simple", "cost_model",
+                                "--out", str(tmp_path)])
+    assert set(frame["ops"]) == {200, 400}
+    assert frame["growth"].notna().sum() == 2
+    assert (tmp_path / "bench_placers.csv").exists()
+
+
+def test_ps_sharding_spreads_network_load(tmp_path):
+    frame = ps_sharding.main(["--ps", "1", "4", "--workers", "2", "--width", "256",
+                              "--layers", "4", "--strategies", "greedy", "--out", str(tmp_path)])
+    one, four = (frame[frame.ps_tasks == n].iloc[0] for n in (1, 4))
+    assert four.busiest_nic_busy_ms < one.busiest_nic_busy_ms
+    assert four.sim_step_ms < one.sim_step_ms
