@@ -29,3 +29,11 @@ def test_ps_sharding_spreads_network_load(tmp_path):
     one, four = (frame[frame.ps_tasks == n].iloc[0] for n in (1, 4))
     assert four.busiest_nic_busy_ms < one.busiest_nic_busy_ms
     assert four.sim_step_ms < one.sim_step_ms
+
+
+def test_threads_sweep_more_threads_help_a_branchy_graph(tmp_path):
+    from experiments import threads
+    frame = threads.main(["--workloads", "inception", "--inter", "1", "2", "--intra", "1",
+                          "--out", str(tmp_path)])
+    one, two = frame.sim_step_ms.tolist()
+    assert two < one
