@@ -440,6 +440,28 @@ class Graph:
             op._colocation = tuple(sorted(set(groups)))
         self._apply_device_scopes(op)
 
+    def validate(self) -> None:
+        """Check the graph's invariants: unique names, edges within the graph and
+        consistent with the consumer index, colocation naming existing ops, no cycle.
+        Raises :class:`GraphError` (:class:`GraphCycleError` for a cycle)."""
+        problems = []
+        if len(self._ops_by_name) != len(self._ops):
+            problems.append("op names are not unique")
+        for op in self._ops:
+            if self._ops_by_name.get(op.name) is not op:
+                problems.append(f"op {op.name!r} is not indexed by its name")
+            for producer in [t.op for t in op.inputs] + list(op._control_inputs):
+                if producer.graph is not self or producer.name not in self._ops_by_name:
+                    problems.append(f"op {op.name!r} has an input from outside the graph")
+                elif op not in self._consumers.get(producer.name, ()):
+                    problems.append(f"op {op.name!r} is missing from {producer.name!r}'s consumers")
+            for name in op._colocation:
+                if name not in self._ops_by_name:
+                    problems.append(f"op {op.name!r} is colocated with unknown op {name!r}")
+        if problems:
+            raise GraphError("invalid graph: " + "; ".join(problems))
+        topological_order(self._ops)
+
     def __repr__(self) -> str:
         return f"<Graph with {len(self._ops)} ops>"
 

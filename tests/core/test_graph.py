@@ -208,10 +208,13 @@ def test_cycles_are_detected_and_named(g):
     a = tf.constant(1.0, name="a")
     b = tf.identity(a, name="b")
     c = tf.identity(b, name="c")
+    g.validate()
     a.op.add_control_input(c.op)
     with pytest.raises(GraphCycleError) as info:
         topological_order(g.get_operations())
     assert set(info.value.cycle) == {"a", "b", "c"}
+    with pytest.raises(GraphCycleError):
+        g.validate()
 
 
 def test_ops_needed_prunes(g):

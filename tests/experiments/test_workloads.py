@@ -22,6 +22,7 @@ SMALL = {
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_workloads_build_and_place(name):
     w = SMALL[name]()
+    w.graph.validate()
     spec = getattr(w, "cluster_spec", None)
     cluster = Cluster.from_spec(spec) if spec is not None else Cluster.single_host(gpus=1)
     for placer in (placers.SimplePlacer(), placers.CostModelPlacer()):
