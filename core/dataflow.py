@@ -42,10 +42,16 @@ True
 from __future__ import annotations
 
 import heapq
+from itertools import chain
+from operator import attrgetter
 from typing import Iterable, NamedTuple, Sequence
+
+import numpy as np
 
 from core.costs import tensor_bytes as _default_tensor_bytes
 from core.graph import Operation, Tensor, topological_order
+from core.ops import get_op_def
+from core.placement import Placement
 
 __all__ = ["StepPlan", "StepState", "Progress", "UnplacedOp", "DataflowError"]
 
@@ -83,6 +89,65 @@ class Progress(NamedTuple):
     freed: list
 
 
+_op_of = attrgetter("op")
+_value_index = attrgetter("value_index")
+_spec_of = attrgetter("dtype", "shape")
+
+
+class _Nested:
+    """A list-of-lists attribute of a :class:`StepPlan` (``plan.op_succ[i]``...), made
+    on first use from the flat form ``plan.csr_<name> = (ptr, flat)``, where item ``i``
+    is ``flat[ptr[i]:ptr[i + 1]]``.
+
+    The simulator reads the flat form; a list per op costs ~100 bytes and a Python
+    allocation, so the lists are only made for drivers that ask (the runtime).
+    """
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, plan, owner=None):
+        if plan is None:
+            return self
+        ptr, flat = getattr(plan, "csr_" + self.name)
+        value = [flat[a:b] for a, b in zip(ptr, ptr[1:])]
+        plan.__dict__[self.name] = value  # cached: the instance dict now wins
+        return value
+
+
+def _csr(group, values, size: int) -> tuple[list, list]:
+    """``(ptr, flat)`` lists for ``values`` grouped by ``group`` (ascending, ``0..size-1``)."""
+    ptr = np.zeros(size + 1, np.int64)
+    np.cumsum(np.bincount(group, minlength=size), out=ptr[1:])
+    return ptr.tolist(), np.asarray(values, dtype=np.int64).tolist()
+
+
+def _placed_devices(names: list[str], placement) -> list[str]:
+    """The device of each op name; :class:`UnplacedOp` for the first one without."""
+    # A Placement's own dict when there is one: its __getitem__ is a Python call per op.
+    lookup = getattr(placement, "_devices", None) if isinstance(placement, Placement) else None
+    try:
+        found = list(map((lookup if lookup is not None else placement).__getitem__, names))
+    except KeyError:
+        found = None
+    if found is None or None in found:
+        get = placement.get if hasattr(placement, "get") else placement.__getitem__
+        for name in names:
+            if get(name) is None:
+                raise UnplacedOp(name)
+    return found
+
+
+def _tensor_sizes(tensors: list[Tensor], tensor_bytes) -> list[int]:
+    """``tensor_bytes`` of each tensor.  The default depends only on (dtype, shape), and
+    a graph has few distinct ones: size one tensor of each."""
+    if tensor_bytes is not _default_tensor_bytes:
+        return list(map(tensor_bytes, tensors))
+    specs = list(map(_spec_of, tensors))
+    size = {spec: tensor_bytes(t) for spec, t in dict(zip(specs, tensors)).items()}
+    return list(map(size.__getitem__, specs))
+
+
 class StepPlan:
     """The fixed structure of one step of a placed graph, as integer-indexed lists.
 
@@ -109,10 +174,25 @@ class StepPlan:
     ``transfer_consumers``, ``buffer_device``, ``buffer_bytes`` (memory: 0 for an output
     that aliases its input, as an ``Assign``'s), ``resident`` (buffers held from the
     start: outputs of persistent ops), ``held`` (fetched tensors' buffers).
+
+    The per-op and per-transfer lists of lists (``op_pred_ops``, ``op_pred_transfers``,
+    ``op_inputs``, ``op_outputs``, ``op_dead_outputs``, ``op_succ``, ``op_sends``,
+    ``transfer_consumers``) are also kept flat, as ``csr_<name> = (ptr, flat)`` (item
+    ``i`` is ``flat[ptr[i]:ptr[i + 1]]``); the lists are made on first access.
     """
 
     def __init__(self):  # use build()
         pass
+
+    # The per-op (and per-transfer) lists of lists, made from the flat form on first use.
+    op_pred_ops = _Nested()
+    op_pred_transfers = _Nested()
+    op_inputs = _Nested()
+    op_outputs = _Nested()
+    op_dead_outputs = _Nested()
+    op_succ = _Nested()
+    op_sends = _Nested()
+    transfer_consumers = _Nested()
 
     @classmethod
     def build(cls, graph_ops: Sequence[Operation], placement, fetches: Iterable | None = None,
@@ -124,6 +204,10 @@ class StepPlan:
         :class:`core.graph.GraphCycleError` naming a cycle and :class:`UnplacedOp` naming
         an op without a device, before anything runs.  ``tensor_bytes(tensor)`` sizes
         the tensors (default: :func:`core.costs.tensor_bytes`).
+
+        How: one pass over the ops pulls the graph into flat integer arrays (an edge
+        list); everything else (transfers, dependencies, buffers, reverse edges) is
+        numpy on those arrays.  A plain-Python loop per op and edge cost ~13 us/op.
         """
         self = cls()
         ops = list(graph_ops)
@@ -141,135 +225,136 @@ class StepPlan:
         self.ops = ops
         n = len(ops)
         self.op_names = names = [op.name for op in ops]
-        self.op_index = index = {name: i for i, name in enumerate(names)}
+        self.op_index = index = dict(zip(names, range(n)))
         if len(index) != n:
             raise DataflowError("two ops of the step share a name")
 
         # Devices: canonical names from the placement, sorted.
-        op_device_name = []
-        get = placement.get if hasattr(placement, "get") else placement.__getitem__
-        for name in names:
-            d = get(name)
-            if d is None:
-                raise UnplacedOp(name)
-            op_device_name.append(d)
+        op_device_name = _placed_devices(names, placement)
         self.devices = sorted(set(op_device_name))
         dev_index = {d: i for i, d in enumerate(self.devices)}
-        self.op_device = op_device = [dev_index[d] for d in op_device_name]
+        self.op_device = list(map(dev_index.__getitem__, op_device_name))
+        dev = np.array(self.op_device, dtype=np.int64)
+        n_dev = len(self.devices)
+        op_range = np.arange(n, dtype=np.int64)
 
         # Tensors and their sizes.
-        tensor_base = [0] * n
-        tensor_op: list[int] = []
-        tbytes: list[int] = []
-        buffer_bytes: list[int] = []
-        resident: list[int] = []
-        for i, op in enumerate(ops):
-            tensor_base[i] = len(tensor_op)
-            op_def = op.op_def
-            for k, t in enumerate(op.outputs):
-                tensor_op.append(i)
-                b = tensor_bytes(t)
-                tbytes.append(b)
-                # An output that aliases a ref input (Assign's output is the variable)
-                # takes no new memory.
-                buffer_bytes.append(0 if (k == 0 and op_def.ref_inputs) else b)
-            if op_def.persistent:
-                resident.extend(range(tensor_base[i], tensor_base[i] + len(op.outputs)))
+        outputs = [op.outputs for op in ops]
+        n_out = np.fromiter(map(len, outputs), np.int64, n)
+        tensor_base = np.zeros(n, np.int64)
+        np.cumsum(n_out[:-1], out=tensor_base[1:])
+        tensor_op = np.repeat(op_range, n_out)
         n_tensors = len(tensor_op)
-        self.tensor_base, self.tensor_op, self.tensor_bytes = tensor_base, tensor_op, tbytes
-        self.n_ops, self.n_tensors = n, n_tensors
+        tbytes = np.array(_tensor_sizes(list(chain.from_iterable(outputs)), tensor_bytes),
+                          dtype=np.int64)
+        op_defs = {t: get_op_def(t) for t in {op.type for op in ops}}
+        types = [op.type for op in ops]
+        persistent = np.array([op_defs[t].persistent for t in types], dtype=bool)
+        aliasing = np.array([bool(op_defs[t].ref_inputs) for t in types], dtype=bool)
+        # An output that aliases a ref input (Assign's output is the variable) takes no
+        # new memory.
+        own_bytes = tbytes.copy()
+        own_bytes[tensor_base[aliasing & (n_out > 0)]] = 0
+        resident = np.flatnonzero(persistent[tensor_op])
 
-        # Dependencies, transfers and buffer references.
-        op_pred_ops: list[list[int]] = [[] for _ in range(n)]
-        op_pred_transfers: list[list[int]] = [[] for _ in range(n)]
-        op_inputs: list[list[int]] = [[] for _ in range(n)]
-        transfer_of: dict[tuple[int, int], int] = {}  # (tensor, dst device) -> transfer
-        pending_transfers: list[tuple[int, int, int]] = []  # (tensor, dst, first consumer)
-        for i, op in enumerate(ops):
-            dev = op_device[i]
-            preds: set[int] = set()
-            xfers: set[int] = set()
-            bufs: list[int] = []
-            for t in op.inputs:
-                j = index.get(t.op.name)
-                if j is None:  # cannot happen for ops_needed sets; keep the error clear
-                    raise DataflowError(f"op {op.name!r} reads {t.name!r}, which is not in the step")
-                tid = tensor_base[j] + t.value_index
-                if op_device[j] == dev:
-                    preds.add(j)
-                    if tid not in bufs:
-                        bufs.append(tid)
-                else:
-                    key = (tid, dev)
-                    k = transfer_of.get(key)
-                    if k is None:
-                        k = transfer_of[key] = len(pending_transfers)
-                        pending_transfers.append(key)
-                    xfers.add(k)
-                    if ~k not in bufs:
-                        bufs.append(~k)  # fixed up below, once transfers are numbered
-            for c in op._control_inputs:
-                j = index.get(c.name)
-                if j is None:
-                    raise DataflowError(f"op {op.name!r} waits for {c.name!r}, which is not in the step")
-                preds.add(j)
-            op_pred_ops[i] = sorted(preds)
-            op_pred_transfers[i] = sorted(xfers)
-            op_inputs[i] = bufs
-        # Transfers are numbered as found: by first consumer (topological order), then
-        # input order, the order of core.placement.transfers.  A transfer that another
-        # one's producer waits for is found first.
-        n_transfers = len(pending_transfers)
-        self.n_transfers = n_transfers
-        self.transfer_tensor = [key[0] for key in pending_transfers]
-        self.transfer_dst = [key[1] for key in pending_transfers]
-        self.transfer_src = [op_device[tensor_op[t]] for t in self.transfer_tensor]
-        for i in range(n):
-            if op_pred_transfers[i]:
-                op_inputs[i] = [b if b >= 0 else n_tensors + ~b for b in op_inputs[i]]
-        self.op_pred_ops, self.op_pred_transfers, self.op_inputs = \
-            op_pred_ops, op_pred_transfers, op_inputs
+        # Data edges, one per (consumer, input slot), in consumer then input order.
+        inputs = [op.inputs for op in ops]
+        n_in = np.fromiter(map(len, inputs), np.int64, n)
+        flat_in = list(chain.from_iterable(inputs))
+        pos = dict(zip(ops, range(n)))
+        try:
+            prod = np.fromiter(map(pos.__getitem__, map(_op_of, flat_in)), np.int64,
+                               len(flat_in))
+        except KeyError:  # cannot happen for _needed sets; keep the error clear
+            op, t = next((op, t) for op in ops for t in op.inputs if t.op not in pos)
+            raise DataflowError(f"op {op.name!r} reads {t.name!r}, which is not in the step") from None
+        cons = np.repeat(op_range, n_in)
+        tid = tensor_base[prod] + np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
+        cross = dev[prod] != dev[cons]
 
-        # Reverse edges: what an op's end or a transfer's arrival unblocks.
-        op_succ: list[list[int]] = [[] for _ in range(n)]
-        transfer_consumers: list[list[int]] = [[] for _ in range(n_transfers)]
-        for i in range(n):
-            for j in op_pred_ops[i]:
-                op_succ[j].append(i)
-            for k in op_pred_transfers[i]:
-                transfer_consumers[k].append(i)
-        op_sends: list[list[int]] = [[] for _ in range(n)]
-        for k, t in enumerate(self.transfer_tensor):
-            op_sends[tensor_op[t]].append(k)
-        self.op_succ, self.op_sends, self.transfer_consumers = op_succ, op_sends, transfer_consumers
+        # Transfers: one per (tensor, destination device), numbered as found: by first
+        # consumer (topological order), then input order, the order of
+        # core.placement.transfers.  A transfer that another one's producer waits for
+        # is found first.
+        x_key = tid[cross] * n_dev + dev[cons[cross]]
+        keys, first, edge_transfer = np.unique(x_key, return_index=True, return_inverse=True)
+        found = np.argsort(first, kind="stable")
+        number = np.empty_like(found)
+        number[found] = np.arange(len(found))
+        edge_transfer = number[edge_transfer.reshape(-1)]   # transfer of each crossing edge
+        transfer_tensor = keys[found] // n_dev
+        transfer_dst = keys[found] % n_dev
+        n_transfers = len(transfer_tensor)
 
-        # Buffers and their references (consumers on the device + outgoing sends).
-        refs = [0] * (n_tensors + n_transfers)
-        for i in range(n):
-            for b in op_inputs[i]:
-                refs[b] += 1
-        for t in self.transfer_tensor:
-            refs[t] += 1
-        held = sorted({tensor_base[index[t.op.name]] + t.value_index for t in held_tensors})
-        for b in resident:
-            refs[b] += _HELD
-        for b in held:
-            refs[b] += _HELD
-        self.resident, self.held = resident, held
-        self.buffer_refs = refs
-        self.buffer_device = [op_device[o] for o in tensor_op] + list(self.transfer_dst)
-        self.buffer_bytes = buffer_bytes + [tbytes[t] for t in self.transfer_tensor]
-        self.buffer_tensor = list(range(n_tensors)) + list(self.transfer_tensor)
+        # Control edges.
+        controls = [op._control_inputs for op in ops]
+        n_ctrl = np.fromiter(map(len, controls), np.int64, n)
+        try:
+            ctrl_prod = np.fromiter(map(pos.__getitem__, chain.from_iterable(controls)),
+                                    np.int64, int(n_ctrl.sum()))
+        except KeyError:
+            op, c = next((op, c) for op in ops for c in op._control_inputs if c not in pos)
+            raise DataflowError(f"op {op.name!r} waits for {c.name!r}, which is not in the step") from None
+        ctrl_cons = np.repeat(op_range, n_ctrl)
+
+        # Dependencies: distinct ops (same-device data inputs, control inputs) and
+        # distinct transfers, ascending per op (np.unique sorts the (op, pred) keys).
+        same = ~cross
+        pred_key = np.unique(np.concatenate([cons[same] * n + prod[same],
+                                             ctrl_cons * n + ctrl_prod]))
+        pred_cons, pred_op = pred_key // n, pred_key % n
+        xpred_key = np.unique(cons[cross] * max(n_transfers, 1) + edge_transfer)
+        xpred_cons, xpred_transfer = xpred_key // max(n_transfers, 1), xpred_key % max(n_transfers, 1)
+
+        # Buffers read: distinct per op, in input order (first occurrence).
+        n_buffers = n_tensors + n_transfers
+        buf = tid.copy()
+        buf[cross] = n_tensors + edge_transfer
+        _, first_read = np.unique(cons * n_buffers + buf, return_index=True)
+        first_read.sort()
+        read_cons, read_buf = cons[first_read], buf[first_read]
+
+        # References: readers on the device plus outgoing sends; resident state and
+        # fetched tensors are held to the end.
+        refs = (np.bincount(read_buf, minlength=n_buffers)
+                + np.bincount(transfer_tensor, minlength=n_buffers)).astype(np.int64)
+        held = sorted({int(tensor_base[index[t.op.name]]) + t.value_index for t in held_tensors})
+        refs[resident] += _HELD
+        refs[np.array(held, dtype=np.int64)] += _HELD
+
+        # Flat (CSR) forms; the lists of lists are made on first use (_Nested).
+        self.csr_op_pred_ops = _csr(pred_cons, pred_op, n)
+        self.csr_op_pred_transfers = _csr(xpred_cons, xpred_transfer, n)
+        self.csr_op_inputs = _csr(read_cons, read_buf, n)
+        by_producer = np.lexsort((pred_cons, pred_op))
+        self.csr_op_succ = _csr(pred_op[by_producer], pred_cons[by_producer], n)
+        by_transfer = np.lexsort((xpred_cons, xpred_transfer))
+        self.csr_transfer_consumers = _csr(xpred_transfer[by_transfer], xpred_cons[by_transfer],
+                                           n_transfers)
+        sender = tensor_op[transfer_tensor]
+        by_sender = np.argsort(sender, kind="stable")
+        self.csr_op_sends = _csr(sender[by_sender], by_sender, n)
         # Outputs allocated when the op starts (resident ones exist from the start), and
         # outputs nobody reads, freed as soon as the op ends.
-        op_outputs: list[list[int]] = []
-        op_dead: list[list[int]] = []
-        for i in range(n):
-            outs = range(tensor_base[i], tensor_base[i] + len(ops[i].outputs))
-            op_outputs.append([] if ops[i].op_def.persistent else list(outs))
-            op_dead.append([b for b in outs if refs[b] == 0])
-        self.op_outputs, self.op_dead_outputs = op_outputs, op_dead
-        self.initial_pending = [len(op_pred_ops[i]) + len(op_pred_transfers[i]) for i in range(n)]
+        allocated = np.flatnonzero(~persistent[tensor_op])
+        self.csr_op_outputs = _csr(tensor_op[allocated], allocated, n)
+        dead = np.flatnonzero(refs[:n_tensors] == 0)
+        self.csr_op_dead_outputs = _csr(tensor_op[dead], dead, n)
+
+        self.n_ops, self.n_tensors, self.n_transfers = n, n_tensors, n_transfers
+        self.tensor_base = tensor_base.tolist()
+        self.tensor_op = tensor_op.tolist()
+        self.tensor_bytes = tbytes.tolist()
+        self.transfer_tensor = transfer_tensor.tolist()
+        self.transfer_dst = transfer_dst.tolist()
+        self.transfer_src = dev[tensor_op[transfer_tensor]].tolist()
+        self.resident, self.held = resident.tolist(), held
+        self.buffer_refs = refs.tolist()
+        self.buffer_device = np.concatenate([dev[tensor_op], transfer_dst]).tolist()
+        self.buffer_bytes = np.concatenate([own_bytes, tbytes[transfer_tensor]]).tolist()
+        self.buffer_tensor = np.concatenate([np.arange(n_tensors), transfer_tensor]).tolist()
+        self.initial_pending = (np.bincount(pred_cons, minlength=n)
+                                + np.bincount(xpred_cons, minlength=n)).tolist()
         return self
 
     # -- names ---------------------------------------------------------------------------
@@ -430,9 +515,11 @@ def _topological(ops: list[Operation]) -> list[Operation]:
     input added by ``add_control_input`` can point forward, so only those are checked
     then; any other order is checked edge by edge.
     """
-    pos = {id(op): i for i, op in enumerate(ops)}
     graph = ops[0].graph if ops else None
     creation = graph is not None and (ops == graph._ops or _is_creation_order(ops, graph))
+    if creation and not any(map(attrgetter("_control_inputs"), ops)):
+        return ops  # nothing can point forward (the common case: no check per op)
+    pos = {id(op): i for i, op in enumerate(ops)}
     forward = False
     for i, op in enumerate(ops):
         deps = op._control_inputs if creation else [t.op for t in op.inputs] + op._control_inputs

@@ -132,6 +132,44 @@ class Trace:
     fetch_end: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
+    # -- lazy records -------------------------------------------------------------------
+    @classmethod
+    def lazy(cls, records: dict, **fields) -> "Trace":
+        """A trace whose record lists are made on first access: ``records`` maps a field
+        name (``ops``, ``transfers``, ``memory``, ``oom_events``) to a function of no
+        argument returning that list; ``fields`` are the other fields.
+
+        The simulator keeps its results in columns and a 100k-op step has ~350k
+        records: making the NamedTuples only when someone reads them keeps that out of
+        simulate().  Reading, comparing, copying and pickling behave as for a plain
+        trace (the lists are made then, once).
+
+        >>> t = Trace.lazy({"ops": lambda: [OpRecord("a", "NoOp", "/cpu", 0, 0.0, 1.0)]})
+        >>> t.step_time, t == Trace(ops=[OpRecord("a", "NoOp", "/cpu", 0, 0.0, 1.0)])
+        (1.0, True)
+        """
+        trace = cls(**fields)
+        for name in records:
+            del trace.__dict__[name]  # so that reading it reaches __getattr__
+        trace.__dict__["_lazy"] = dict(records)
+        return trace
+
+    def __getattr__(self, name: str):
+        # Only called when normal lookup fails: a lazy record list not made yet.
+        lazy = self.__dict__.get("_lazy")
+        if lazy is None or name not in lazy:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self.__dict__[name] = lazy.pop(name)()
+        return value
+
+    def __getstate__(self) -> dict:
+        # copy and pickle see every field, made (the makers may not pickle).
+        for key in list(self.__dict__.get("_lazy", ())):
+            getattr(self, key)
+        state = dict(self.__dict__)
+        state.pop("_lazy", None)
+        return state
+
     # -- summary figures ----------------------------------------------------------------
     @property
     def step_time(self) -> float:

@@ -1,10 +1,14 @@
 """The discrete-event model of one step of a placed graph, on SimPy.
 
-Shape: no SimPy process per op.  The "what runs next" logic is the pure state machine
-:class:`core.dataflow.StepState`; devices, hosts and links are small resources
-(:mod:`sim.pools`, :mod:`sim.links`) granted synchronously inside event callbacks; the
-only scheduled events are the ends of ops and of transfers (one ``simpy.Timeout``
-each, with a callback).  That keeps the cost per op to about one SimPy event.
+Shape: no SimPy process per op.  The "what runs next" logic is that of the state
+machine :class:`core.dataflow.StepState` (its counters are driven inline here, on the
+plan's flat arrays: a method call and a ``Progress`` per event cost a fifth of the
+run); devices, hosts and links are small resources (:mod:`sim.pools`,
+:mod:`sim.links`) granted synchronously inside event callbacks; the only scheduled
+events are the ends of ops and of transfers (one light :class:`_End` event each, pushed
+on the environment's heap with SimPy's own key).  That keeps the cost per op to about
+one SimPy event.  Everything before time 0 (plan, durations, routes) is numpy over the
+plan's arrays, and the trace's records are made on first access (:meth:`Trace.lazy`).
 
 Rules of the model (the semantics page, "Parallel execution", "GPU memory", "Clusters
 of servers"):
@@ -27,20 +31,21 @@ of servers"):
 from __future__ import annotations
 
 import gc
-import math
 from dataclasses import replace
 from heapq import heappop, heappush
 
+import numpy as np
 import simpy
-from simpy.events import Timeout
+from simpy.events import NORMAL, Event
 
 from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
-from core.dataflow import StepPlan, StepState
-from core.graph import Operation, Tensor
+from core.dataflow import StepPlan
+from core.graph import Tensor
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
-from sim.errors import InvalidCost, OutOfMemory, SimulationStalled, UnknownPlacedDevice
+from sim.durations import multithreaded, op_durations, transfer_durations
+from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.links import LinkQueue, static_transfer_order
 from sim.memory import device_capacity
 from sim.pools import HostCores, InterOpPool, rescale_speedup, slowdown_table
@@ -101,13 +106,30 @@ def _resolve_fetches(graph, fetches):
     return out
 
 
+class _End(Event):
+    """The end of an op or a transfer, put straight on the environment's heap.
+
+    ``env.step`` pops ``(time, priority, id, event)``, runs ``event.callbacks`` and
+    checks ``event._ok``; a ``Timeout`` does the same but its constructor (an
+    ``Event.__init__``, a delay check, ``env.schedule``) was a third of the cost of an
+    event.  Here the entry is pushed with SimPy's own key (``NORMAL`` priority, the
+    environment's id counter), so ties keep SimPy's order; ``callbacks`` is one shared
+    list per kind of event (``env.step`` only reads it, then sets the attribute to None).
+    """
+
+    _ok = True
+
+    def __init__(self, callbacks: list, value: int):
+        self.callbacks = callbacks
+        self._value = value
+
+
 class _Simulation:
     def __init__(self, graph, placement, cluster, fetches, cost_model, config):
         self.graph, self.cluster, self.cost_model, self.config = graph, cluster, cost_model, config
         fetch_list = _resolve_fetches(graph, fetches)
-        bytes_of = _memo_tensor_bytes(cost_model)
-        self.plan = plan = StepPlan.build(graph.get_operations(), placement, fetch_list,
-                                          tensor_bytes=bytes_of)
+        self.plan = StepPlan.build(graph.get_operations(), placement, fetch_list,
+                                   tensor_bytes=_tensor_bytes_of(cost_model))
         self.fetch_ops = ([f.op if isinstance(f, Tensor) else f for f in fetch_list]
                           if fetch_list is not None else [])
         self._setup_devices()
@@ -153,52 +175,34 @@ class _Simulation:
         self.capacity = [device_capacity(dev, config) for dev in devices]
 
     def _setup_durations(self):
-        plan, devices = self.plan, self.devices
-        op_time = _memo_op_time(self.cost_model)
-        durations = [0.0] * plan.n_ops
-        multi = [False] * plan.n_ops
-        for i, op in enumerate(plan.ops):
-            d = plan.op_device[i]
-            dev = devices[d]
-            t = op_time(op, dev)
-            if not (isinstance(t, (int, float)) and 0 <= t < math.inf):
-                raise InvalidCost(op.name, dev.name, t)
-            durations[i] = float(t)
-            multi[i] = dev.is_cpu and op.op_def.multithreaded and dev.intra_op_threads > 1
-        self.durations, self.multi = durations, multi
-        self.op_alloc = [sum(plan.buffer_bytes[b] for b in outs) for outs in plan.op_outputs]
+        plan = self.plan
+        self.durations = op_durations(plan, self.devices, self.cost_model)
+        self.multi = multithreaded(plan, self.devices)
+        # Bytes each op allocates when it starts: its outputs' buffers, summed per op
+        # with a cumulative sum over the flat per-op lists.
+        ptr, outs = plan.csr_op_outputs
+        sizes = np.asarray(plan.buffer_bytes, dtype=np.int64)[np.asarray(outs, dtype=np.int64)]
+        total = np.concatenate([[0], np.cumsum(sizes)])
+        ptr = np.asarray(ptr, dtype=np.int64)
+        self.op_alloc = (total[ptr[1:]] - total[ptr[:-1]]).tolist()
 
     def _setup_transfers(self):
         plan, cluster = self.plan, self.cluster
-        routes: dict[tuple[int, int], tuple] = {}
+        routes: dict[tuple[int, int], tuple] = {}       # (src, dst) -> links
+        route_ids: dict[tuple[int, int], tuple] = {}    # (src, dst) -> link indices
         link_index: dict[str, int] = {}
         self.link_names: list[str] = []
-        self.transfer_links: list[tuple[int, ...]] = []
-        self.transfer_durations: list[float] = []
-        memo: dict[tuple, float] = {}
-        transfer_time = self.cost_model.transfer_time
-        for k in range(plan.n_transfers):
-            pair = (plan.transfer_src[k], plan.transfer_dst[k])
-            route = routes.get(pair)
-            if route is None:
-                links = cluster.route(self.device_names[pair[0]], self.device_names[pair[1]])
-                ids = []
-                for link in links:
-                    if link.name not in link_index:
-                        link_index[link.name] = len(self.link_names)
-                        self.link_names.append(link.name)
-                    ids.append(link_index[link.name])
-                route = routes[pair] = (links, tuple(ids))
-            nbytes = plan.tensor_bytes[plan.transfer_tensor[k]]
-            key = (pair, nbytes)
-            t = memo.get(key)
-            if t is None:
-                t = memo[key] = float(transfer_time(nbytes, route[0]))
-                if not 0 <= t < math.inf:
-                    raise InvalidCost(plan.tensor_name(plan.transfer_tensor[k]),
-                                      self.device_names[pair[1]], t)
-            self.transfer_links.append(route[1])
-            self.transfer_durations.append(t)
+        pairs = list(zip(plan.transfer_src, plan.transfer_dst))
+        for pair in dict.fromkeys(pairs):  # distinct, in transfer order
+            links = routes[pair] = cluster.route(self.device_names[pair[0]],
+                                                 self.device_names[pair[1]])
+            for link in links:
+                if link.name not in link_index:
+                    link_index[link.name] = len(self.link_names)
+                    self.link_names.append(link.name)
+            route_ids[pair] = tuple(link_index[link.name] for link in links)
+        self.transfer_links: list[tuple[int, ...]] = list(map(route_ids.__getitem__, pairs))
+        self.transfer_durations = transfer_durations(plan, routes, self.cost_model)
         self.links = [LinkQueue() for _ in self.link_names]
         self.static = self.config.link_order == "static"
         if self.static:
@@ -208,269 +212,364 @@ class _Simulation:
 
     # -- running ----------------------------------------------------------------------------
     def run(self) -> Trace:
-        plan = self.plan
+        """Run the step on a fresh SimPy environment; return its trace.
+
+        The event handlers are closures over local lists (``StepState``'s counters and
+        the resources, inlined): a closure reads its variables as fast as locals, where
+        ``self.x`` is a dictionary look-up, and the handlers run ~230k times at 100k ops.
+        """
+        plan, config = self.plan, self.config
         self.env = env = simpy.Environment()
-        self.state = StepState(plan)
-        n, m = plan.n_ops, plan.n_transfers
-        self.op_start = [None] * n
-        self.op_end = [None] * n
-        self.op_thread = [0] * n
-        self.op_cores = [0] * n
-        self.x_start = [None] * m
-        self.x_end = [None] * m
-        self.x_ready = bytearray(m)
-        self.in_use = [0] * len(self.devices)
-        self.mem_records: list[tuple[int, float, int]] = []
-        self.oom_events: list[OOMEvent] = []
+        queue, next_id = env._queue, env._eid.__next__
+        n, m, n_tensors = plan.n_ops, plan.n_transfers, plan.n_tensors
+
+        # What the run records (the trace's columns).
+        self.op_start = op_start = [None] * n
+        self.op_end = op_end = [None] * n
+        self.op_thread = op_thread = [0] * n
+        self.op_cores = op_cores = [0] * n
+        self.x_start = x_start = [None] * m
+        self.x_end = x_end = [None] * m
+        self.mem_records = mem_records = []  # (device, time, bytes in use)
+        self.oom_events = []
+        record_memory = mem_records.append
+        self.in_use = in_use = [0] * len(self.devices)
+        capacity = self.capacity
+
+        # StepState's counters (see core.dataflow), driven inline.
+        pending = list(plan.initial_pending)
+        refs = list(plan.buffer_refs)
+        succ_ptr, succ = plan.csr_op_succ
+        read_ptr, reads = plan.csr_op_inputs
+        dead_ptr, dead = plan.csr_op_dead_outputs
+        send_ptr, sends = plan.csr_op_sends
+        consumer_ptr, consumers = plan.csr_transfer_consumers
+        op_device, tensor_op = plan.op_device, plan.tensor_op
+        transfer_tensor, transfer_dst = plan.transfer_tensor, plan.transfer_dst
+        buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
+
+        # Resources.
+        durations, multi, op_alloc = self.durations, self.multi, self.op_alloc
+        slowdown, intra, host_of = self.slowdown, self.intra, self.host_of
+        pool_free = [pool.free for pool in self.pools]
+        pool_waiting = [pool.waiting for pool in self.pools]
+        transfer_links, transfer_time = self.transfer_links, self.transfer_durations
+        static = self.static
+        link_busy = [False] * len(self.links)
+        link_order = [q.order for q in self.links]
+        link_next = [0] * len(self.links)
+        link_heap = [q.heap for q in self.links]
+        x_ready = bytearray(m)
+
+        # -- memory (sim.memory) --
+        def alloc(d, nbytes, op, tensor):
+            use = in_use[d] + nbytes
+            if use > capacity[d]:
+                self._out_of_memory(d, nbytes, op, tensor)  # raises unless record_oom
+            in_use[d] = use
+            record_memory((d, env._now, use))
+
+        def free(buffers):
+            now = env._now
+            for b in buffers:
+                nbytes = buffer_bytes[b]
+                if nbytes:
+                    d = buffer_device[b]
+                    in_use[d] -= nbytes
+                    record_memory((d, now, in_use[d]))
+
+        # -- ops: threads, cores (sim.pools) --
+        def ready(i):
+            d = op_device[i]
+            free_slots = pool_free[d]
+            if free_slots and not pool_waiting[d]:
+                take_thread(i, heappop(free_slots))
+            else:
+                heappush(pool_waiting[d], (env._now, i))
+
+        def take_thread(i, slot):
+            host = host_of[op_device[i]]
+            if host is None:
+                start(i, slot, 0)
+            elif host.free and not host.waiting:
+                start(i, slot, take_cores(i, host))
+            else:
+                heappush(host.waiting, (env._now, i, slot))
+
+        def take_cores(i, host):
+            if multi[i]:
+                k = intra[op_device[i]]
+                if k > host.free:
+                    k = host.free
+            else:
+                k = 1
+            host.free -= k
+            return k
+
+        def start(i, slot, cores):
+            d = op_device[i]
+            duration = durations[i]
+            if multi[i]:
+                duration *= slowdown[d][cores]
+            now = env._now
+            op_start[i] = now
+            op_thread[i] = slot
+            op_cores[i] = cores
+            nbytes = op_alloc[i]
+            if nbytes:
+                alloc(d, nbytes, i, None)
+            heappush(queue, (now + duration, NORMAL, next_id(), _End(op_ended, i)))
+
+        def op_done(event):
+            i = event._value
+            op_end[i] = env._now
+            # StepState.op_finished: successors' counts, buffers released.
+            now_ready = []
+            for j in succ[succ_ptr[i]:succ_ptr[i + 1]]:
+                left = pending[j] - 1
+                pending[j] = left
+                if not left:
+                    now_ready.append(j)
+            freed = dead[dead_ptr[i]:dead_ptr[i + 1]]
+            for b in reads[read_ptr[i]:read_ptr[i + 1]]:
+                left = refs[b] - 1
+                refs[b] = left
+                if not left:
+                    freed.append(b)
+            if freed:
+                if len(freed) > 1:
+                    freed.sort()
+                free(freed)
+            # Freed resources are handed out before newly ready ops queue.
+            d = op_device[i]
+            cores = op_cores[i]
+            if cores:
+                host = host_of[d]
+                host.free += cores
+                waiting = host.waiting
+                while host.free and waiting:
+                    _, j, slot = heappop(waiting)
+                    start(j, slot, take_cores(j, host))
+            free_slots = pool_free[d]
+            heappush(free_slots, op_thread[i])
+            for j in now_ready:
+                ready(j)
+            waiting = pool_waiting[d]
+            while free_slots and waiting:
+                take_thread(heappop(waiting)[1], heappop(free_slots))
+            for k in sends[send_ptr[i]:send_ptr[i + 1]]:
+                send(k)
+
+        # -- transfers (sim.links) --
+        # Each link order has its own three helpers, chosen once here rather than
+        # tested on every call: whether a transfer can start (it heads the queue of
+        # every link of its route, all free), taking its links, and, when it ends,
+        # starting what now heads the links it freed.
+        if static:
+            def queue_transfer(k, links):
+                x_ready[k] = 1
+
+            def can_start(k):
+                for l in transfer_links[k]:
+                    if link_busy[l] or link_order[l][link_next[l]] != k:
+                        return False
+                return True
+
+            def take_links(links):
+                for l in links:
+                    link_busy[l] = True
+                    link_next[l] += 1
+
+            def release_links(links):
+                for l in links:
+                    link_busy[l] = False
+                for l in links:
+                    order, head = link_order[l], link_next[l]
+                    if head < len(order):
+                        k = order[head]
+                        if x_ready[k] and can_start(k):
+                            start_transfer(k)
+        else:
+            def queue_transfer(k, links):
+                key = (env._now, k)
+                for l in links:
+                    heappush(link_heap[l], key)
+
+            def can_start(k):
+                for l in transfer_links[k]:
+                    if link_busy[l] or link_heap[l][0][1] != k:
+                        return False
+                return True
+
+            def take_links(links):
+                for l in links:
+                    link_busy[l] = True
+                    heappop(link_heap[l])
+
+            def release_links(links):
+                for l in links:
+                    link_busy[l] = False
+                for l in links:
+                    if link_heap[l]:
+                        k = link_heap[l][0][1]
+                        if can_start(k):
+                            start_transfer(k)
+
+        def send(k):
+            links = transfer_links[k]
+            if links:
+                queue_transfer(k, links)
+                if can_start(k):
+                    start_transfer(k)
+            else:
+                start_transfer(k)
+
+        def start_transfer(k):
+            take_links(transfer_links[k])
+            nbytes = buffer_bytes[n_tensors + k]
+            if nbytes:
+                t = transfer_tensor[k]
+                alloc(transfer_dst[k], nbytes, tensor_op[t], t)
+            now = env._now
+            x_start[k] = now
+            heappush(queue, (now + transfer_time[k], NORMAL, next_id(), _End(transfer_ended, k)))
+
+        def transfer_done(event):
+            k = event._value
+            x_end[k] = env._now
+            # StepState.transfer_done: consumers' counts, the source buffer's reference.
+            now_ready = []
+            for j in consumers[consumer_ptr[k]:consumer_ptr[k + 1]]:
+                left = pending[j] - 1
+                pending[j] = left
+                if not left:
+                    now_ready.append(j)
+            t = transfer_tensor[k]
+            refs[t] -= 1
+            if not refs[t]:
+                free((t,))
+            for j in now_ready:
+                ready(j)
+            release_links(transfer_links[k])
+
+        op_ended, transfer_ended = [op_done], [transfer_done]
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
-                if plan.buffer_bytes[b]:
-                    self._alloc(plan.buffer_device[b], plan.buffer_bytes[b],
-                                plan.tensor_op[b], None)
-            for i in self.state.initial_ready():
-                self._ready(i)
+                if buffer_bytes[b]:
+                    alloc(buffer_device[b], buffer_bytes[b], tensor_op[b], None)
+            for i in [i for i, p in enumerate(pending) if p == 0]:
+                ready(i)
             env.run()
         except OutOfMemory as e:
             e.trace = self._trace()
             raise
-        if not self.state.done:
-            raise SimulationStalled([plan.op_names[i] for i in range(n) if self.op_end[i] is None])
+        if None in op_end or None in x_end:
+            raise SimulationStalled([plan.op_names[i] for i in range(n) if op_end[i] is None])
         return self._trace()
 
-    def _ready(self, i):
-        pool = self.pools[self.plan.op_device[i]]
-        if pool.free and not pool.waiting:
-            self._take_thread(i, heappop(pool.free))
-        else:
-            heappush(pool.waiting, (self.env._now, i))
-
-    def _take_thread(self, i, slot):
-        host = self.host_of[self.plan.op_device[i]]
-        if host is None:
-            self._run(i, slot, 0)
-        elif host.free and not host.waiting:
-            self._run(i, slot, self._take_cores(i, host))
-        else:
-            heappush(host.waiting, (self.env._now, i, slot))
-
-    def _take_cores(self, i, host):
-        if self.multi[i]:
-            k = self.intra[self.plan.op_device[i]]
-            if k > host.free:
-                k = host.free
-        else:
-            k = 1
-        host.free -= k
-        return k
-
-    def _run(self, i, slot, cores):
-        env = self.env
-        d = self.plan.op_device[i]
-        duration = self.durations[i]
-        if self.multi[i]:
-            duration *= self.slowdown[d][cores]
-        self.op_start[i] = env._now
-        self.op_thread[i] = slot
-        self.op_cores[i] = cores
-        n = self.op_alloc[i]
-        if n:
-            self._alloc(d, n, i, None)
-        Timeout(env, duration, i).callbacks.append(self._op_done)
-
-    def _op_done(self, event):
-        i = event._value
-        plan = self.plan
-        self.op_end[i] = self.env._now
-        ready, sends, freed = self.state.op_finished(i)
-        if freed:
-            self._free(freed)
-        d = plan.op_device[i]
-        cores = self.op_cores[i]
-        if cores:
-            host = self.host_of[d]
-            host.free += cores
-            waiting = host.waiting
-            while host.free and waiting:
-                _, j, slot = heappop(waiting)
-                self._run(j, slot, self._take_cores(j, host))
-        pool = self.pools[d]
-        heappush(pool.free, self.op_thread[i])
-        for j in ready:
-            self._ready(j)
-        free, waiting = pool.free, pool.waiting
-        while free and waiting:
-            self._take_thread(heappop(waiting)[1], heappop(free))
-        for k in sends:
-            self._send(k)
-
-    # -- transfers ------------------------------------------------------------------------------
-    def _send(self, k):
-        links = self.transfer_links[k]
-        if not links:
-            self._start_transfer(k)
-            return
-        if self.static:
-            self.x_ready[k] = 1
-        else:
-            key = (self.env._now, k)
-            for l in links:
-                heappush(self.links[l].heap, key)
-        self._try_transfer(k)
-
-    def _try_transfer(self, k):
-        links = self.links
-        if self.static:
-            for l in self.transfer_links[k]:
-                q = links[l]
-                if q.busy or q.order[q.next] != k:
-                    return
-        else:
-            for l in self.transfer_links[k]:
-                q = links[l]
-                if q.busy or q.heap[0][1] != k:
-                    return
-        self._start_transfer(k)
-
-    def _start_transfer(self, k):
-        links, plan = self.links, self.plan
-        for l in self.transfer_links[k]:
-            q = links[l]
-            q.busy = True
-            if self.static:
-                q.next += 1
-            else:
-                heappop(q.heap)
-        b = plan.n_tensors + k
-        n = plan.buffer_bytes[b]
-        if n:
-            t = plan.transfer_tensor[k]
-            self._alloc(plan.transfer_dst[k], n, plan.tensor_op[t], t)
-        self.x_start[k] = self.env._now
-        Timeout(self.env, self.transfer_durations[k], k).callbacks.append(self._transfer_done)
-
-    def _transfer_done(self, event):
-        k = event._value
-        self.x_end[k] = self.env._now
-        ready, _, freed = self.state.transfer_done(k)
-        if freed:
-            self._free(freed)
-        for j in ready:
-            self._ready(j)
-        links = self.links
-        route = self.transfer_links[k]
-        for l in route:
-            links[l].busy = False
-        for l in route:
-            q = links[l]
-            if self.static:
-                if q.next < len(q.order):
-                    head = q.order[q.next]
-                    if self.x_ready[head]:
-                        self._try_transfer(head)
-            elif q.heap:
-                self._try_transfer(q.heap[0][1])
-
-    # -- memory ------------------------------------------------------------------------------------
-    def _alloc(self, d, n, op, tensor):
-        use = self.in_use[d] + n
-        now = self.env._now
-        if use > self.capacity[d]:
-            plan = self.plan
-            event = OOMEvent(now, self.device_names[d], plan.op_names[op],
-                             None if tensor is None else plan.tensor_name(tensor), n,
-                             self.in_use[d], self.capacity[d])
-            self.oom_events.append(event)
-            if not self.config.record_oom:
-                raise OutOfMemory(event.op, event.device, n, event.capacity, event.in_use, now,
-                                  event.tensor)
-        self.in_use[d] = use
-        self.mem_records.append((d, now, use))
-
-    def _free(self, freed):
-        plan, in_use, now = self.plan, self.in_use, self.env._now
-        buffer_bytes, buffer_device, records = plan.buffer_bytes, plan.buffer_device, self.mem_records
-        for b in freed:
-            n = buffer_bytes[b]
-            if n:
-                d = buffer_device[b]
-                in_use[d] -= n
-                records.append((d, now, in_use[d]))
+    def _out_of_memory(self, d, nbytes, op, tensor):
+        plan, now = self.plan, self.env._now
+        event = OOMEvent(now, self.device_names[d], plan.op_names[op],
+                         None if tensor is None else plan.tensor_name(tensor), nbytes,
+                         self.in_use[d], self.capacity[d])
+        self.oom_events.append(event)
+        if not self.config.record_oom:
+            raise OutOfMemory(event.op, event.device, nbytes, event.capacity, event.in_use, now,
+                              event.tensor)
 
     # -- the trace ----------------------------------------------------------------------------------
     def _trace(self) -> Trace:
+        """The trace, its records made on first access (:meth:`Trace.lazy`) from the
+        columns the run filled."""
         plan, names = self.plan, self.device_names
-        make = tuple.__new__  # a record straight from its fields (no per-record Python call)
-        op_names, ops, op_device = plan.op_names, plan.ops, plan.op_device
-        op_start, op_end, op_thread, op_cores = self.op_start, self.op_end, self.op_thread, self.op_cores
-        op_records = [make(OpRecord, (op_names[i], ops[i].type, names[op_device[i]], op_thread[i],
-                                      op_start[i], op_end[i], op_cores[i]))
-                      for i in range(plan.n_ops) if op_end[i] is not None]
-        link_names = self.link_names
-        route_names = {}
-        for route in set(self.transfer_links):
-            route_names[route] = tuple(link_names[l] for l in route)
-        tensor_bytes, transfer_tensor = plan.tensor_bytes, plan.transfer_tensor
-        transfer_src, transfer_dst, transfer_links = plan.transfer_src, plan.transfer_dst, self.transfer_links
-        x_start, x_end, tensor_name = self.x_start, self.x_end, plan.tensor_name
-        transfers = [make(TransferRecord, (tensor_name(transfer_tensor[k]), names[transfer_src[k]],
-                                           names[transfer_dst[k]], route_names[transfer_links[k]],
-                                           tensor_bytes[transfer_tensor[k]], x_start[k], x_end[k]))
-                     for k in range(plan.n_transfers) if x_end[k] is not None]
-        memory = [make(MemoryRecord, (names[d], t, b)) for d, t, b in self.mem_records]
         fetch_end = {}
         for op in self.fetch_ops:
             i = plan.op_index[op.name]
             if self.op_end[i] is not None:
                 fetch_end[op.name] = self.op_end[i]
-        return Trace(ops=op_records, transfers=transfers, memory=memory,
-                     oom_events=list(self.oom_events),
-                     capacity={n: c for n, c in zip(names, self.capacity)},
-                     fetch_end=fetch_end,
-                     meta={"backend": "sim", "cost_model": type(self.cost_model).__name__,
-                           "link_order": self.config.link_order})
+        records = _TraceColumns(plan, names, self.link_names, self.transfer_links,
+                                self.op_start, self.op_end, self.op_thread, self.op_cores,
+                                self.x_start, self.x_end, self.mem_records)
+        return Trace.lazy({"ops": _without_gc(records.ops),
+                           "transfers": _without_gc(records.transfers),
+                           "memory": _without_gc(records.memory)},
+                          oom_events=list(self.oom_events),
+                          capacity={n: c for n, c in zip(names, self.capacity)},
+                          fetch_end=fetch_end,
+                          meta={"backend": "sim", "cost_model": type(self.cost_model).__name__,
+                                "link_order": self.config.link_order})
 
 
-def _memo_op_time(cost_model: CostModel):
-    """``cost_model.op_time``, memoised per op signature for the static model.
+class _TraceColumns:
+    """What a run recorded, by column; makes the record lists on demand.  Holds only
+    what the records need (not the simulation), so a kept trace keeps little alive."""
 
-    :class:`StaticCostModel` depends only on the op's type, tensors, attributes and the
-    device, so ops alike share one computation (a graph of 100k ops has a handful of
-    signatures).  Other models are called for every op: a measured model keys by name.
-    """
-    op_time = cost_model.op_time
-    if type(cost_model) is not StaticCostModel:
-        return op_time
-    memo: dict = {}
+    def __init__(self, plan, device_names, link_names, transfer_links, op_start, op_end,
+                 op_thread, op_cores, x_start, x_end, mem_records):
+        self.op_names, self.ops_, self.op_device = plan.op_names, plan.ops, plan.op_device
+        self.tensor_base, self.tensor_op = plan.tensor_base, plan.tensor_op
+        self.tensor_bytes, self.transfer_tensor = plan.tensor_bytes, plan.transfer_tensor
+        self.transfer_src, self.transfer_dst = plan.transfer_src, plan.transfer_dst
+        self.device_names, self.link_names, self.transfer_links = device_names, link_names, transfer_links
+        self.op_start, self.op_end, self.op_thread, self.op_cores = op_start, op_end, op_thread, op_cores
+        self.x_start, self.x_end, self.mem_records = x_start, x_end, mem_records
 
-    def memo_op_time(op: Operation, device) -> float:
-        attrs = op.attrs
+    def ops(self) -> list:
+        make = tuple.__new__  # a record straight from its fields (no per-record Python call)
+        names = self.device_names
+        op_names, ops, op_device = self.op_names, self.ops_, self.op_device
+        op_start, op_end, op_thread, op_cores = self.op_start, self.op_end, self.op_thread, self.op_cores
+        return [make(OpRecord, (op_names[i], ops[i].type, names[op_device[i]], op_thread[i],
+                                op_start[i], op_end[i], op_cores[i]))
+                for i in range(len(ops)) if op_end[i] is not None]
+
+    def transfers(self) -> list:
+        make = tuple.__new__
+        names, link_names = self.device_names, self.link_names
+        route_names = {route: tuple(link_names[l] for l in route)
+                       for route in set(self.transfer_links)}
+        tensor_names = {}  # tensor -> "op:k", for the tensors sent
+
+        def tensor_name(t):
+            name = tensor_names.get(t)
+            if name is None:
+                i = self.tensor_op[t]
+                name = tensor_names[t] = f"{self.op_names[i]}:{t - self.tensor_base[i]}"
+            return name
+
+        tensor_bytes, transfer_tensor = self.tensor_bytes, self.transfer_tensor
+        transfer_src, transfer_dst, transfer_links = self.transfer_src, self.transfer_dst, self.transfer_links
+        x_start, x_end = self.x_start, self.x_end
+        return [make(TransferRecord, (tensor_name(transfer_tensor[k]), names[transfer_src[k]],
+                                      names[transfer_dst[k]], route_names[transfer_links[k]],
+                                      tensor_bytes[transfer_tensor[k]], x_start[k], x_end[k]))
+                for k in range(len(transfer_tensor)) if x_end[k] is not None]
+
+    def memory(self) -> list:
+        make, names = tuple.__new__, self.device_names
+        return [make(MemoryRecord, (names[d], t, b)) for d, t, b in self.mem_records]
+
+
+def _without_gc(make):
+    """``make`` with the cyclic garbage collector paused: making ~350k records would
+    otherwise trigger collections that walk the whole graph again and again (it
+    tripled the time at 100k ops), as in simulate()."""
+    def made():
+        collecting = gc.isenabled()
+        gc.disable()
         try:
-            key = (op.type, device.name,
-                   tuple([(t.dtype, t.shape) for t in op.inputs]),
-                   tuple([(t.dtype, t.shape) for t in op.outputs]),
-                   tuple(sorted(attrs.items())) if attrs else ())
-            t = memo.get(key)
-        except TypeError:  # an unhashable attribute (a Const's value): no memo
-            return op_time(op, device)
-        if t is None:
-            t = memo[key] = op_time(op, device)
-        return t
-
-    return memo_op_time
+            return make()
+        finally:
+            if collecting:
+                gc.enable()
+    return made
 
 
-def _memo_tensor_bytes(cost_model: CostModel):
-    """``cost_model.tensor_bytes``, memoised per (dtype, shape) when not overridden."""
-    if type(cost_model).tensor_bytes is not CostModel.tensor_bytes:
-        return cost_model.tensor_bytes
-    memo: dict = {}
-
-    def tensor_bytes(t: Tensor) -> int:
-        key = (t.dtype, t.shape)
-        n = memo.get(key)
-        if n is None:
-            n = memo[key] = _tensor_bytes(t)
-        return n
-
-    return tensor_bytes
+def _tensor_bytes_of(cost_model: CostModel):
+    """The tensor sizer for :meth:`StepPlan.build`: the default function itself when
+    the model does not override it (the plan then sizes each distinct (dtype, shape)
+    once)."""
+    if type(cost_model).tensor_bytes is CostModel.tensor_bytes:
+        return _tensor_bytes
+    return cost_model.tensor_bytes

@@ -41,6 +41,8 @@ The order (``SimConfig.link_order``):
 
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = ["LinkQueue", "static_transfer_order"]
 
 
@@ -66,18 +68,26 @@ def static_transfer_order(plan, durations: list[float]) -> list[int]:
     time is no earlier, and its producer comes later in topological order, as does its
     transfer index.
     """
-    n = plan.n_ops
+    n, m = plan.n_ops, plan.n_transfers
+    if not m:
+        return []
+    # Each op's predecessors as one flat list: the ops it waits for on its device and
+    # the producers of the transfers it waits for (numpy merges the two flat forms).
+    op_ptr, op_preds = (np.asarray(a, dtype=np.int64) for a in plan.csr_op_pred_ops)
+    x_ptr, x_preds = (np.asarray(a, dtype=np.int64) for a in plan.csr_op_pred_transfers)
+    tensor_op = np.asarray(plan.tensor_op, dtype=np.int64)
+    producer = tensor_op[np.asarray(plan.transfer_tensor, dtype=np.int64)]
+    owner = np.concatenate([np.repeat(np.arange(n), np.diff(op_ptr)),
+                            np.repeat(np.arange(n), np.diff(x_ptr))])
+    preds = np.concatenate([op_preds, producer[x_preds]])
+    by_owner = np.argsort(owner, kind="stable")
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
+    ptr, preds = ptr.tolist(), preds[by_owner].tolist()
     finish = [0.0] * n
-    tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
+    get = finish.__getitem__
     for i in range(n):
-        start = 0.0
-        for j in plan.op_pred_ops[i]:
-            if finish[j] > start:
-                start = finish[j]
-        for k in plan.op_pred_transfers[i]:
-            f = finish[tensor_op[transfer_tensor[k]]]
-            if f > start:
-                start = f
-        finish[i] = start + durations[i]
-    keys = [finish[tensor_op[t]] for t in transfer_tensor]
-    return sorted(range(plan.n_transfers), key=lambda k: (keys[k], k))
+        a, b = ptr[i], ptr[i + 1]
+        finish[i] = (max(map(get, preds[a:b])) if a != b else 0.0) + durations[i]
+    keys = np.asarray(finish)[producer]
+    return np.argsort(keys, kind="stable").tolist()  # stable: ties by transfer index

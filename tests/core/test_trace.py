@@ -110,3 +110,29 @@ def test_an_oom_event_excuses_going_over():
     t.memory.append(MemoryRecord(W1, 2.0, 200))
     t.oom_events.append(OOMEvent(2.0, W1, "b", None, 196, 4, 100))
     t.validate(graph(), CLUSTER)
+
+
+def test_a_lazy_trace_makes_its_records_once_and_behaves_as_a_plain_one():
+    import copy
+    import pickle
+
+    plain = good_trace()
+    calls = []
+
+    def maker(key):
+        def make():
+            calls.append(key)
+            return list(getattr(plain, key))
+        return make
+
+    lazy = Trace.lazy({key: maker(key) for key in ("ops", "transfers", "memory")},
+                      oom_events=list(plain.oom_events), capacity=dict(plain.capacity),
+                      fetch_end=dict(plain.fetch_end), meta=dict(plain.meta))
+    assert calls == []
+    assert lazy.step_time == plain.step_time and calls == ["ops", "transfers"]
+    assert lazy == plain and sorted(calls) == ["memory", "ops", "transfers"]
+    assert pickle.loads(pickle.dumps(lazy)) == plain
+    assert copy.deepcopy(lazy) == plain and Trace.from_dict(lazy.to_dict()) == plain
+    assert len(calls) == 3  # each list made once
+    with pytest.raises(AttributeError):
+        lazy.no_such_field

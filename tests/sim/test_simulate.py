@@ -204,3 +204,15 @@ def test_measured_costs_come_back_from_traces():
     measured = MeasuredCostModel.from_traces([trace])
     again = simulate(g, place_all(g, GPU0), ONE, cost_model=measured)
     assert again.step_time == trace.step_time == 6.0
+
+
+def test_a_trace_reads_pickles_and_compares_as_plain_data():
+    import pickle
+
+    g = chain(4)
+    ops = g.get_operations()
+    p = Placement({op.name: (GPU0, CPU)[i % 2] for i, op in enumerate(ops)})
+    trace = simulate(g, p, ONE)
+    again = pickle.loads(pickle.dumps(simulate(g, p, ONE)))
+    assert again == trace and type(again.ops) is list and len(trace.transfers) == 3
+    assert all(type(r).__name__ == "OpRecord" for r in again.ops)
