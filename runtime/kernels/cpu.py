@@ -312,18 +312,6 @@ def _matmul_blas_serial(a, b, out):
     np.dot(a, b, out)
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _matmul_blas_parallel(a, b, out, nchunks):
-    """Row blocks of a C-ordered ``a``, one gemm call each."""
-    m = a.shape[0]
-    for c in prange(nchunks):
-        lo = c * m // nchunks
-        hi = (c + 1) * m // nchunks
-        if hi > lo:
-            # a C-ordered copy of the block when a is a transpose view (in parallel too)
-            np.dot(np.ascontiguousarray(a[lo:hi]), b, out[lo:hi])
-
-
 @njit(cache=True, nogil=True)
 def _matmul_int_range(a, b, out, lo, hi):
     """Integer matmul (BLAS has none): i-k-j order, so the inner loop vectorises."""
@@ -609,8 +597,10 @@ def mean(ctx, inputs, attrs):
 def matmul(ctx, inputs, attrs):
     """``op(a) @ op(b)``, op transposing when ``transpose_a``/``transpose_b`` is set.
 
-    Floats call BLAS gemm (through numba's np.dot), in row blocks over the intra-op pool
-    when it has several threads; integers run a numba triple loop.
+    Floats make one BLAS gemm call (through numba's np.dot), whatever the intra-op pool:
+    BLAS runs its own threads, and splitting rows over the pool as well nests two thread
+    pools on the same cores (measured 1.3-3x slower on 2 cores).  Integers run a numba
+    loop, in row blocks over the intra-op pool.
     """
     a, b = inputs
     a = a.T if attrs.get("transpose_a") else a
@@ -628,11 +618,7 @@ def matmul(ctx, inputs, attrs):
         # BLAS takes C- or F-ordered operands as they are (a transpose view is F-ordered).
         a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
         b = b if b.flags.c_contiguous or b.flags.f_contiguous else np.ascontiguousarray(b)
-        if threads == 1:
-            _matmul_blas_serial(a, b, out)
-        else:
-            with parallel_region:
-                _matmul_blas_parallel(a, b, out, threads * _CHUNKS_PER_THREAD)
+        _matmul_blas_serial(a, b, out)
         return (out,)
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     if threads == 1:
@@ -721,7 +707,5 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = Tru
                 _unary_float_parallel(TANH, v, o, 2)
                 _softmax_parallel(m2, o2, 2)
                 _softmax_grad_parallel(m2, m2, o2, 2)
-                for a, b in ((m2, m2), (m2, m2.T), (m2.T, m2), (m2.T, m2.T)):
-                    _matmul_blas_parallel(a, b, o2, 2)
             else:
                 _matmul_int_parallel(m2, m2, o2, 2)

@@ -1,0 +1,1033 @@
+"""The local executor: runs one task's part of a step on its devices' inter-op pools.
+
+Contract (the in-process :class:`runtime.session.Session` and the gRPC worker service
+both call it):
+
+``Executor(devices: LocalDevices, variables: VariableStore)``, then
+``run_step(ops, placement, *, fetches=(), targets=(), feeds=None, recv=None, send=None,
+send_to=None, step_id=0, trace=False, timeout=None) -> StepResult``.
+
+1. ``ops`` are the ops of this task's part of the step (every op the step needs that is
+   placed on one of this task's devices, any order).  The executor builds a
+   :class:`core.dataflow.StepPlan` over them (cached, keyed by the op names, the
+   placement object's identity, the fetches, targets, fed names and ``send_to``) and
+   drives a :class:`core.dataflow.StepState` from the pools' threads; StepState calls
+   are serialised by one lock per step, kernels run outside it.  An op of ``ops``
+   whose outputs are neither consumed in the part, fetched, targeted nor sent runs
+   anyway (the caller said the step needs it); what only a fed tensor needed does not.
+2. ``feeds`` (tensor name -> numpy array) replace any tensor; the producer of a fed
+   tensor does not run (it is recorded as a zero-length op at the step's start, so
+   the trace validates).  An unfed ``Placeholder`` among the ops raises
+   :class:`~runtime.errors.InvalidArgument` before anything runs.
+3. An input whose producer is not in ``ops`` (placed on another task) comes from
+   ``recv(tensor_name, src_device, dst_device) -> np.ndarray``, called once per
+   (tensor, destination device) at the start of the step, from a helper thread
+   (blocking is fine).  A control input from another task is waited for with
+   ``recv("^" + op_name, src_device, dst_device)`` (its value is ignored).  If ``recv``
+   raises, the step is aborted and :class:`~runtime.errors.OpError` names the op that
+   needed the tensor (the original exception is its ``__cause__``).
+4. An output consumed on another task is pushed once per (tensor, destination device)
+   with ``send(tensor_name, host_numpy_value, dst_device)`` as soon as it is produced,
+   from the thread that produced it; an op that a remote op waits for through a control
+   edge is announced with ``send("^" + op_name, np.zeros(0, np.float32), dst_device)``.
+   The destinations are ``send_to`` (tensor name or ``"^op"`` -> destination devices)
+   when given, else every device of another task holding a consumer of it in the
+   placement (which over-sends if the step does not need that consumer: the master,
+   which knows the step, should pass ``send_to``).
+5. Between devices of this task (CPU <-> GPU, GPU <-> GPU) a tensor is copied directly
+   (``to_device`` / ``copy_to_host``), once per (tensor, destination device), recorded
+   as a :class:`core.trace.TransferRecord` over the cluster's route.  A ``recv`` is
+   recorded as a transfer from the remote device, from the call to its return.
+6. ``fetches`` (tensor names, produced or fed in this part) come back as host numpy
+   arrays (copies when they alias a variable); ``targets`` (op names) must run.
+   Variable ops read the :class:`~runtime.variables.VariableStore` (the executor serves
+   them itself, without a kernel call); an ``Assign`` to an uninitialised variable
+   gets a fresh buffer of the variable's shape and dtype on its device, stored once the
+   assign ran; any other use of an uninitialised variable raises
+   :class:`~runtime.errors.FailedPrecondition` (``Attempting to use uninitialized value
+   <name>``).  A variable's ``read`` (an Identity of a Variable op) hands on the
+   variable's buffer without a copy, as TensorFlow's IdentityOp does, when no op of the
+   step writes that variable in place; values that alias a variable are copied before
+   they leave the step (fetches, sends).
+7. :class:`StepResult` ``(values, ops, transfers, memory, oom, start, end, sent,
+   capacity, meta)``: times from ``time.perf_counter()`` (absolute: CLOCK_MONOTONIC is
+   shared by the processes of one host, so a master can merge the records of several
+   workers); ``ops``, ``transfers``, ``memory`` and ``oom`` are filled only with
+   ``trace=True``.  ``sent`` lists ``(tensor, dst_device, time)`` of the remote sends.
+   :meth:`StepResult.to_trace` shifts the times so the step starts at 0.
+8. ``OpRecord.thread`` is the inter-op slot that ran the op.  A CPU op holds host cores
+   while it runs (:class:`runtime.local_devices.HostCores`): one, or for a
+   multithreaded kernel up to the device's intra-op threads; the kernel gets
+   ``ctx.intra_op_threads`` = the cores it holds, and ``OpRecord.cores`` says how many.
+   GPU ops hold no core (``cores=0``).
+9. Errors: a kernel exception aborts the step (ops already running finish, no new one
+   starts) and raises :class:`~runtime.errors.OpError` naming the op and its device,
+   chained to the original; a step running past ``timeout`` seconds raises
+   :class:`~runtime.errors.DeadlineExceeded` naming the ops not finished.
+10. Memory (traced runs): each device starts with its resident buffers (the variables the
+    step touches); an op's outputs are allocated when it starts and freed after their
+    last reader (a fetched tensor is held to the end); an allocation that passes the
+    device's capacity is an :class:`core.trace.OOMEvent` (recorded, not raised).
+
+>>> import numpy as np, core as tf
+>>> from core.cluster import Cluster
+>>> from core.placement import Placement
+>>> from runtime.local_devices import LocalDevices
+>>> from runtime.variables import VariableStore
+>>> g = tf.Graph()
+>>> with g.as_default():
+...     c = tf.constant(3.0, name="a") * tf.constant(4.0, name="b")
+>>> cluster = Cluster.single_host()
+>>> cpu = cluster.devices[0].name
+>>> placement = Placement({op.name: cpu for op in g.get_operations()})
+>>> ex = Executor(LocalDevices.for_task(cluster, "localhost", 0), VariableStore())
+>>> ex.run_step(g.get_operations(), placement, fetches=["mul:0"]).values["mul:0"]
+array(12., dtype=float32)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from core.dataflow import FINISHED, StepPlan, StepState
+from core.devices import DeviceSpec
+from core.graph import Operation, topological_order
+from core.ops import get_op_def
+from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
+from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
+                            LabRuntimeError, OpError)
+from runtime.local_devices import LocalDevices
+from runtime.variables import VariableStore
+
+__all__ = ["Executor", "StepResult"]
+
+# Node kinds: what the executor does with each op of a plan.
+KERNEL, VARIABLE, FED, REMOTE, SINK = range(5)
+# Transfer kinds.
+LOCAL_COPY, RECV, SEND = range(3)
+
+_CONTROL_VALUE = np.zeros(0, np.float32)
+
+
+@dataclass
+class StepResult:
+    """What one :meth:`Executor.run_step` produced (see the module's contract, item 7)."""
+
+    values: dict
+    ops: list = field(default_factory=list)
+    transfers: list = field(default_factory=list)
+    memory: list = field(default_factory=list)
+    oom: list = field(default_factory=list)
+    start: float = 0.0
+    end: float = 0.0
+    sent: list = field(default_factory=list)
+    capacity: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def step_time(self) -> float:
+        return self.end - self.start
+
+    def to_trace(self, origin: float | None = None) -> Trace:
+        """A :class:`core.trace.Trace` with times shifted so ``origin`` (default: this
+        step's start) is 0."""
+        o = self.start if origin is None else origin
+        return Trace(
+            ops=[r._replace(start=r.start - o, end=r.end - o) for r in self.ops],
+            transfers=[r._replace(start=r.start - o, end=r.end - o) for r in self.transfers],
+            memory=[r._replace(time=r.time - o) for r in self.memory],
+            oom_events=[r._replace(time=r.time - o) for r in self.oom],
+            capacity=dict(self.capacity), meta=dict(self.meta))
+
+
+class _MirrorTensor:
+    """A tensor of a :class:`_MirrorOp` (what :meth:`StepPlan.build` reads of a tensor)."""
+
+    __slots__ = ("op", "value_index", "dtype", "shape")
+
+    def __init__(self, op, value_index, dtype, shape):
+        self.op, self.value_index, self.dtype, self.shape = op, value_index, dtype, shape
+
+    @property
+    def name(self) -> str:
+        return f"{self.op.name}:{self.value_index}"
+
+
+class _MirrorOp:
+    """A stand-in for an op in the executor's plan, shaped like an Operation for
+    :meth:`StepPlan.build` (name, type, inputs, control inputs, outputs, op_def).
+
+    The plan is built over mirrors, not the graph's ops, because the part of a step a
+    task runs is not a closed subgraph: a fed tensor's producer becomes a source with no
+    inputs, an op of another task becomes a source whose tensors arrive by ``recv``, and
+    a *sink* on each remote device collects the tensors sent there.  The graph is never
+    changed.
+    """
+
+    __slots__ = ("name", "type", "inputs", "_control_inputs", "outputs", "op_def", "graph",
+                 "real", "kind")
+
+    def __init__(self, name, op_type, real, kind):
+        self.name, self.type, self.real, self.kind = name, op_type, real, kind
+        self.inputs: tuple = ()
+        self._control_inputs: list = []
+        self.op_def = get_op_def(op_type)
+        self.graph = None
+        specs = real.outputs if real is not None else ()
+        self.outputs = tuple(_MirrorTensor(self, k, t.dtype, t.shape) for k, t in enumerate(specs))
+
+
+class _Node:
+    """Per-op facts the hot path reads (one per op of the plan)."""
+
+    __slots__ = ("name", "type", "kind", "device", "kernel", "attrs", "in_bufs", "out_base",
+                 "n_out", "want_cores", "contexts", "checks", "var_name", "init_var",
+                 "ctrl_sends", "gpu_ctx", "shape", "dtype", "remote_ctrl", "forward")
+
+
+class _ExecPlan:
+    """A StepPlan plus what the executor needs to run it fast; built once, reused."""
+
+    def __init__(self, executor: "Executor", ops: Sequence[Operation], placement,
+                 fetches: tuple, targets: tuple, fed: frozenset, send_to):
+        from runtime.kernels import KernelContext, get_kernel
+
+        devices = executor.devices
+        self.placement = placement  # keeps the cache key's identity alive
+        if not ops:
+            graph = None
+        else:
+            graph = ops[0].graph
+        given = {op.name: op for op in ops}
+        local = set(devices.names)
+        self.cpu_name = next((d.name for d in devices if d.is_cpu), devices.names[0])
+
+        def device_of(name: str) -> str:
+            d = placement.get(name)
+            if d is None:
+                raise InvalidArgument(f"op {name!r} is needed by the step but has no device in "
+                                      "the placement")
+            return d
+
+        for op in ops:
+            d = device_of(op.name)
+            if d not in local:
+                raise InvalidArgument(f"op {op.name!r} is placed on {d}, which is not a device of "
+                                      f"this task ({', '.join(devices.names)})")
+        fed_ops: dict[str, Operation] = {}  # producer of a fed tensor -> the op
+        remote: dict[str, dict] = {}
+        node_device: dict[str, str] = {}
+
+        def fed_source(t) -> None:
+            if t.op.name not in fed_ops:
+                fed_ops[t.op.name] = t.op
+                d = placement.get(t.op.name)
+                node_device[t.op.name] = d if d in local else self.cpu_name
+
+        # Roots: fetched producers, targets, ops nothing in the part consumes.
+        consumed: set[str] = set()
+        for op in ops:
+            consumed.update(t.op.name for t in op.inputs)
+            consumed.update(c.name for c in op._control_inputs)
+        roots: list[str] = []
+        for name in fetches:
+            op_name = name.rpartition(":")[0]
+            if name in fed:
+                fed_source(_tensor(graph, name, given))
+            elif op_name not in given:
+                raise InvalidArgument(f"fetch {name!r} is neither fed nor produced by an op of "
+                                      "this part of the step")
+            else:
+                roots.append(op_name)
+        for name in targets:
+            if name not in given:
+                raise InvalidArgument(f"target op {name!r} is not among the ops of this part "
+                                      "of the step")
+            roots.append(name)
+        roots += [op.name for op in ops if op.name not in consumed]
+
+        # Walk back from the roots, cutting at fed tensors and other tasks' ops.
+        needed: dict[str, Operation] = {}
+        stack = list(dict.fromkeys(roots))
+        while stack:
+            name = stack.pop()
+            if name in needed or name in fed_ops:
+                continue
+            op = given[name]
+            fed_out = [t for t in op.outputs if t.name in fed]
+            if fed_out:
+                fed_source(fed_out[0])
+                continue
+            needed[name] = op
+            for t in op.inputs:
+                p = t.op
+                if t.name in fed:
+                    fed_source(t)
+                elif p.name in given:
+                    stack.append(p.name)
+                else:
+                    src = device_of(p.name)
+                    if src in local:
+                        raise InvalidArgument(
+                            f"op {name!r} reads {t.name!r}, made by op {p.name!r} on this task's "
+                            f"device {src}, which is not among the ops of the step")
+                    remote.setdefault(p.name, {"op": p, "ctrl": False})
+            for c in op._control_inputs:
+                fed_out = [t for t in c.outputs if t.name in fed]
+                if c.name in fed_ops:
+                    continue
+                if fed_out:
+                    fed_source(fed_out[0])  # a fed op counts as done
+                elif c.name in given:
+                    stack.append(c.name)
+                else:
+                    src = device_of(c.name)
+                    if src in local:
+                        raise InvalidArgument(
+                            f"op {name!r} waits for op {c.name!r} on this task's device {src}, "
+                            "which is not among the ops of the step")
+                    remote.setdefault(c.name, {"op": c, "ctrl": False})["ctrl"] = True
+
+        # What goes to other tasks: tensors (and control announcements) per device.
+        send_tensors: dict[str, list] = {}
+        ctrl_sends: dict[str, list[str]] = {}
+        my_task = (devices.job, devices.task)
+        for op in needed.values():
+            for t in op.outputs:
+                for dst in _destinations(t.name, t.consumers(), placement, local, send_to, my_task,
+                                         control=False, producer=op):
+                    send_tensors.setdefault(dst, []).append(t)
+            dsts = _destinations("^" + op.name, op.graph._consumers.get(op.name, ()), placement,
+                                 local, send_to, my_task, control=True, producer=op)
+            if dsts:
+                ctrl_sends[op.name] = dsts
+
+        # The mirrors: sources (fed, other tasks'), the real ops in topological order, sinks.
+        mirror: dict[str, _MirrorOp] = {}
+        order: list[_MirrorOp] = []
+        for name, op in fed_ops.items():
+            mirror[name] = _MirrorOp(name, op.type, op, FED)
+        for name, info in remote.items():
+            mirror[name] = m = _MirrorOp(name, info["op"].type, info["op"], REMOTE)
+            node_device[name] = device_of(name)
+        order = list(mirror.values())
+        for op in topological_order(list(needed.values())):
+            m = _MirrorOp(op.name, op.type, op, KERNEL)
+            m.inputs = tuple(mirror[t.op.name].outputs[t.value_index] for t in op.inputs)
+            m._control_inputs = [mirror[c.name] for c in op._control_inputs]
+            mirror[op.name] = m
+            order.append(m)
+            node_device[op.name] = placement[op.name]
+        for dst in sorted(set(send_tensors) | {d for ds in ctrl_sends.values() for d in ds}):
+            name = f"^send:{dst}"
+            m = _MirrorOp(name, "NoOp", None, SINK)
+            m.inputs = tuple(mirror[t.op.name].outputs[t.value_index]
+                             for t in send_tensors.get(dst, ()))
+            m._control_inputs = [mirror[n] for n, ds in ctrl_sends.items() if dst in ds]
+            order.append(m)
+            node_device[name] = dst
+        self.plan = plan = StepPlan.build(order, node_device)
+        self.graph = graph
+        remote_ops = [(mirror[name], info["ctrl"]) for name, info in remote.items()]
+
+        # Per-op facts.
+        n_tensors = plan.n_tensors
+        dev_objs = [devices.get(name) for name in plan.devices]  # None: another task's
+        self.dev_objs = dev_objs
+        remote_ctrl = {v.name for v, ctrl in remote_ops if ctrl}
+        transfer_of = {(plan.transfer_tensor[k], plan.transfer_dst[k]): k
+                       for k in range(plan.n_transfers)}
+        nodes = []
+        gpu_count = sum(1 for d in devices if not d.is_cpu)
+        self.has_gpu = False
+        for i, m in enumerate(plan.ops):
+            op = m.real
+            node = _Node()
+            node.name, node.type = m.name, m.type
+            d = plan.op_device[i]
+            node.device = dev_objs[d]
+            node.out_base, node.n_out = int(plan.tensor_base[i]), len(m.outputs)
+            node.kernel = node.attrs = node.contexts = node.var_name = node.init_var = None
+            node.checks = ()
+            node.want_cores = 0
+            node.gpu_ctx = None
+            node.remote_ctrl = m.kind == REMOTE and m.name in remote_ctrl
+            node.ctrl_sends = ctrl_sends.get(m.name, ())
+            node.kind = m.kind
+            if m.kind != KERNEL:
+                node.in_bufs = ()
+                nodes.append(node)
+                continue
+            dev = node.device
+            dev.check_usable(op.name)
+            if not dev.is_cpu:
+                self.has_gpu = True
+                if gpu_count > 1:
+                    node.gpu_ctx = dev.index
+            in_bufs = []
+            for t in m.inputs:
+                j = plan.op_index[t.op.name]
+                tid = int(plan.tensor_base[j]) + t.value_index
+                in_bufs.append(tid if plan.op_device[j] == d else
+                               int(n_tensors + transfer_of[(tid, d)]))
+            node.in_bufs = tuple(in_bufs)
+            if op.type == "Placeholder":
+                raise InvalidArgument(
+                    f"You must feed a value for placeholder tensor '{op.outputs[0].name}' with "
+                    f"dtype {op.outputs[0].dtype.name} and shape {op.outputs[0].shape}")
+            if op.type == "Variable":
+                node.kind = VARIABLE
+                node.var_name = op.name
+                node.shape = tuple(op.outputs[0].shape)
+                node.dtype = op.outputs[0].dtype.np
+            else:
+                node.kind = KERNEL
+                node.kernel = get_kernel(op.type, dev.device_type)
+                node.attrs = op.attrs
+                multi = op.op_def.multithreaded and dev.is_cpu
+                node.want_cores = (dev.intra_op_threads if multi else 1) if dev.is_cpu else 0
+                if dev.is_cpu:
+                    node.contexts = [None] + [KernelContext("CPU", k) for k in
+                                              range(1, max(node.want_cores, 1) + 1)]
+                else:
+                    node.contexts = [KernelContext(dev.device_type, 1)]
+                checks = []
+                for pos, t in enumerate(op.inputs):
+                    if t.op.type == "Variable":
+                        if op.type == "Assign" and pos == 0:
+                            node.init_var = t.op.name
+                        else:
+                            checks.append(t.op.name)
+                node.checks = tuple(dict.fromkeys(checks))
+            nodes.append(node)
+        # A variable's read (Identity of a Variable op) forwards the variable's buffer
+        # instead of copying it, as TensorFlow's IdentityOp does, when nothing in the
+        # step writes that variable in place (then the copy keeps the read consistent).
+        written = {t.op.name for m in plan.ops if m.kind == KERNEL and m.op_def.ref_inputs
+                   for t in m.real.inputs[:1]}
+        for node, m in zip(nodes, plan.ops):
+            node.forward = (node.kind == KERNEL and m.type == "Identity"
+                            and m.real.inputs[0].op.type == "Variable"
+                            and m.real.inputs[0].op.name not in written
+                            and m.real.inputs[0].op.name in plan.op_index)
+        self.nodes = nodes
+        # Tensors that are a variable's live buffer (copied before they leave the step).
+        self.aliases = frozenset(
+            nodes[i].out_base for i, m in enumerate(plan.ops) if nodes[i].n_out and (
+                nodes[i].forward or m.type in ("Variable", "Assign", "AssignAdd", "AssignSub")))
+        # Variables an Assign may create in this step (no buffer yet -> allocate one).
+        self.assigned_vars = {n.init_var for n in nodes if n.init_var}
+
+        # Transfers.
+        kinds = []
+        links = []
+        for k in range(plan.n_transfers):
+            src, dst = dev_objs[plan.transfer_src[k]], dev_objs[plan.transfer_dst[k]]
+            kinds.append(RECV if src is None else SEND if dst is None else LOCAL_COPY)
+            try:
+                route = devices.cluster.route(plan.devices[plan.transfer_src[k]],
+                                              plan.devices[plan.transfer_dst[k]])
+                links.append(tuple(link.name for link in route))
+            except Exception:  # a device another task's cluster view lacks: no links known
+                links.append(())
+        self.transfer_kind, self.transfer_links = kinds, links
+        self.transfer_names = [plan.tensor_name(plan.transfer_tensor[k])
+                               for k in range(plan.n_transfers)]
+        self.n_recv = kinds.count(RECV)
+        self.recv_consumer = [plan.ops[plan.transfer_consumers[k][0]].name
+                              if plan.transfer_consumers[k] else "" for k in range(plan.n_transfers)]
+
+        # Fetches: buffer of each fetched tensor (held to the end).
+        self.fetch_bufs = {}
+        for name in fetches:
+            op_name, _, idx = name.rpartition(":")
+            self.fetch_bufs[name] = int(plan.tensor_base[plan.op_index[op_name]]) + int(idx)
+        self.keep = frozenset(self.fetch_bufs.values())
+        self.copy_fetch = {name: plan.ops[plan.tensor_op[b]].type in
+                           ("Variable", "Assign", "AssignAdd", "AssignSub")
+                           or nodes[plan.tensor_op[b]].forward
+                           for name, b in self.fetch_bufs.items()}
+        self.fed_names = {n.name: [t.name for t in plan.ops[i].outputs]
+                          for i, n in enumerate(nodes) if n.kind == FED}
+        self.plan_ops_real = [m.real for m in plan.ops]
+        # Memory: resident bytes per local device at the start.
+        self.resident = {}
+        for b in plan.resident:
+            d = dev_objs[plan.buffer_device[b]]
+            if d is not None:
+                self.resident[d.name] = self.resident.get(d.name, 0) + plan.buffer_bytes[b]
+
+
+def _tensor(graph, name: str, given: dict):
+    op_name, _, idx = name.rpartition(":")
+    op = given.get(op_name) or graph.get_operation_by_name(op_name)
+    return op.outputs[int(idx)]
+
+
+def _task_of(device: str) -> tuple:
+    spec = DeviceSpec.from_string(device)
+    return (spec.job, spec.task)
+
+
+def _destinations(key, consumers, placement, local, send_to, my_task, control, producer):
+    """Remote devices ``key`` (a tensor name or ``^op``) goes to, sorted."""
+    if send_to is not None:
+        return sorted(send_to.get(key, ()))
+    out = set()
+    for c in consumers:
+        if control and producer not in c._control_inputs:
+            continue
+        if not control and not any(t.op is producer and f"{t.name}" == key for t in c.inputs):
+            continue
+        d = placement.get(c.name)
+        if d is not None and d not in local and _task_of(d) != my_task:
+            out.add(d)
+    return sorted(out)
+
+
+def _cuda():
+    from numba import cuda
+    return cuda
+
+
+def _to_host(value):
+    """A host numpy array of a kernel output (a device array is copied back)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "copy_to_host"):
+        return value.copy_to_host()
+    return np.asarray(value)
+
+
+def _shares_variable(value, step) -> bool:
+    """Whether a host array is (a view of) a variable's live buffer."""
+    store = step.ex.variables
+    for name in store.names() if len(store) < 64 else ():
+        buf = store._values.get(name)
+        if isinstance(buf, np.ndarray) and np.shares_memory(value, buf):
+            return True
+    return len(store) >= 64  # many variables: copy rather than search
+
+
+class _Step:
+    """The mutable state of one run: buffers, counters, records, completion."""
+
+    __slots__ = ("ex", "xp", "plan", "state", "lock", "vals", "done", "error", "aborted",
+                 "recv", "send", "trace", "op_times", "xfer_records", "mem_events", "sent",
+                 "pending_vars", "fetch_bufs", "keep", "start")
+
+    def __init__(self, ex: "Executor", xp: _ExecPlan, recv, send, trace: bool):
+        self.ex, self.xp, self.plan = ex, xp, xp.plan
+        self.state = StepState(xp.plan)
+        self.lock = threading.Lock()
+        self.vals = [None] * (xp.plan.n_tensors + xp.plan.n_transfers)
+        self.done = threading.Event()
+        self.error = None
+        self.aborted = False
+        self.recv, self.send, self.trace = recv, send, trace
+        self.op_times = {}  # op index -> (start, end, slot, cores)
+        self.xfer_records = []
+        self.mem_events = []  # (time, seq, device name, delta, op, tensor)
+        self.sent = []
+        self.pending_vars = {}
+        self.keep = xp.keep
+
+    # -- failure ---------------------------------------------------------------------
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+            self.aborted = True
+        self.done.set()
+
+    # -- state changes (call with self.lock held) ---------------------------------------
+    def _progress(self, progress, now: float, ready_out: list, sends_out: list) -> None:
+        """Absorb a Progress: free buffers, finish ready sinks, collect ready ops/sends."""
+        ready, sends, freed = progress
+        if freed:
+            vals, keep, plan = self.vals, self.keep, self.plan
+            for b in freed:
+                if b in keep:
+                    continue
+                vals[b] = None
+                if self.trace and b not in self.xp.aliases:
+                    d = self.xp.dev_objs[plan.buffer_device[b]]
+                    if d is not None and plan.buffer_bytes[b]:
+                        self.mem_events.append((now, len(self.mem_events), d.name,
+                                                -plan.buffer_bytes[b], None, None))
+        if sends:
+            sends_out.extend(sends)
+        nodes = self.xp.nodes
+        for j in ready:
+            if nodes[j].kind == SINK:
+                self._progress(self.state.op_finished(j), now, ready_out, sends_out)
+            else:
+                ready_out.append(j)
+        if self.state.done:
+            self.done.set()
+
+    # -- running ops -------------------------------------------------------------------
+    def run_op(self, slot: int, i: int) -> None:
+        """Pool entry point: run op ``i`` and, inline, ready ops of the same device."""
+        try:
+            while i is not None:
+                if self.aborted:
+                    return
+                i = self._run_one(slot, i)
+        except BaseException as e:  # noqa: BLE001 - a pool thread must never die
+            self.fail(e)
+
+    def _run_one(self, slot: int, i: int):
+        xp = self.xp
+        node = xp.nodes[i]
+        dev = node.device
+        vals = self.vals
+        cores = 0
+        t0 = perf_counter()
+        try:
+            if node.kind == VARIABLE:
+                outs = (self._variable_buffer(node),)
+                t1 = t0
+            elif node.forward:
+                if node.checks[0] not in self.ex.variables:
+                    raise FailedPrecondition(
+                        f"Attempting to use uninitialized value {node.checks[0]} (read by op "
+                        f"{node.name!r} on {dev.name})", node.checks[0])
+                outs = (vals[node.in_bufs[0]],)
+                t1 = perf_counter()
+            else:
+                store = self.ex.variables
+                for var in node.checks:
+                    if var not in store:
+                        raise FailedPrecondition(
+                            f"Attempting to use uninitialized value {var} (read by op "
+                            f"{node.name!r} on {dev.name})", var)
+                inputs = [vals[b] for b in node.in_bufs]
+                if dev.is_cpu:
+                    cores = dev.cores.take(node.want_cores)
+                    try:
+                        t0 = perf_counter()
+                        outs = node.kernel(node.contexts[cores], inputs, node.attrs)
+                        t1 = perf_counter()
+                    finally:
+                        dev.cores.give(cores)
+                else:
+                    outs = self._gpu_call(node, inputs)
+                    t1 = perf_counter()
+                if node.init_var is not None and node.init_var not in store:
+                    store.setdefault(node.init_var, outs[0])
+        except LabRuntimeError as e:
+            self.fail(e)
+            return None
+        except Exception as e:  # noqa: BLE001
+            err = OpError(node.name, dev.name, f"{type(e).__name__}: {e}")
+            err.__cause__ = e
+            self.fail(err)
+            return None
+        base = node.out_base
+        for k in range(node.n_out):
+            vals[base + k] = outs[k]
+        if self.trace:
+            self.op_times[i] = (t0, t1, slot, cores)
+        ready: list = []
+        sends: list = []
+        with self.lock:
+            if self.aborted:
+                return None
+            if self.trace and not node.forward:
+                self._alloc_outputs(i, node, t0)
+            self._progress(self.state.op_finished(i), t1, ready, sends)
+        if node.ctrl_sends:
+            for dst in node.ctrl_sends:
+                self._remote_send("^" + node.name, _CONTROL_VALUE, dst, node.name)
+        if sends:
+            self._do_sends(sends, ready)
+        return self._dispatch(ready, dev)
+
+    def _alloc_outputs(self, i: int, node: _Node, t0: float) -> None:
+        plan = self.plan
+        for b in plan.op_outputs[i]:
+            n = plan.buffer_bytes[b]
+            if n:
+                self.mem_events.append((t0, len(self.mem_events), node.device.name, n,
+                                        node.name, None))
+
+    def _variable_buffer(self, node: _Node):
+        store = self.ex.variables
+        try:
+            return store.get(node.var_name)
+        except FailedPrecondition:
+            if node.var_name not in self.xp.assigned_vars:
+                raise
+        # An Assign in this step initialises it: give it a buffer to write.
+        buf = self.pending_vars.get(node.var_name)
+        if buf is None:
+            if node.device.is_cpu:
+                buf = np.empty(node.shape, node.dtype)
+            else:
+                buf = self._on_gpu(node.device, lambda: _cuda().device_array(node.shape,
+                                                                              node.dtype))
+            self.pending_vars[node.var_name] = buf
+        return buf
+
+    def _on_gpu(self, dev, fn):
+        if sum(1 for d in self.ex.devices if not d.is_cpu) > 1:
+            with _cuda().gpus[dev.index]:
+                return fn()
+        return fn()
+
+    def _gpu_call(self, node: _Node, inputs):
+        if node.gpu_ctx is not None:
+            with _cuda().gpus[node.gpu_ctx]:
+                outs = node.kernel(node.contexts[0], inputs, node.attrs)
+        else:
+            outs = node.kernel(node.contexts[0], inputs, node.attrs)
+        if self.trace:
+            _cuda().synchronize()  # so the recorded end is when the kernel ended
+        return outs
+
+    # -- transfers -----------------------------------------------------------------------
+    def _do_sends(self, sends: list, ready: list) -> None:
+        """Run the transfers ``sends`` (and those they make possible); collect ready ops."""
+        xp, plan = self.xp, self.plan
+        while sends:
+            k = sends.pop(0)
+            kind = xp.transfer_kind[k]
+            if kind == RECV:
+                self.ex._recv_pool(xp.n_recv).submit(self._recv, k)
+                continue
+            t = plan.transfer_tensor[k]
+            value = self.vals[t]
+            name = xp.transfer_names[k]
+            if kind == SEND:
+                dst = plan.devices[plan.transfer_dst[k]]
+                producer = plan.ops[plan.tensor_op[t]].name
+                if not self._remote_send(name, value, dst, producer):
+                    return
+                self.vals[plan.n_tensors + k] = None
+                now = perf_counter()
+            else:
+                start = perf_counter()
+                dst_dev = xp.dev_objs[plan.transfer_dst[k]]
+                try:
+                    copy = self._copy(value, dst_dev)
+                except Exception as e:  # noqa: BLE001
+                    err = OpError(plan.ops[plan.tensor_op[t]].name,
+                                  plan.devices[plan.transfer_src[k]],
+                                  f"copying {name} to {dst_dev.name} failed: {type(e).__name__}: {e}")
+                    err.__cause__ = e
+                    self.fail(err)
+                    return
+                self.vals[plan.n_tensors + k] = copy
+                now = perf_counter()
+                if self.trace:
+                    self._record_transfer(k, start, now)
+            with self.lock:
+                if self.aborted:
+                    return
+                self._progress(self.state.transfer_done(k), now, ready, sends)
+
+    def _record_transfer(self, k: int, start: float, end: float) -> None:
+        plan, xp = self.plan, self.xp
+        nbytes = plan.tensor_bytes[plan.transfer_tensor[k]]
+        self.xfer_records.append(TransferRecord(
+            xp.transfer_names[k], plan.devices[plan.transfer_src[k]],
+            plan.devices[plan.transfer_dst[k]], xp.transfer_links[k], nbytes, start, end))
+        d = xp.dev_objs[plan.transfer_dst[k]]
+        if d is not None and nbytes:
+            with self.lock:
+                self.mem_events.append((start, len(self.mem_events), d.name, nbytes,
+                                        self.recv_or_consumer(k), xp.transfer_names[k]))
+
+    def recv_or_consumer(self, k: int) -> str:
+        return self.xp.recv_consumer[k] or self.xp.transfer_names[k]
+
+    def _copy(self, value, dst_dev):
+        if dst_dev.is_cpu:
+            return _to_host(value)
+        cuda = _cuda()
+        host = value if isinstance(value, np.ndarray) else _to_host(value)
+        return self._on_gpu(dst_dev, lambda: cuda.to_device(np.ascontiguousarray(host)))
+
+    def _remote_send(self, name: str, value, dst: str, producer: str) -> bool:
+        if self.send is None:
+            self.fail(InvalidArgument(f"op {producer!r} has a consumer on {dst}, another task, "
+                                      "but run_step got no send callback"))
+            return False
+        try:
+            value = _to_host(value)
+            if value is not _CONTROL_VALUE and _shares_variable(value, self):
+                value = value.copy()
+            self.send(name, value, dst)
+        except Exception as e:  # noqa: BLE001
+            err = OpError(producer, "", f"sending {name} to {dst} failed: {type(e).__name__}: {e}")
+            err.__cause__ = e
+            self.fail(err)
+            return False
+        self.sent.append((name, dst, perf_counter()))
+        return True
+
+    def _recv(self, k: int) -> None:
+        """Recv-pool entry point: fetch transfer ``k`` from another task."""
+        xp, plan = self.xp, self.plan
+        name = xp.transfer_names[k]
+        src = plan.devices[plan.transfer_src[k]]
+        dst_dev = xp.dev_objs[plan.transfer_dst[k]]
+        try:
+            if self.aborted:
+                return
+            if self.recv is None:
+                raise InvalidArgument(f"{name} comes from {src}, another task, but run_step got "
+                                      "no recv callback")
+            start = perf_counter()
+            value = self.recv(name, src, dst_dev.name)
+            if not dst_dev.is_cpu:
+                value = self._copy(value, dst_dev)
+            elif not isinstance(value, np.ndarray):
+                value = np.asarray(value)
+            now = perf_counter()
+        except BaseException as e:  # noqa: BLE001
+            consumer = xp.recv_consumer[k] or name
+            err = OpError(consumer, dst_dev.name,
+                          f"receiving {name} from {src} failed: {type(e).__name__}: {e}")
+            err.__cause__ = e
+            self.fail(err)
+            return
+        self.vals[plan.n_tensors + k] = value
+        if self.trace:
+            self._record_transfer(k, start, now)
+        ready: list = []
+        sends: list = []
+        with self.lock:
+            if self.aborted:
+                return
+            self._progress(self.state.transfer_done(k), now, ready, sends)
+        if sends:
+            self._do_sends(sends, ready)
+        self._dispatch(ready, None)
+
+    def _recv_control(self, i: int) -> None:
+        """Recv-pool entry point: wait until remote op ``i`` ran (a control edge)."""
+        xp, plan = self.xp, self.plan
+        node = xp.nodes[i]
+        src = plan.devices[plan.op_device[i]]
+        dst = xp.cpu_name
+        try:
+            if self.recv is None:
+                raise InvalidArgument(f"an op waits for {node.name!r} on {src}, another task, "
+                                      "but run_step got no recv callback")
+            self.recv("^" + node.name, src, dst)
+        except BaseException as e:  # noqa: BLE001
+            waiting = [plan.ops[j].name for j in plan.op_succ[i]]
+            err = OpError(waiting[0] if waiting else node.name, dst,
+                          f"waiting for {node.name!r} on {src} failed: {type(e).__name__}: {e}")
+            err.__cause__ = e
+            self.fail(err)
+            return
+        self._finish_virtual(i)
+
+    def _finish_virtual(self, i: int) -> None:
+        ready: list = []
+        sends: list = []
+        with self.lock:
+            if self.aborted:
+                return
+            self._progress(self.state.op_finished(i), perf_counter(), ready, sends)
+        if sends:
+            self._do_sends(sends, ready)
+        self._dispatch(ready, None)
+
+    # -- scheduling ------------------------------------------------------------------------
+    def _dispatch(self, ready: list, here):
+        """Queue ``ready`` ops on their devices' pools; return one to run inline on
+        ``here`` (this thread's device), if any."""
+        if self.aborted:
+            return None
+        inline = None
+        nodes = self.xp.nodes
+        for j in ready:
+            dev = nodes[j].device
+            if inline is None and dev is here:
+                inline = j
+            else:
+                dev.pool.submit(self.run_op, j)
+        return inline
+
+
+class Executor:
+    """Runs one task's part of a step (see the module docstring for the contract)."""
+
+    def __init__(self, devices: LocalDevices, variables: VariableStore | None = None,
+                 plan_cache_size: int = 64):
+        self.devices = devices
+        self.variables = variables if variables is not None else VariableStore()
+        self._plans: OrderedDict = OrderedDict()
+        self._plan_cache_size = plan_cache_size
+        self._plans_lock = threading.Lock()
+        self._recv_executor: ThreadPoolExecutor | None = None
+        self._recv_size = 0
+        self._recv_lock = threading.Lock()
+
+    # -- plans ---------------------------------------------------------------------------
+    def plan_for(self, ops: Sequence[Operation], placement, fetches=(), targets=(),
+                 fed: Iterable[str] = (), send_to: Mapping | None = None) -> _ExecPlan:
+        """The cached execution plan of this part of a step (built on first use)."""
+        fetches, targets = tuple(fetches), tuple(targets)
+        fed = frozenset(fed)
+        send_key = None if send_to is None else frozenset(
+            (k, tuple(sorted(v))) for k, v in send_to.items())
+        key = (tuple(op.name for op in ops), id(placement), fetches, targets, fed, send_key)
+        with self._plans_lock:
+            xp = self._plans.get(key)
+            if xp is not None and xp.placement is placement:
+                self._plans.move_to_end(key)
+                return xp
+        xp = _ExecPlan(self, list(ops), placement, fetches, targets, fed, send_to)
+        with self._plans_lock:
+            self._plans[key] = xp
+            while len(self._plans) > self._plan_cache_size:
+                self._plans.popitem(last=False)
+        return xp
+
+    def _recv_pool(self, needed: int) -> ThreadPoolExecutor:
+        with self._recv_lock:
+            if self._recv_executor is None or self._recv_size < needed:
+                # Every recv of a step may block at once: one thread each, or a deadlock.
+                size = max(8, needed)
+                self._recv_executor = ThreadPoolExecutor(size, thread_name_prefix="recv")
+                self._recv_size = size
+            return self._recv_executor
+
+    # -- running ---------------------------------------------------------------------------
+    def run_step(self, ops: Sequence[Operation], placement, *, fetches: Sequence[str] = (),
+                 targets: Sequence[str] = (), feeds: Mapping[str, np.ndarray] | None = None,
+                 recv: Callable | None = None, send: Callable | None = None,
+                 send_to: Mapping | None = None, step_id: int = 0, trace: bool = False,
+                 timeout: float | None = None) -> StepResult:
+        """Run this task's part of one step; see the module docstring."""
+        feeds = feeds or {}
+        xp = self.plan_for(ops, placement, fetches, targets, feeds.keys(), send_to)
+        step = _Step(self, xp, recv, send, trace)
+        plan = xp.plan
+        start = perf_counter()
+        step.start = start
+        if trace:
+            for dname, n in xp.resident.items():
+                step.mem_events.append((start, -1, dname, n, None, None))
+        # Sources: fed values, other tasks' ops, ops with no input.
+        ready: list = []
+        sends: list = []
+        recv_ctrl = []
+        with step.lock:
+            initial = step.state.initial_ready()
+            for i in initial:
+                node = xp.nodes[i]
+                if node.kind == FED:
+                    self._feed(step, i, node, feeds, start)
+                    step._progress(step.state.op_finished(i), start, ready, sends)
+                elif node.kind == REMOTE:
+                    if node.remote_ctrl:
+                        recv_ctrl.append(i)
+                    else:
+                        step._progress(step.state.op_finished(i), start, ready, sends)
+                elif node.kind == SINK:
+                    step._progress(step.state.op_finished(i), start, ready, sends)
+                else:
+                    ready.append(i)
+            if step.state.done:
+                step.done.set()
+        if step.error is None:
+            for i in recv_ctrl:
+                self._recv_pool(xp.n_recv + len(recv_ctrl)).submit(step._recv_control, i)
+            if sends:
+                step._do_sends(sends, ready)
+            step._dispatch(ready, None)
+        if not step.done.wait(timeout):
+            step.aborted = True
+            with step.lock:
+                waiting = [plan.op_names[i] for i in range(plan.n_ops)
+                           if step.state.status[i] != FINISHED and xp.nodes[i].kind != SINK]
+            raise DeadlineExceeded(
+                f"step {step_id} ran past its deadline of {timeout} s; ops not finished: "
+                f"{waiting[:20]}{' ...' if len(waiting) > 20 else ''}", waiting)
+        end = perf_counter()
+        if step.error is not None:
+            raise step.error
+        values = {}
+        for name, b in xp.fetch_bufs.items():
+            v = step.vals[b]
+            if isinstance(v, np.ndarray):
+                if xp.copy_fetch[name] or not v.flags.writeable:
+                    v = v.copy()
+            else:
+                v = _to_host(v)
+            values[name] = v
+        result = StepResult(values, start=start, end=end, sent=step.sent,
+                            capacity=self.devices.capacities())
+        if trace or xp.has_gpu:
+            self._records(step, result, trace)
+        return result
+
+    def _feed(self, step: _Step, i: int, node: _Node, feeds, now: float) -> None:
+        xp = step.xp
+        plan = xp.plan
+        dev = xp.dev_objs[plan.op_device[i]]
+        for k, tname in enumerate(xp.fed_names[node.name]):
+            if tname in feeds:
+                value = feeds[tname]
+                if not isinstance(value, np.ndarray):
+                    value = np.asarray(value)
+                if dev is not None and not dev.is_cpu:
+                    value = step._copy(value, dev)
+                step.vals[node.out_base + k] = value
+        if step.trace:
+            step.op_times[i] = (now, now, 0, 0)
+            step._alloc_outputs(i, node, now)
+
+    def _records(self, step: _Step, result: StepResult, trace: bool) -> None:
+        """Op, transfer and memory records, OOM events, and the devices' reservations."""
+        xp, plan = step.xp, step.plan
+        if trace:
+            ops = []
+            for i, (t0, t1, slot, cores) in step.op_times.items():
+                node = xp.nodes[i]
+                ops.append(OpRecord(node.name, node.type, plan.devices[plan.op_device[i]], slot,
+                                    t0, t1, cores))
+            ops.sort(key=lambda r: (r.start, r.op))
+            result.ops = ops
+            result.transfers = sorted(step.xfer_records, key=lambda r: (r.start, r.tensor))
+        events = sorted(step.mem_events, key=lambda e: (e[0], e[1]))
+        in_use: dict[str, int] = {}
+        peak: dict[str, int] = {}
+        capacity = result.capacity
+        memory, oom = [], []
+        for t, _, dname, delta, op, tensor in events:
+            before = in_use.get(dname, 0)
+            now = before + delta
+            in_use[dname] = now
+            if now > peak.get(dname, 0):
+                peak[dname] = now
+            if trace:
+                cap = capacity.get(dname)
+                if delta > 0 and cap is not None and now > cap and op is not None:
+                    oom.append(OOMEvent(t, dname, op, tensor, delta, before, cap))
+                memory.append(MemoryRecord(dname, t, now))
+        result.memory, result.oom = memory, oom
+        for d in xp.dev_objs:
+            if d is not None:
+                d.memory.used(peak.get(d.name, 0))
+        result.meta = {"backend": "runtime", "memory": self.devices.memory_stats()}
+
+    def close(self) -> None:
+        """Stop the recv helper threads (the device pools belong to ``devices``)."""
+        with self._recv_lock:
+            if self._recv_executor is not None:
+                self._recv_executor.shutdown(wait=False)
+                self._recv_executor = None

@@ -1,0 +1,35 @@
+"""Calibration writes a loadable Cluster JSON with measured, positive figures."""
+
+from __future__ import annotations
+
+import time
+
+from core.cluster import Cluster
+from runtime.calibrate import (calibrate, measure_memcpy, measure_memory_bandwidth,
+                               measure_matmul_rate, measure_op_overhead, measure_pcie)
+
+
+def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
+    base = Cluster.single_host(cpu_cores=2)
+    path = tmp_path / "cluster.json"
+    t0 = time.perf_counter()
+    measured = calibrate(base, quick=True, path=path)
+    assert time.perf_counter() - t0 < 10
+    loaded = Cluster.load(path)
+    assert loaded == measured
+    cpu = loaded.devices[0]
+    assert cpu.peak_flops > 0 and cpu.mem_bandwidth > 0 and cpu.op_overhead > 0
+    assert cpu.intra_op_speedup >= 1
+    assert cpu.peak_flops != base.devices[0].peak_flops  # measured, not the preset
+    memcpy = loaded.links["memcpy:host0"]
+    assert memcpy.bandwidth > 0 and memcpy.latency >= 0
+    assert loaded.links["network:host0"] == base.links["network:host0"]  # kept
+
+
+def test_each_measurement_is_positive():
+    assert measure_matmul_rate(1, n=64, repeat=2) > 0
+    assert measure_memory_bandwidth(1 << 20, repeat=2) > 0
+    assert 0 < measure_op_overhead(ops=10, repeat=2) < 0.01
+    bandwidth, latency = measure_memcpy(1 << 20, repeat=2)
+    assert bandwidth > 0 and latency >= 0
+    assert measure_pcie() is None or measure_pcie()[0] > 0

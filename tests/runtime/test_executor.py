@@ -1,0 +1,348 @@
+"""The local executor on hand-built graphs: values, order, transfers, errors, deadlines."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import core as tf
+from core.cluster import Cluster
+from core.graph import ops_needed
+from core.placement import Placement
+from runtime.config import SessionConfig
+from runtime.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, OpError
+from runtime.executor import Executor, StepResult
+from runtime.local_devices import InterOpPool, LocalDevices
+from runtime.variables import VariableStore
+
+CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+@pytest.fixture
+def cluster():
+    return Cluster.single_host(cpu_cores=2)
+
+
+@pytest.fixture
+def executor(cluster):
+    devices = LocalDevices.for_task(cluster, "localhost", 0, SessionConfig())
+    ex = Executor(devices, VariableStore())
+    yield ex
+    ex.close()
+    devices.close()
+
+
+def on_cpu(graph, device=CPU0):
+    return Placement({op.name: device for op in graph.get_operations()})
+
+
+def run(ex, graph, fetches=(), **kw):
+    return ex.run_step(graph.get_operations(), on_cpu(graph), fetches=fetches, **kw)
+
+
+def test_chain_values_and_a_valid_trace(executor, cluster):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(np.arange(4.0, dtype=np.float32), name="x")
+        y = tf.negative(tf.identity(x, name="id"), name="neg")
+        z = tf.relu(y + 10.0, name="relu")
+    result = run(executor, g, [z.name, y.name], trace=True)
+    assert isinstance(result, StepResult)
+    np.testing.assert_array_equal(result.values[z.name], 10.0 - np.arange(4.0))
+    np.testing.assert_array_equal(result.values[y.name], -np.arange(4.0))
+    trace = result.to_trace()
+    trace.validate(g, cluster)
+    assert {r.op for r in trace.ops} == {op.name for op in g.get_operations()}
+    assert trace.ops[0].start >= 0 and result.end >= result.start
+    assert trace.memory and trace.step_time > 0
+
+
+def test_diamond_runs_each_op_once(executor, cluster):
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(2.0, name="a")
+        b = tf.multiply(a, 3.0, name="b")
+        c = tf.add(a, 1.0, name="c")
+        d = tf.add(b, c, name="d")
+    result = run(executor, g, [d.name], trace=True)
+    assert result.values[d.name] == 9.0
+    names = [r.op for r in result.ops]
+    assert len(names) == len(set(names)) == len(g.get_operations())
+    result.to_trace().validate(g, cluster)
+
+
+def test_only_the_fetches_needs_run_and_the_plan_is_reused(executor):
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(1.0, name="a")
+        b = tf.identity(a, name="b")
+    # The caller passes only the ops the step needs.
+    ops = [g.get_operation_by_name("a")]
+    r = executor.run_step(ops, on_cpu(g), fetches=["a:0"], trace=True)
+    assert [rec.op for rec in r.ops] == ["a"]
+    assert executor.plan_for(ops, on_cpu(g), ["a:0"]) is not executor.plan_for(
+        ops, on_cpu(g), ["a:0"])  # a new Placement object is a new key
+    p = on_cpu(g)
+    assert executor.plan_for(ops, p, ["a:0"]) is executor.plan_for(ops, p, ["a:0"])
+    del b
+
+
+def test_control_dependencies_order_ops_without_data(executor, cluster):
+    g = tf.Graph()
+    with g.as_default():
+        first = tf.constant(np.ones((300, 300), np.float32), name="first")
+        slow = tf.matmul(first, first, name="slow")
+        with tf.control_dependencies([slow]):
+            after = tf.constant(1.0, name="after")
+    result = run(executor, g, [after.name], trace=True)
+    recs = {r.op: r for r in result.ops}
+    assert recs["after"].start >= recs["slow"].end
+    result.to_trace().validate(g, cluster)
+
+
+def test_targets_run_ops_and_give_no_value(executor):
+    g = tf.Graph()
+    with g.as_default():
+        v = tf.Variable(np.float32(5.0), name="v")
+    ops = [g.get_operation_by_name(n) for n in ("v/initial_value", "v", "v/Assign")]
+    r = executor.run_step(ops, on_cpu(g), targets=["v/Assign"])
+    assert r.values == {}
+    assert executor.variables.get("v") == 5.0
+
+
+def test_feeds_replace_tensors_and_their_producers_do_not_run(executor, cluster):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.placeholder(tf.float32, (None, 2), name="x")
+        y = tf.multiply(x, 2.0, name="y")
+        z = tf.add(y, 1.0, name="z")
+    feed = {"x:0": np.array([[1.0, 2.0]], np.float32)}
+    r = run(executor, g, [z.name], feeds=feed, trace=True)
+    np.testing.assert_array_equal(r.values[z.name], [[3.0, 5.0]])
+    r.to_trace().validate(g, cluster)
+    # Feeding the middle tensor: x need not be fed, y's producer does not run.
+    r = run(executor, g, [z.name], feeds={"y:0": np.array([[10.0, 20.0]], np.float32)}, trace=True)
+    np.testing.assert_array_equal(r.values[z.name], [[11.0, 21.0]])
+    ran = {rec.op: rec for rec in r.ops}
+    assert "x" not in ran and ran["y"].end == ran["y"].start  # y: the feed, zero length
+    # A fetched fed tensor comes back as fed.
+    r = run(executor, g, ["y:0"], feeds={"y:0": np.array([[7.0, 8.0]], np.float32)})
+    np.testing.assert_array_equal(r.values["y:0"], [[7.0, 8.0]])
+
+
+def test_unfed_placeholder_is_an_error(executor):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.placeholder(tf.float32, (2,), name="x")
+        tf.identity(x, name="y")
+    with pytest.raises(InvalidArgument, match="must feed a value for placeholder tensor 'x:0'"):
+        run(executor, g, ["y:0"])
+
+
+def test_variables_persist_and_uninitialised_use_names_the_variable(executor):
+    g = tf.Graph()
+    with g.as_default():
+        v = tf.Variable(np.float32(1.0), name="counter")
+        inc = tf.assign_add(v, 2.0, name="inc")
+    ops = ops_needed([inc.op, v.value().op])
+    with pytest.raises(FailedPrecondition, match="uninitialized value counter") as info:
+        executor.run_step(ops_needed([v.value().op]), on_cpu(g), fetches=[v.value().name])
+    assert info.value.name == "counter"
+    with pytest.raises(FailedPrecondition, match="counter"):
+        executor.run_step(ops, on_cpu(g), fetches=[inc.name])
+    init = [g.get_operation_by_name(n) for n in ("counter/initial_value", "counter",
+                                                 "counter/Assign")]
+    executor.run_step(init, on_cpu(g), targets=["counter/Assign"])
+    p = on_cpu(g)
+    for expected in (3.0, 5.0, 7.0):
+        assert executor.run_step(ops, p, fetches=[inc.name]).values[inc.name] == expected
+    read = ops_needed([v.value().op])
+    fetched = executor.run_step(read, p, fetches=[v.value().name, "counter:0"]).values
+    assert fetched["counter:0"] == 7.0
+    fetched["counter:0"][...] = 100  # a copy: the variable is not changed
+    fetched[v.value().name][...] = 100  # the read forwards the buffer, but fetches copy
+    assert executor.variables.get("counter") == 7.0
+
+
+def test_kernel_error_names_op_and_device(executor):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.placeholder(tf.float32, (None, 3), name="x")
+        tf.reshape(x, (2, 3), name="bad_reshape")
+    with pytest.raises(OpError) as info:
+        run(executor, g, ["bad_reshape:0"], feeds={"x:0": np.ones((3, 3), np.float32)})
+    assert info.value.op == "bad_reshape" and info.value.device == CPU0
+    assert "bad_reshape" in str(info.value) and CPU0 in str(info.value)
+    assert info.value.__cause__ is not None
+
+
+def _two_tasks():
+    cluster = Cluster.from_spec({"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                                hosts={("worker", 0): "h", ("worker", 1): "h"})
+    w0 = "/job:worker/replica:0/task:0/device:CPU:0"
+    w1 = "/job:worker/replica:0/task:1/device:CPU:0"
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(w1):
+            remote = tf.constant(np.float32(5.0), name="remote")
+        with tf.device(w0):
+            local = tf.multiply(remote, 2.0, name="local")
+            twice = tf.add(remote, local, name="twice")
+        with tf.device(w1):
+            back = tf.identity(local, name="back")
+            back2 = tf.negative(local, name="back2")
+    placement = Placement({op.name: op.device for op in g.get_operations()})
+    return cluster, g, placement, w0, w1
+
+
+def test_recv_and_send_cross_task_tensors_once_per_destination():
+    cluster, g, placement, w0, w1 = _two_tasks()
+    devices = LocalDevices.for_task(cluster, "worker", 0, SessionConfig())
+    ex = Executor(devices, VariableStore())
+    calls, sent = [], []
+
+    def recv(name, src, dst):
+        calls.append((name, src, dst))
+        return np.float32(5.0)
+
+    def send(name, value, dst):
+        sent.append((name, float(value), dst))
+
+    mine = [op for op in g.get_operations() if placement[op.name] == w0]
+    try:
+        r = ex.run_step(mine, placement, fetches=["twice:0"], recv=recv, send=send, trace=True)
+    finally:
+        ex.close()
+        devices.close()
+    assert r.values["twice:0"] == 15.0
+    assert calls == [("remote:0", w1, w0)]  # once, though two ops read it
+    assert sent == [("local:0", 10.0, w1)]  # once, though two ops on w1 read it
+    assert [x.tensor for x in r.transfers] == ["remote:0"]
+    assert r.transfers[0].links == ("memcpy:h",)
+    assert [s[:2] for s in r.sent] == [("local:0", w1)]
+
+
+def test_a_failing_recv_aborts_the_step_naming_the_op():
+    cluster, g, placement, w0, w1 = _two_tasks()
+    devices = LocalDevices.for_task(cluster, "worker", 0, SessionConfig())
+    ex = Executor(devices, VariableStore())
+
+    def recv(name, src, dst):
+        raise ConnectionError("peer went away")
+
+    mine = [op for op in g.get_operations() if placement[op.name] == w0]
+    try:
+        with pytest.raises(OpError, match="peer went away") as info:
+            ex.run_step(mine, placement, fetches=["twice:0"], recv=recv, send=lambda *a: None,
+                        timeout=10)
+    finally:
+        ex.close()
+        devices.close()
+    assert info.value.op == "local" and "remote:0" in str(info.value)
+
+
+def test_deadline_names_the_waiting_ops():
+    cluster, g, placement, w0, w1 = _two_tasks()
+    devices = LocalDevices.for_task(cluster, "worker", 0, SessionConfig())
+    ex = Executor(devices, VariableStore())
+    release = threading.Event()
+
+    def recv(name, src, dst):
+        release.wait(10)
+        return np.float32(5.0)
+
+    mine = [op for op in g.get_operations() if placement[op.name] == w0]
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(DeadlineExceeded) as info:
+            ex.run_step(mine, placement, fetches=["twice:0"], recv=recv, send=lambda *a: None,
+                        timeout=0.2)
+    finally:
+        release.set()
+        ex.close()
+        devices.close()
+    assert time.perf_counter() - t0 < 5
+    assert {"local", "twice"} <= set(info.value.waiting)
+    assert "local" in str(info.value)
+
+
+def test_parallel_ops_use_distinct_thread_slots_and_respect_cores(cluster):
+    config = SessionConfig(inter_op_parallelism_threads=2, use_per_session_threads=True)
+    devices = LocalDevices.for_task(cluster, "localhost", 0, config)
+    ex = Executor(devices, VariableStore())
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(np.ones((200, 200), np.float32), name="x")
+        branches = [tf.tanh(tf.matmul(x, x), name=f"t{i}") for i in range(6)]
+        tf.add_n = None
+        total = branches[0]
+        for b in branches[1:]:
+            total = total + b
+    try:
+        r = ex.run_step(g.get_operations(), on_cpu(g), fetches=[total.name], trace=True)
+    finally:
+        ex.close()
+        devices.close()
+    trace = r.to_trace()
+    trace.validate(g, devices.effective_cluster())
+    assert {rec.thread for rec in trace.ops} <= {0, 1}
+    matmuls = [rec for rec in trace.ops if rec.type == "MatMul"]
+    assert all(1 <= rec.cores <= 2 for rec in matmuls)
+    np.testing.assert_allclose(r.values[total.name], 6 * np.tanh(np.full((200, 200), 200.0)))
+
+
+def test_an_op_on_a_device_of_another_task_is_refused(executor):
+    g = tf.Graph()
+    with g.as_default():
+        tf.constant(1.0, name="a")
+    p = Placement({"a": "/job:other/replica:0/task:0/device:CPU:0"})
+    with pytest.raises(InvalidArgument, match="not a device of this task"):
+        executor.run_step(g.get_operations(), p, fetches=["a:0"])
+
+
+def test_gpu_ops_need_cuda():
+    from runtime.kernels import cuda_available
+    if cuda_available():
+        pytest.skip("this process can run CUDA kernels")
+    cluster = Cluster.single_host(gpus=1)
+    devices = LocalDevices.for_task(cluster, "localhost", 0, SessionConfig())
+    ex = Executor(devices, VariableStore())
+    g = tf.Graph()
+    with g.as_default():
+        tf.constant(1.0, name="a")
+    gpu = "/job:localhost/replica:0/task:0/device:GPU:0"
+    with pytest.raises(InvalidArgument, match="cannot run CUDA kernels"):
+        ex.run_step(g.get_operations(), Placement({"a": gpu}), fetches=["a:0"])
+    devices.close()
+
+
+def test_pools_are_shared_unless_per_session(cluster):
+    shared = [LocalDevices.for_task(cluster, "localhost", 0, SessionConfig()) for _ in range(2)]
+    assert shared[0][CPU0].pool is shared[1][CPU0].pool
+    private = LocalDevices.for_task(cluster, "localhost", 0,
+                                    SessionConfig(use_per_session_threads=True))
+    assert private[CPU0].pool is not shared[0][CPU0].pool
+    other_size = LocalDevices.for_task(cluster, "localhost", 0,
+                                       SessionConfig(inter_op_parallelism_threads=3))
+    assert other_size[CPU0].pool.threads == 3
+    private.close()
+    assert private[CPU0].pool.closed and not shared[0][CPU0].pool.closed
+
+
+def test_inter_op_pool_runs_items_with_slots():
+    pool = InterOpPool("test", 2)
+    seen, done = [], threading.Semaphore(0)
+
+    def item(slot, arg):
+        seen.append((slot, arg))
+        done.release()
+
+    for k in range(4):
+        pool.submit(item, k)
+    for _ in range(4):
+        assert done.acquire(timeout=5)
+    pool.close()
+    assert sorted(a for _, a in seen) == [0, 1, 2, 3] and {s for s, _ in seen} <= {0, 1}
