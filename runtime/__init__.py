@@ -10,6 +10,9 @@ session first runs, and the gRPC backend only for ``grpc://`` targets.
 - :class:`LocalDevices` (:mod:`runtime.local_devices`), :class:`VariableStore`
   (:mod:`runtime.variables`);
 - :func:`calibrate` (:mod:`runtime.calibrate`): measure this machine into a Cluster JSON;
+- :class:`Server` (:mod:`runtime.server`), :class:`LocalCluster` (:mod:`runtime.launcher`),
+  :class:`RemoteSession` (:mod:`runtime.remote`): the distributed runtime (gRPC master and
+  worker services, a cluster of server processes on 127.0.0.1);
 - the errors (:mod:`runtime.errors`).
 """
 
@@ -21,11 +24,13 @@ from runtime.variables import VariableStore
 __all__ = ["Session", "InteractiveSession", "SessionConfig", "Executor", "StepResult",
            "LocalDevices", "VariableStore", "calibrate", "LabRuntimeError", "OpError",
            "FailedPrecondition", "InvalidArgument", "DeadlineExceeded", "Unavailable",
-           "NotFound"]
+           "NotFound", "Server", "LocalCluster", "RemoteSession"]
 
 _LAZY = {"Session": "runtime.session", "InteractiveSession": "runtime.session",
          "Executor": "runtime.executor", "StepResult": "runtime.executor",
-         "LocalDevices": "runtime.local_devices", "calibrate": "runtime.calibrate"}
+         "LocalDevices": "runtime.local_devices", "calibrate": "runtime.calibrate",
+         "Server": "runtime.server", "LocalCluster": "runtime.launcher",
+         "RemoteSession": "runtime.remote"}
 
 
 def __getattr__(name):

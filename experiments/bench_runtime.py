@@ -1,0 +1,275 @@
+"""Benchmark: the distributed runtime on a cluster of 1 ps + 2 worker processes.
+
+Starts the servers with :class:`runtime.launcher.LocalCluster` (all on 127.0.0.1, one
+host) and measures, with a client session opened on ``/job:worker/task:0``:
+
+1. ``tiny step``: seed 000's graph (``a`` a variable on ps, ``b = a + 2`` on worker 0,
+   ``c = a + b`` on worker 1), fetch ``c``: ms per step.
+2. ``transfer``: a 64 MiB float32 variable on ps read by worker 1 (which slices one
+   element of it, so the step is the transfer), over the socket (chunked stream) and
+   through shared memory (the servers' default between tasks of one host): GB/s of
+   the whole step, and of the transfer record in the trace.
+3. ``mlp``: ``experiments.workloads.mlp_forward`` (8 layers of 1024x1024 matmul + relu,
+   batch 1024, 17.2 GFLOP) on worker 0, fetching the output: ms and GFLOP/s.
+
+Each figure is the median of ``--repeats`` timed steps after warm-up steps. When
+``tensorflow`` is importable, the same graphs run on TensorFlow's own distributed
+runtime (``tf.compat.v1``, ``tf.distribute.Server`` processes, same cluster shape)
+and the table shows the ratios; otherwise the reference figures measured with
+TensorFlow 2.21 (1.5 ms, 1.2 GB/s, 83 ms) are used. Run::
+
+    python -m experiments.bench_runtime                 # everything
+    python -m experiments.bench_runtime --repeats 20 --skip-mlp
+
+It prints a pandas table and writes ``results/bench_runtime.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import core as tf
+from runtime.launcher import LocalCluster, free_ports, wait_until_serving
+from runtime.session import Session
+
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
+
+#: TensorFlow 2.21's distributed runtime on this setup (issue 4): tiny step (ms),
+#: 64 MiB ps -> worker (GB/s), MLP forward (ms).
+TF_REFERENCE = {"tiny step": 1.5, "transfer": 1.2, "mlp": 83.0}
+
+MIB64 = 64 * (1 << 20)
+
+
+def _median_ms(run, repeats: int, warmup: int) -> tuple[float, float]:
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3, min(times) * 1e3
+
+
+# ---------------------------------------------------------------------------
+# Graphs (built with `core`; the TensorFlow side builds the same with tf.compat.v1)
+
+def tiny_graph():
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            a = tf.Variable(1.0, name="a")
+        with tf.device("/job:worker/task:0"):
+            b = a + 2
+        with tf.device("/job:worker/task:1"):
+            c = a + b
+    return g, a.initializer, c
+
+
+def transfer_graph():
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            x = tf.Variable(np.ones(MIB64 // 4, np.float32), name="x")
+        with tf.device("/job:worker/task:1"):
+            y = tf.slice(x, [0], [1])
+    return g, x.initializer, y
+
+
+def mlp_graph(batch: int):
+    from experiments.workloads.mlp import mlp_forward
+    w = mlp_forward(batch=batch)
+    return w.graph, w.init, w.fetches[0], w.flops
+
+
+# ---------------------------------------------------------------------------
+# Ours
+
+def measure_ours(repeats: int, warmup: int, batch: int, skip_mlp: bool) -> list[dict]:
+    rows = []
+    spec = {"ps": 1, "worker": 2}
+    with LocalCluster(spec) as cluster:
+        target = cluster.target("worker", 0)
+        g, init, c = tiny_graph()
+        with Session(target, graph=g) as sess:
+            sess.run(init)
+            med, best = _median_ms(lambda: sess.run(c), repeats * 20, warmup * 20)
+        rows.append({"benchmark": "tiny step", "transport": "socket", "unit": "ms",
+                     "value": med, "best": best, "ms": med})
+        rows += _transfer(cluster, "shm", repeats, warmup)
+        if not skip_mlp:
+            g, init, h, flops = mlp_graph(batch)
+            with Session(target, graph=g) as sess:
+                sess.run(init)
+                med, best = _median_ms(lambda: sess.run(h), repeats, warmup)
+            rows.append({"benchmark": "mlp", "transport": "-", "unit": "ms", "value": med,
+                         "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9})
+    with LocalCluster(spec, shm=False) as cluster:
+        rows += _transfer(cluster, "socket", repeats, warmup)
+    return rows
+
+
+def _transfer(cluster, transport: str, repeats: int, warmup: int) -> list[dict]:
+    g, init, y = transfer_graph()
+    with Session(cluster.target("worker", 0), graph=g) as sess:
+        sess.run(init)
+        med, best = _median_ms(lambda: sess.run(y), repeats, warmup)
+        _, trace = sess.run(y, trace=True)
+    link = [x for x in trace.transfers if x.bytes == MIB64]
+    link_gbs = MIB64 / (link[0].end - link[0].start) / 1e9 if link else float("nan")
+    return [{"benchmark": "transfer", "transport": transport, "unit": "GB/s",
+             "value": MIB64 / (med / 1e3) / 1e9, "best": MIB64 / (best / 1e3) / 1e9, "ms": med,
+             "transfer_gbs": link_gbs}]
+
+
+# ---------------------------------------------------------------------------
+# TensorFlow's distributed runtime (optional)
+
+_TF_SERVER = """
+import sys, tensorflow as tf
+spec = {spec!r}
+server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=sys.argv[1],
+                              task_index=int(sys.argv[2]), start=True)
+print("ready", flush=True)
+server.join()
+"""
+
+
+def measure_tensorflow(repeats: int, warmup: int, batch: int, skip_mlp: bool) -> list[dict] | None:
+    """The same benchmarks on TensorFlow's runtime; None (with a message) without it."""
+    try:
+        import tensorflow as real_tf  # noqa: F401
+    except ImportError:
+        print("tensorflow is not importable here: TensorFlow's side is skipped; the ratios "
+              f"use the reference figures measured with TensorFlow 2.21 {TF_REFERENCE}")
+        return None
+    v1 = real_tf.compat.v1
+    v1.disable_eager_execution()
+    ports = free_ports(3)
+    spec = {"ps": [f"127.0.0.1:{ports[0]}"],
+            "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
+    code = textwrap.dedent(_TF_SERVER.format(spec=spec))
+    procs = [subprocess.Popen([sys.executable, "-c", code, job, str(i)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for job, i in (("ps", 0), ("worker", 0), ("worker", 1))]
+    rows = []
+    try:
+        time.sleep(0)  # readiness is polled below
+        for addr in spec["ps"] + spec["worker"]:
+            _wait_port(addr, 60)
+        target = "grpc://" + spec["worker"][0]
+        # 1. tiny step
+        g = v1.Graph()
+        with g.as_default():
+            with v1.device("/job:ps/task:0"):
+                a = v1.Variable(1.0, name="a")
+            with v1.device("/job:worker/task:0"):
+                b = a + 2
+            with v1.device("/job:worker/task:1"):
+                c = a + b
+            with v1.Session(target) as sess:
+                sess.run(a.initializer)
+                med, best = _median_ms(lambda: sess.run(c), repeats * 20, warmup * 20)
+        rows.append({"benchmark": "tiny step", "transport": "socket", "unit": "ms",
+                     "value": med, "best": best, "ms": med})
+        # 2. transfer
+        g = v1.Graph()
+        with g.as_default():
+            with v1.device("/job:ps/task:0"):
+                x = v1.Variable(np.ones(MIB64 // 4, np.float32), name="x")
+            with v1.device("/job:worker/task:1"):
+                y = v1.slice(x, [0], [1])
+            with v1.Session(target) as sess:
+                sess.run(x.initializer)
+                med, best = _median_ms(lambda: sess.run(y), repeats, warmup)
+        rows.append({"benchmark": "transfer", "transport": "socket", "unit": "GB/s",
+                     "value": MIB64 / (med / 1e3) / 1e9, "best": MIB64 / (best / 1e3) / 1e9,
+                     "ms": med})
+        # 3. MLP
+        if not skip_mlp:
+            rng = np.random.default_rng(0)
+            g = v1.Graph()
+            with g.as_default():
+                h = v1.constant(rng.standard_normal((batch, 1024)).astype(np.float32))
+                for i in range(8):
+                    w = v1.Variable((rng.standard_normal((1024, 1024)) / 32).astype(np.float32))
+                    h = v1.nn.relu(v1.matmul(h, w))
+                with v1.Session(target) as sess:
+                    sess.run(v1.global_variables_initializer())
+                    med, best = _median_ms(lambda: sess.run(h), repeats, warmup)
+            flops = 2.0 * batch * 1024 * 1024 * 8
+            rows.append({"benchmark": "mlp", "transport": "-", "unit": "ms", "value": med,
+                         "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9})
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return rows
+
+
+def _wait_port(address: str, timeout: float) -> None:
+    import socket
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listens at {address} after {timeout} s")
+
+
+# ---------------------------------------------------------------------------
+
+def run(repeats: int = 10, warmup: int = 3, batch: int = 1024, skip_mlp: bool = False,
+        with_tensorflow: bool = True) -> pd.DataFrame:
+    ours = measure_ours(repeats, warmup, batch, skip_mlp)
+    theirs = measure_tensorflow(repeats, warmup, batch, skip_mlp) if with_tensorflow else None
+    table = pd.DataFrame(ours)
+    if theirs:
+        ref = {(r["benchmark"], r["transport"]): r["value"] for r in theirs}
+        table["tf"] = [ref.get((b, t), ref.get((b, "socket"))) for b, t in
+                       zip(table["benchmark"], table["transport"])]
+        table["tf_source"] = "measured"
+    else:
+        table["tf"] = [TF_REFERENCE[b] for b in table["benchmark"]]
+        table["tf_source"] = "reference (TF 2.21)"
+    # ratio > 1 means better than TensorFlow (faster step, or more GB/s).
+    table["vs_tf"] = [(tf_v / v) if unit == "ms" else (v / tf_v)
+                      for v, tf_v, unit in zip(table["value"], table["tf"], table["unit"])]
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=1024, help="MLP batch rows")
+    parser.add_argument("--skip-mlp", action="store_true")
+    parser.add_argument("--no-tensorflow", action="store_true",
+                        help="do not run TensorFlow's side even if it is importable")
+    args = parser.parse_args(argv)
+    table = run(args.repeats, args.warmup, args.batch, args.skip_mlp, not args.no_tensorflow)
+    with pd.option_context("display.width", 160, "display.max_columns", 20,
+                           "display.float_format", "{:.3f}".format):
+        print(table.to_string(index=False))
+    RESULTS_DIR.mkdir(exist_ok=True)
+    path = RESULTS_DIR / "bench_runtime.csv"
+    table.to_csv(path, index=False)
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

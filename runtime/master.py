@@ -1,0 +1,591 @@
+"""The master service: places, partitions and runs the steps of a client's session.
+
+Every :class:`runtime.server.Server` runs one :class:`MasterService` (protocol:
+``service Master`` in ``runtime/protos/master.proto``). A client's session on a server
+makes that server its master:
+
+1. **Place.** The first run places the whole graph with the session's placer
+   (``SessionConfig.placer``) on the server's hardware view (a
+   :class:`core.cluster.Cluster` whose master task is this server's task, so unpinned
+   ops land on its default device); a run after the client added ops places only the new
+   ones (earlier ones keep their device). The placement of newly placed ops (and the
+   ``log_device_placement`` lines) go back to the client with the run's reply.
+2. **Partition.** For each step signature (fetches, targets, fed tensors, graph size) the
+   ops the fetches need are split per task; every tensor consumed on another task is
+   sent once per (tensor, destination device) (``send_to``), and a control edge across
+   tasks once per receiving task. Fed tensors go to the tasks that consume them.
+3. **Register.** Each task's part is registered with its worker once (per graph version):
+   the new nodes, their placement and the partition, in one ``RegisterGraph`` call. A
+   worker that restarted answers ``UnknownPartition``; the master registers again from
+   node 0 and retries (its variables are gone: reading one raises FailedPrecondition).
+4. **Run.** ``RunGraph`` goes to every involved worker at once (the master's own part
+   runs in-process, without an RPC); workers push tensors directly to each other. The
+   first failure aborts the step on every other worker, so nobody waits for a dead
+   peer; the error names the task. Fetched values come back inline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import numpy as np
+
+from core.cluster import Cluster
+from core.devices import DeviceSpec
+from core.graph import Graph, Operation
+from core.placement import Placement
+from core.serialize import extend_graph
+from runtime import errors, wire
+from runtime.config import SessionConfig
+from runtime.graph_codec import (error_from_proto, error_to_proto, named_tensors, node_to_proto,
+                                 nodes_from_proto, stats_to_proto, tensor_from_proto)
+from runtime.protos import graph_pb2, master_pb2, master_pb2_grpc, tensor_pb2, worker_pb2
+from runtime.worker import (UNKNOWN_PARTITION, PeerChannels, StepAborted, WorkerService,
+                            task_name, transport_error)
+
+__all__ = ["MasterService", "needed_ops", "RPC_MARGIN"]
+
+#: Seconds added to a step's ``operation_timeout`` for the RPC deadlines around it, so
+#: that the workers' own deadline error (naming the ops not finished) arrives first.
+RPC_MARGIN = 5.0
+
+
+def needed_ops(roots: list[Operation], fed: set[str]) -> list[Operation]:
+    """The ops ``roots`` need through data and control inputs, cutting at fed tensors;
+    an op whose outputs are all fed is included but not walked through."""
+    seen: dict[str, Operation] = {}
+    stack = list(roots)
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen[op.name] = op
+        if op.outputs and all(t.name in fed for t in op.outputs):
+            continue
+        stack.extend(t.op for t in op.inputs if t.name not in fed)
+        stack.extend(op._control_inputs)
+    return list(seen.values())
+
+
+@dataclass
+class _TaskPart:
+    """One task's partition of a step signature."""
+
+    task: tuple
+    handle: str
+    ops: list
+    fetches: list
+    targets: list
+    feeds: list
+    send_to: dict
+
+    def to_proto(self) -> worker_pb2.PartitionDef:
+        return worker_pb2.PartitionDef(
+            handle=self.handle, ops=self.ops, fetches=self.fetches, targets=self.targets,
+            feeds=self.feeds,
+            send_to=[worker_pb2.SendTo(tensor=k, devices=sorted(v))
+                     for k, v in sorted(self.send_to.items())])
+
+
+@dataclass
+class _Signature:
+    parts: list            # of _TaskPart
+    fed_fetches: list      # fetched names that are fed (answered by the master)
+    node_count: int
+
+
+@dataclass
+class _MasterSession:
+    handle: str
+    config: SessionConfig
+    placer: Any
+    graph: Graph = field(default_factory=Graph)
+    nodes: list = field(default_factory=list)        # NodeDef messages, in order
+    placement: Placement = field(default_factory=Placement)
+    placed_nodes: int = 0
+    signatures: dict = field(default_factory=dict)
+    # (job, task) -> (node count registered, set of partition handles)
+    registered: dict = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    register_locks: dict = field(default_factory=dict)
+    log_lines: list = field(default_factory=list)
+
+
+class MasterService(master_pb2_grpc.MasterServicer):
+    """The Master gRPC service of one server (see the module docstring).
+
+    Args:
+        cluster: the hardware view, master task set to this server's task.
+        worker: this server's :class:`runtime.worker.WorkerService` (called directly).
+        peers: the server's :class:`runtime.worker.PeerChannels`.
+    """
+
+    def __init__(self, cluster: Cluster, worker: WorkerService, peers: PeerChannels, *,
+                 max_sessions: int = 256):
+        self.cluster = cluster
+        self.worker = worker
+        self.peers = peers
+        self.task = (worker.job, worker.task)
+        self.task_name = worker.task_name
+        self._sessions: dict[str, _MasterSession] = {}
+        self._sessions_lock = threading.Lock()
+        self._max_sessions = max_sessions
+        self._address = {(t.job, t.index): t.address for t in cluster.tasks}
+        self._cpu_of = {}
+        for t in cluster.tasks:
+            devs = cluster.devices_of_task(t.job, t.index)
+            cpu = next((d for d in devs if d.is_cpu), devs[0])
+            self._cpu_of[(t.job, t.index)] = cpu.name
+        self._inflight: set = set()
+        self._inflight_lock = threading.Lock()
+        # Step ids: random base (several masters share the workers) + counter.
+        self._step_ids = itertools.count(secrets.randbits(52) << 8)
+
+    # -- sessions -------------------------------------------------------------------------
+    def create_session(self, graph_def: graph_pb2.GraphDef, config_json: str) -> str:
+        config = SessionConfig.from_dict(json.loads(config_json)) if config_json else SessionConfig()
+        sess = _MasterSession(f"{self.task_name}/{secrets.token_hex(8)}", config, None)
+        sess.placer = config.make_placer(log=lambda line: sess.log_lines.append(line))
+        self._extend(sess, 0, graph_def.node)
+        with self._sessions_lock:
+            if len(self._sessions) >= self._max_sessions:  # forget the oldest
+                self._sessions.pop(next(iter(self._sessions)))
+            self._sessions[sess.handle] = sess
+        return sess.handle
+
+    def _session(self, handle: str) -> _MasterSession:
+        with self._sessions_lock:
+            sess = self._sessions.get(handle)
+        if sess is None:
+            raise errors.NotFound(f"session {handle!r} is not open on {self.task_name} (closed, "
+                                  "or the server restarted)")
+        return sess
+
+    def _extend(self, sess: _MasterSession, base: int, nodes) -> None:
+        """Append the client's nodes ``[base, base + len(nodes))``; those the master
+        already holds (a resend after a failed run, concurrent runs) are skipped."""
+        with sess.lock:
+            have = len(sess.nodes)
+            if base > have:
+                raise errors.FailedPrecondition(
+                    f"the client sent nodes from {base}, the master holds {have}",
+                    "graph_out_of_sync")
+            fresh = list(nodes)[have - base:]
+            if fresh:
+                extend_graph(sess.graph, nodes_from_proto(fresh))
+                sess.nodes.extend(fresh)
+
+    def close_session(self, handle: str) -> None:
+        with self._sessions_lock:
+            sess = self._sessions.pop(handle, None)
+        if sess is None:
+            return
+        for task in list(sess.registered):
+            if task == self.task:
+                self.worker.close_session(handle)
+                continue
+            client = self.peers.get(self._address[task])
+            try:
+                self._keep_until_done(client.stub.CloseSession.future(
+                    worker_pb2.CloseSessionRequest(session_handle=handle), timeout=2.0))
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+    # -- placement and partitions ------------------------------------------------------------
+    def _place(self, sess: _MasterSession) -> tuple[list, list]:
+        """Place new ops; return (new placement entries, log lines)."""
+        with sess.lock:
+            if sess.placed_nodes == len(sess.nodes):
+                return [], []
+            sess.log_lines = lines = []
+            placement = sess.placer.place(sess.graph, self.cluster, previous=sess.placement)
+            new = [(op, dev) for op, dev in placement.items() if op not in sess.placement]
+            sess.placement = placement
+            sess.placed_nodes = len(sess.nodes)
+            for line in lines:
+                print(line, file=sys.stderr, flush=True)
+            return new, lines
+
+    def _signature(self, sess: _MasterSession, fetches: tuple, targets: tuple,
+                   fed: frozenset) -> _Signature:
+        key = (fetches, targets, fed, len(sess.nodes))
+        sig = sess.signatures.get(key)
+        if sig is not None:
+            return sig
+        with sess.lock:
+            graph, placement = sess.graph, sess.placement
+            roots = []
+            fed_fetches = []
+            for name in fetches:
+                if name in fed:
+                    fed_fetches.append(name)
+                    continue
+                roots.append(graph.get_tensor_by_name(name).op)
+            roots += [graph.get_operation_by_name(n) for n in targets]
+            ops = needed_ops(roots, set(fed))
+            order = {op.name: i for i, op in enumerate(graph.get_operations())}
+            ops.sort(key=lambda op: order[op.name])
+            task_of = {}
+            for op in ops:
+                spec = DeviceSpec.from_string(placement[op.name])
+                task_of[op.name] = (spec.job, spec.task)
+            parts: dict[tuple, _TaskPart] = {}
+
+            def part(task) -> _TaskPart:
+                p = parts.get(task)
+                if p is None:
+                    p = parts[task] = _TaskPart(task, "", [], [], [], [], {})
+                return p
+
+            is_fed_op = {op.name for op in ops if op.outputs and all(t.name in fed for t in op.outputs)}
+            for op in ops:
+                if op.name in is_fed_op:
+                    continue
+                t = task_of[op.name]
+                p = part(t)
+                p.ops.append(op.name)
+                dst = placement[op.name]
+                for x in op.inputs:
+                    if x.name in fed:
+                        if x.name not in p.feeds:
+                            p.feeds.append(x.name)
+                        continue
+                    src_task = task_of[x.op.name]
+                    if src_task != t:
+                        part(src_task).send_to.setdefault(x.name, set()).add(dst)
+                for c in op._control_inputs:
+                    if c.name in is_fed_op:
+                        name = next(x.name for x in c.outputs if x.name in fed)
+                        if name not in p.feeds:
+                            p.feeds.append(name)
+                        continue
+                    src_task = task_of[c.name]
+                    if src_task != t:
+                        part(src_task).send_to.setdefault("^" + c.name, set()).add(self._cpu_of[t])
+            for name in fetches:
+                if name not in fed:
+                    op_name = name.rpartition(":")[0]
+                    p = part(task_of[op_name])
+                    if name not in p.fetches:
+                        p.fetches.append(name)
+            for name in targets:
+                if name not in is_fed_op:
+                    part(task_of[name]).targets.append(name)
+            index = len(sess.signatures)
+            for task, p in sorted(parts.items()):
+                p.handle = f"{sess.handle}/{index}/{task[0]}/{task[1]}"
+            sig = _Signature([parts[t] for t in sorted(parts)], fed_fetches, len(sess.nodes))
+            sess.signatures[key] = sig
+            return sig
+
+    # -- registration ------------------------------------------------------------------------
+    def _register(self, sess: _MasterSession, p: _TaskPart, node_count: int, *,
+                  fresh: bool = False, deadline: float) -> None:
+        """Make sure ``p``'s worker holds the graph up to ``node_count`` nodes and ``p``
+        (``fresh``: it forgot everything; send from node 0)."""
+        task = p.task
+        with sess.lock:
+            task_lock = sess.register_locks.setdefault(task, threading.Lock())
+        with task_lock:
+            for _ in range(2):
+                have, handles = (0, set()) if fresh else sess.registered.get(task, (0, set()))
+                if have >= node_count and p.handle in handles:
+                    return
+                with sess.lock:
+                    nodes = sess.nodes[have:node_count]
+                    placement = sess.placement
+                request = worker_pb2.RegisterGraphRequest(
+                    session_handle=sess.handle, base_node_count=have, nodes=nodes,
+                    placement=[graph_pb2.PlacementEntry(op=n.name, device=placement[n.name])
+                               for n in nodes],
+                    partitions=[p.to_proto()],
+                    config_json=json.dumps(sess.config.to_dict()) if have == 0 else "")
+                if task == self.task:
+                    self.worker.register_graph(request)
+                else:
+                    address = self._address[task]
+                    client = self.peers.get(address)
+                    try:
+                        reply = wire.call_rpc(client.stub.RegisterGraph, request, address=address,
+                                              method="Worker.RegisterGraph",
+                                              timeout=max(0.001, deadline - time.monotonic()))
+                    except wire.TransportError as err:
+                        if isinstance(err, wire.PeerUnavailable):
+                            self.peers.reset(address, client)
+                        raise transport_error(err, task_name(*task)) from None
+                    if reply.error.type:
+                        err = error_from_proto(reply.error)
+                        if (isinstance(err, errors.FailedPrecondition)
+                                and err.name == "graph_out_of_sync" and not fresh):
+                            fresh = True  # the worker restarted: start again from node 0
+                            continue
+                        raise err
+                handles = set(handles)
+                handles.add(p.handle)
+                sess.registered[task] = (node_count, handles)
+                return
+
+    # -- running ---------------------------------------------------------------------------
+    def run_step(self, request: master_pb2.RunStepRequest) -> master_pb2.RunStepResponse:
+        sess = self._session(request.session_handle)
+        if request.nodes or request.base_node_count != len(sess.nodes):
+            self._extend(sess, request.base_node_count, request.nodes)
+        response = master_pb2.RunStepResponse()
+        new, lines = self._place(sess)
+        response.new_placement.extend(graph_pb2.PlacementEntry(op=o, device=d) for o, d in new)
+        response.placement_log.extend(lines)
+        response.node_count = len(sess.nodes)
+
+        graph = sess.graph
+        fetches = tuple(request.fetches)
+        targets = tuple(request.targets)
+        feeds_by_name = {}
+        for f in request.feeds:
+            try:
+                t = graph.get_tensor_by_name(f.name)
+            except (KeyError, ValueError):
+                raise errors.NotFound(f"cannot feed {f.name!r}: the graph has no such tensor") from None
+            meta = f.value.meta
+            shape = tuple(t.shape) if t.shape is not None else None
+            if meta.dtype != t.dtype.name:
+                raise errors.InvalidArgument(
+                    f"Cannot feed a value of dtype {meta.dtype} to Tensor {f.name!r} of dtype "
+                    f"{t.dtype.name}")
+            if shape is not None and (len(meta.shape) != len(shape) or any(
+                    d is not None and d != s for d, s in zip(shape, meta.shape))):
+                raise errors.InvalidArgument(
+                    f"Cannot feed value of shape {tuple(meta.shape)} for Tensor {f.name!r}, "
+                    f"which has shape {shape}")
+            feeds_by_name[f.name] = f
+        for name in fetches:
+            try:
+                graph.get_tensor_by_name(name)
+            except (KeyError, ValueError):
+                raise errors.NotFound(f"The name {name!r} refers to a Tensor which does not "
+                                      "exist in the session's graph") from None
+        for name in targets:
+            if name not in graph:
+                raise errors.NotFound(f"The name {name!r} refers to an Operation not in the "
+                                      "graph.") from None
+        sig = self._signature(sess, fetches, targets, frozenset(feeds_by_name))
+        timeout = sess.config.operation_timeout
+        deadline = time.monotonic() + timeout + RPC_MARGIN
+        step_id = next(self._step_ids)
+        trace = request.trace
+
+        for name in sig.fed_fetches:
+            response.values.append(graph_pb2.NamedTensor(name=name, value=feeds_by_name[name].value))
+        if not sig.parts:
+            return response
+
+        results: dict = {}
+        first_error: list = []
+        lock = threading.Lock()
+        involved = [p.task for p in sig.parts]
+
+        def fail(err: BaseException) -> None:
+            with lock:
+                if first_error:
+                    return
+                first_error.append(err)
+            self._abort(step_id, involved, err)
+
+        # Remote parts first (asynchronous calls), then this task's part in this thread.
+        calls = []
+        local = None
+        for p in sig.parts:
+            if p.task == self.task:
+                local = p
+                continue
+            try:
+                self._register(sess, p, sig.node_count, deadline=deadline)
+                calls.append((p, self._start_remote(sess, p, step_id, feeds_by_name, trace,
+                                                    timeout, deadline, fail)))
+            except BaseException as err:  # noqa: BLE001
+                fail(err)
+                break
+        if local is not None and not first_error:
+            try:
+                self._register(sess, local, sig.node_count, deadline=deadline)
+                wsess, wpart = self.worker.partition(sess.handle, local.handle)
+                if wpart is None:  # evicted from the worker's session table
+                    self._register(sess, local, sig.node_count, fresh=True, deadline=deadline)
+                    wsess, wpart = self.worker.partition(sess.handle, local.handle)
+                feeds = {n: tensor_from_proto(feeds_by_name[n].value, n) for n in local.feeds}
+                result, sends = self.worker.run_partition(wsess, wpart, step_id, feeds,
+                                                          trace=trace, timeout=timeout)
+                results[self.task] = (result, sends)
+            except BaseException as err:  # noqa: BLE001
+                fail(err)
+            finally:
+                self.worker.rendezvous.finish_step(step_id)
+        for p, (fut, request) in calls:
+            try:
+                reply = self._finish_remote(sess, p, sig, fut, request, deadline)
+                if reply is not None:
+                    results[p.task] = reply
+            except BaseException as err:  # noqa: BLE001
+                fail(err)
+        if first_error:
+            raise first_error[0]
+
+        stats = graph_pb2.StepStats() if trace else None
+        for p in sig.parts:
+            r = results[p.task]
+            if isinstance(r, worker_pb2.RunGraphResponse):
+                response.values.extend(r.values)
+                if trace:
+                    _merge_stats(stats, r.stats)
+            else:
+                result, sends = r
+                response.values.extend(named_tensors(result.values))
+                if trace:
+                    part_stats = stats_to_proto(result.ops, result.transfers, result.memory,
+                                                result.oom, sends, result.capacity,
+                                                result.start, result.end)
+                    _merge_stats(stats, part_stats)
+        if trace:
+            response.stats.CopyFrom(stats)
+        return response
+
+    def _start_remote(self, sess, p: _TaskPart, step_id: int, feeds_by_name, trace: bool,
+                      timeout: float, deadline: float, fail):
+        """Call RunGraph on ``p``'s worker without waiting; ``fail`` hears of an error as
+        soon as it happens (so the other tasks are aborted at once)."""
+        request = worker_pb2.RunGraphRequest(
+            session_handle=sess.handle, partition_handle=p.handle, step_id=step_id,
+            feeds=[feeds_by_name[n] for n in p.feeds], trace=trace, timeout=timeout)
+        address = self._address[p.task]
+        client = self.peers.get(address)
+        name = task_name(*p.task)
+        started = time.perf_counter()
+
+        def done(fut) -> None:
+            try:
+                reply = fut.result()
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    self.peers.reset(address, client)
+                fail(transport_error(wire.translate_rpc_error(
+                    err, address, "Worker.RunGraph", time.perf_counter() - started), name))
+                return
+            except BaseException as err:  # noqa: BLE001 - cancelled
+                fail(err)
+                return
+            if reply.error.type and reply.error.type != UNKNOWN_PARTITION:
+                fail(error_from_proto(reply.error))
+
+        fut = client.stub.RunGraph.future(request, timeout=max(0.001, deadline - time.monotonic()),
+                                          wait_for_ready=False)
+        fut.add_done_callback(done)
+        return fut, request
+
+    def _finish_remote(self, sess, p: _TaskPart, sig: _Signature, fut, request, deadline: float):
+        """Wait for a RunGraph started by :meth:`_start_remote`; retry once on a worker
+        that restarted (registering the graph again). None when it failed (already
+        reported)."""
+        try:
+            reply = fut.result()
+        except BaseException:  # noqa: BLE001 - reported by the done callback
+            return None
+        if reply.error.type != UNKNOWN_PARTITION:
+            return None if reply.error.type else reply
+        # The worker restarted: register again from node 0 and run its part again.
+        address = self._address[p.task]
+        self._register(sess, p, sig.node_count, fresh=True, deadline=deadline)
+        client = self.peers.get(address)
+        try:
+            reply = wire.call_rpc(client.stub.RunGraph, request, address=address,
+                                  method="Worker.RunGraph",
+                                  timeout=max(0.001, deadline - time.monotonic()))
+        except wire.TransportError as err:
+            if isinstance(err, wire.PeerUnavailable):
+                self.peers.reset(address, client)
+            raise transport_error(err, task_name(*p.task)) from None
+        if reply.error.type:
+            raise error_from_proto(reply.error)
+        return reply
+
+    def _abort(self, step_id: int, tasks: list, err: BaseException) -> None:
+        """Abort ``step_id`` on every task of ``tasks`` (fire and forget)."""
+        status = error_to_proto(err, self.task_name)
+        for task in tasks:
+            if task == self.task:
+                self.worker.rendezvous.abort(step_id, StepAborted(
+                    f"step {step_id} aborted: {err}"))
+                continue
+            try:
+                client = self.peers.get(self._address[task])
+                self._keep_until_done(client.stub.AbortStep.future(
+                    worker_pb2.AbortStepRequest(step_id=step_id, error=status), timeout=2.0))
+            except Exception:  # noqa: BLE001 - best effort; the step deadline still holds
+                pass
+
+    def _keep_until_done(self, future) -> None:
+        """Hold a fire-and-forget call's future until it completes: gRPC cancels a call
+        whose future is garbage-collected."""
+        with self._inflight_lock:
+            self._inflight.add(future)
+
+        def drop(f) -> None:
+            with self._inflight_lock:
+                self._inflight.discard(f)
+
+        future.add_done_callback(drop)
+
+    # -- gRPC methods --------------------------------------------------------------------
+    def CreateSession(self, request, context):  # noqa: N802
+        try:
+            handle = self.create_session(request.graph, request.config_json)
+            return master_pb2.CreateSessionResponse(
+                session_handle=handle, task=self.task_name,
+                cluster_json=json.dumps(self.cluster.to_dict()))
+        except BaseException as err:  # noqa: BLE001
+            return master_pb2.CreateSessionResponse(error=error_to_proto(err, self.task_name))
+
+    def RunStep(self, request, context):  # noqa: N802
+        try:
+            return self.run_step(request)
+        except BaseException as err:  # noqa: BLE001
+            return master_pb2.RunStepResponse(error=error_to_proto(err, self.task_name))
+
+    def CloseSession(self, request, context):  # noqa: N802
+        self.close_session(request.session_handle)
+        return worker_pb2.CloseSessionResponse()
+
+    def ListDevices(self, request, context):  # noqa: N802
+        return master_pb2.ListDevicesResponse(
+            devices=[worker_pb2.DeviceAttributes(name=d.name, device_type=d.device_type,
+                                                 memory_limit_bytes=d.memory_bytes)
+                     for d in self.cluster.devices],
+            cluster_json=json.dumps(self.cluster.to_dict()))
+
+    def Ping(self, request, context):  # noqa: N802
+        return tensor_pb2.PingReply(payload=request.payload)
+
+    def close(self) -> None:
+        pass
+
+
+def _merge_stats(into: graph_pb2.StepStats, part: graph_pb2.StepStats) -> None:
+    """Append ``part``'s records to ``into``; the step spans both."""
+    first = not (into.ops or into.start or into.end)
+    into.ops.extend(part.ops)
+    into.transfers.extend(part.transfers)
+    into.memory.extend(part.memory)
+    into.oom.extend(part.oom)
+    into.sends.extend(part.sends)
+    for k, v in part.capacity.items():
+        into.capacity[k] = v
+    if first:
+        into.start, into.end = part.start, part.end
+    else:
+        into.start, into.end = min(into.start, part.start), max(into.end, part.end)

@@ -1,0 +1,191 @@
+"""``RemoteSession``: the client side of a ``grpc://`` session.
+
+:class:`runtime.session.Session` hands every call of a ``Session("grpc://host:port")``
+to a :class:`RemoteSession`; the server at that address is the session's master.
+Opening the session sends the graph as it stands (``CreateSession``); each run is one
+``RunStep`` RPC that also carries the ops added to the graph since the last call, the
+feeds, and gets back the fetched values inline, the placement of newly placed ops, and,
+when asked, every task's trace records, merged here into one :class:`core.trace.Trace`.
+Errors raised on a server come back as the same :mod:`runtime.errors` class (or
+``core.placement.PlacementError``); a server that cannot be reached is
+:class:`runtime.errors.Unavailable`, within the call's deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Mapping
+
+import numpy as np
+
+from core.cluster import Cluster
+from core.graph import Graph
+from core.placement import Placement
+from core.serialize import graph_to_nodes
+from core.trace import Trace
+from runtime import errors, wire
+from runtime.config import SessionConfig
+from runtime.graph_codec import (error_from_proto, graph_to_proto, named_tensors, node_to_proto,
+                                 stats_from_proto, tensors_from_proto)
+from runtime.master import RPC_MARGIN
+from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
+
+__all__ = ["RemoteSession", "build_trace"]
+
+
+def build_trace(stats: Mapping, fetch_names=(), target_names=(), meta: Mapping | None = None,
+                ) -> Trace:
+    """A :class:`core.trace.Trace` from merged records (:func:`stats_from_proto`).
+
+    Times are shifted so the step starts at 0. A transfer is recorded by its receiver
+    from the moment it waited for it; it starts no earlier than its sender pushed it
+    (so that a trace shows the transfer after its producer, as in the simulator). A
+    fed tensor consumed on several tasks is recorded once.
+    """
+    ops_by_name = {}
+    for r in sorted(stats["ops"], key=lambda r: r.start):
+        ops_by_name.setdefault(r.op, r)
+    ops = list(ops_by_name.values())
+    origin = min([stats["start"]] + [r.start for r in ops]) if ops or stats["start"] else 0.0
+    pushed = {(t, d): a for t, d, a, _ in stats["sends"]}
+    transfers = []
+    for x in stats["transfers"]:
+        start = max(x.start, pushed.get((x.tensor, x.dst), x.start))
+        transfers.append(x._replace(start=min(start, x.end)))
+    o = origin
+    trace = Trace(
+        ops=[r._replace(start=r.start - o, end=r.end - o) for r in ops],
+        transfers=[r._replace(start=r.start - o, end=r.end - o) for r in transfers],
+        memory=sorted((r._replace(time=r.time - o) for r in stats["memory"]),
+                      key=lambda r: (r.time, r.device)),
+        oom_events=[r._replace(time=r.time - o) for r in stats["oom"]],
+        capacity=dict(stats["capacity"]), meta=dict(meta or {}))
+    ends = {r.op: r.end for r in trace.ops}
+    wanted = [n.rpartition(":")[0] for n in fetch_names] + list(target_names)
+    trace.fetch_end = {n: ends[n] for n in wanted if n in ends}
+    return trace
+
+
+class RemoteSession:
+    """A session whose master is the server at ``target`` (``grpc://host:port``).
+
+    The contract with :class:`runtime.session.Session`: ``run(fetch_names, target_names,
+    feeds, trace) -> (values by tensor name, Trace | None)``, ``close()``, ``placement``
+    (the master's :class:`core.placement.Placement` of the graph), ``cluster`` (the
+    hardware view it places on) and ``list_devices()``.
+
+    Raises :class:`runtime.errors.Unavailable` when nothing answers at ``target``.
+    """
+
+    def __init__(self, target: str, graph: Graph, config: SessionConfig | None = None):
+        if not target.startswith("grpc://"):
+            raise errors.InvalidArgument(f"a remote target looks like 'grpc://host:port', not "
+                                         f"{target!r}")
+        self.target = target
+        self.address = target[len("grpc://"):]
+        self.graph = graph
+        self.config = config or SessionConfig()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._placement_entries: dict[str, str] = {}
+        self._placement: Placement | None = None
+        self._channel = wire.create_channel(self.address)
+        self._stub = master_pb2_grpc.MasterStub(self._channel)
+        self._connect_timeout = min(self.config.operation_timeout, 10.0) + RPC_MARGIN
+        try:
+            ops = graph.get_operations()
+            nodes = graph_to_nodes(ops)
+            reply = self._call("CreateSession", master_pb2.CreateSessionRequest(
+                graph=graph_to_proto(nodes), config_json=json.dumps(self.config.to_dict())),
+                self._connect_timeout)
+            if reply.error.type:
+                raise error_from_proto(reply.error)
+        except BaseException:
+            self._channel.close()
+            raise
+        self._sent = len(ops)
+        self.handle = reply.session_handle
+        self.master_task = reply.task
+        self.cluster = Cluster.from_dict(json.loads(reply.cluster_json))
+
+    def _call(self, method: str, request, timeout: float):
+        try:
+            return wire.call_rpc(getattr(self._stub, method), request, address=self.address,
+                                 method=f"Master.{method}", timeout=timeout)
+        except wire.PeerUnavailable as err:
+            raise errors.Unavailable(self.target, f"{err.method} failed: {err.details}") from None
+        except wire.DeadlineExceeded as err:
+            raise errors.DeadlineExceeded(
+                f"{err.method} to {self.target} got no answer within {err.elapsed:.1f} s") from None
+        except wire.TransportError as err:
+            raise errors.LabRuntimeError(str(err)) from None
+
+    @property
+    def placement(self) -> Placement | None:
+        """The master's placement of the ops placed so far (None before the first run)."""
+        with self._lock:
+            if self._placement is None and self._placement_entries:
+                self._placement = Placement(self._placement_entries)
+            return self._placement
+
+    def list_devices(self):
+        from runtime.session import DeviceAttributes
+        reply = self._call("ListDevices", master_pb2.ListDevicesRequest(), self._connect_timeout)
+        return [DeviceAttributes(d.name, d.device_type, d.memory_limit_bytes)
+                for d in reply.devices]
+
+    def run(self, fetch_names: list[str], target_names: list[str],
+            feeds: Mapping[str, np.ndarray], trace: bool = False):
+        """One step on the cluster; see the class docstring."""
+        if self._closed:
+            raise errors.LabRuntimeError("Attempted to use a closed Session.")
+        request = master_pb2.RunStepRequest(
+            session_handle=self.handle, fetches=fetch_names, targets=target_names,
+            feeds=named_tensors(feeds), trace=trace)
+        with self._lock:
+            ops = self.graph.get_operations()
+            if len(ops) > self._sent:
+                request.nodes.extend(node_to_proto(n) for n in graph_to_nodes(ops[self._sent:]))
+            request.base_node_count = self._sent
+            sent_after = len(ops)
+        reply = self._call("RunStep", request, self.config.operation_timeout + 2 * RPC_MARGIN)
+        with self._lock:
+            if reply.node_count >= sent_after:
+                self._sent = max(self._sent, reply.node_count)
+            if reply.new_placement:
+                for e in reply.new_placement:
+                    self._placement_entries[e.op] = e.device
+                self._placement = None
+        if reply.placement_log and self.config.log_device_placement:
+            for line in reply.placement_log:
+                print(line, file=sys.stderr)
+        if reply.error.type:
+            raise error_from_proto(reply.error)
+        values = tensors_from_proto(reply.values)
+        tr = None
+        if trace:
+            tr = build_trace(stats_from_proto(reply.stats), fetch_names, target_names,
+                             {"target": self.target, "master": self.master_task,
+                              "config": self.config.to_dict(), "backend": "runtime"})
+        return values, tr
+
+    def close(self) -> None:
+        """Close the session on the master (best effort) and the channel (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._call("CloseSession", worker_pb2.CloseSessionRequest(session_handle=self.handle),
+                       2.0)
+        except errors.LabRuntimeError:
+            pass
+        self._channel.close()
+
+    def __del__(self):
+        try:
+            if not self._closed:
+                self._channel.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass

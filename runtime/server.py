@@ -1,0 +1,262 @@
+"""``Server``: TensorFlow 1.x's ``tf.train.Server``, a task of a cluster serving gRPC.
+
+A server is started with the cluster spec, its job name and task index. It binds the
+port of its address in the spec (on ``127.0.0.1`` unless ``bind_host`` says otherwise)
+and offers two services over one gRPC server:
+
+- the *master* (:class:`runtime.master.MasterService`): clients open sessions on it
+  (``Session("grpc://host:port")``); it places, partitions and runs their steps;
+- the *worker* (:class:`runtime.worker.WorkerService`): runs this task's part of every
+  step, holds the task's variables across runs and sessions, and exchanges tensors with
+  the other tasks.
+
+The hardware view the master places on is ``Cluster.from_spec(spec, hosts=...)`` with
+the tasks grouped by the host of their address (every loopback address is host
+``localhost``, so tasks on one machine share its CPU cores), or a calibrated Cluster
+JSON (``hardware=``), with the master set to this task.
+
+From the shell::
+
+    python -m runtime.server --cluster cluster.json --job ps --task 0
+
+where ``cluster.json`` is ``{"ps": ["127.0.0.1:2221"], "worker": [...]}`` (or that
+under a ``"cluster"`` key). It prints ``Started server with target: grpc://...`` and
+serves until SIGTERM or SIGINT.
+
+>>> server = Server.create_local_server()
+>>> server.target.startswith("grpc://127.0.0.1:")
+True
+>>> server.stop()
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+from core.cluster import Cluster, ClusterSpec, split_address
+from runtime import wire
+from runtime.config import SessionConfig
+from runtime.errors import InvalidArgument
+from runtime.master import MasterService
+from runtime.protos import master_pb2_grpc
+from runtime.worker import SHM_MIN_BYTES, PeerChannels, WorkerService, add_worker_to_server
+
+__all__ = ["Server", "hardware_view", "main", "LOOPBACK_HOSTS"]
+
+#: Address hosts that all mean "this machine" (one host, ``localhost``, in the view).
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
+
+
+def _cpu_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def hardware_view(spec: "ClusterSpec | Mapping", job: str, task: int,
+                  hardware: "Cluster | str | os.PathLike | None" = None) -> Cluster:
+    """The cluster a master on ``(job, task)`` places on (see the module docstring).
+
+    >>> c = hardware_view({"ps": ["127.0.0.1:1"], "worker": ["localhost:2"]}, "worker", 0)
+    >>> c.master, sorted({t.host for t in c.tasks})
+    (('worker', 0), ['localhost'])
+    """
+    spec = ClusterSpec(spec)
+    if hardware is not None:
+        base = hardware if isinstance(hardware, Cluster) else Cluster.load(hardware)
+        missing = [f"/job:{j}/task:{t}" for j, t in spec.tasks()
+                   if not any(x.job == j and x.index == t for x in base.tasks)]
+        if missing:
+            raise InvalidArgument(f"the hardware view lacks tasks of the cluster spec: {missing}")
+    else:
+        hosts = {}
+        for j, t in spec.tasks():
+            host = split_address(spec.task_address(j, t))[0]
+            hosts[(j, t)] = "localhost" if host in LOOPBACK_HOSTS else host
+        base = Cluster.from_spec(spec, hosts=hosts, cpu_cores=_cpu_cores())
+    return Cluster(base.hosts, base.tasks, base.devices, base.links, master=(job, task),
+                   nvlink=base.nvlink)
+
+
+class Server:
+    """One task of a cluster, serving the master and worker services.
+
+    Args:
+        server_or_cluster_def: a :class:`core.cluster.ClusterSpec` or a dict
+            ``{job: [addresses]}``.
+        job_name: this task's job (may be left out when the spec has one job).
+        task_index: this task's index in its job (default 0).
+        protocol: only ``"grpc"`` (TensorFlow's argument).
+        config: a :class:`runtime.config.SessionConfig` (or its dict): thread counts of
+            this task's devices; the default config of sessions.
+        start: start serving now (else call :meth:`start`).
+        bind_host: the interface to bind (``127.0.0.1``: nothing outside the host can
+            reach the server).
+        hardware: a calibrated :class:`core.cluster.Cluster` (or its JSON path) to place
+            on instead of the default view.
+        shm_min_bytes: tensors at least this large go to tasks on the same host through
+            shared memory; ``None`` always uses the socket.
+
+    Attributes: ``target`` (``grpc://host:port``), ``cluster_spec``, ``job_name``,
+    ``task_index``, ``cluster`` (the hardware view), ``worker``, ``master``.
+    """
+
+    def __init__(self, server_or_cluster_def, job_name: str | None = None,
+                 task_index: int | None = None, protocol: str | None = None, config=None,
+                 start: bool = True, *, bind_host: str = wire.LOCALHOST,
+                 hardware: "Cluster | str | os.PathLike | None" = None,
+                 shm_min_bytes: int | None = SHM_MIN_BYTES, max_workers: int = 64):
+        if protocol not in (None, "grpc"):
+            raise InvalidArgument(f"unknown protocol {protocol!r}; only 'grpc' is supported")
+        spec = ClusterSpec(server_or_cluster_def)
+        if job_name is None:
+            if len(spec.jobs) != 1:
+                raise InvalidArgument(f"job_name is needed: the cluster has jobs {spec.jobs}")
+            job_name = spec.jobs[0]
+        task_index = 0 if task_index is None else int(task_index)
+        address = spec.task_address(job_name, task_index)  # raises UnknownTask
+        if isinstance(config, Mapping):
+            config = SessionConfig.from_dict(dict(config))
+        self.config = config or SessionConfig()
+        self.cluster_spec = spec
+        self.job_name, self.task_index = job_name, task_index
+        self.address = address
+        self.cluster = hardware_view(spec, job_name, task_index, hardware)
+        host, port = split_address(address)
+        self._peers = PeerChannels()
+        self.worker = WorkerService(self.cluster, job_name, task_index, self.config,
+                                    peers=self._peers, shm_min_bytes=shm_min_bytes)
+        self.master = MasterService(self.cluster, self.worker, self._peers)
+        try:
+            self._server, self.port = wire.create_server(bind_host, port, max_workers=max_workers)
+        except BaseException:
+            self.worker.close()
+            self.master.close()
+            raise
+        add_worker_to_server(self.worker, self._server)
+        master_pb2_grpc.add_MasterServicer_to_server(self.master, self._server)
+        self._started = False
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+        if start:
+            self.start()
+
+    @classmethod
+    def create_local_server(cls, config=None, start: bool = True) -> "Server":
+        """A one-task server ``/job:localhost/task:0`` on a free port of 127.0.0.1."""
+        from runtime.launcher import free_ports
+        (port,) = free_ports(1)
+        return cls({"localhost": [f"{wire.LOCALHOST}:{port}"]}, "localhost", 0, config=config,
+                   start=start)
+
+    @property
+    def target(self) -> str:
+        """``grpc://host:port``: what a client passes to ``Session``."""
+        return f"grpc://{self.address}"
+
+    @property
+    def server_def(self) -> dict:
+        return {"cluster": self.cluster_spec.as_dict(), "job_name": self.job_name,
+                "task_index": self.task_index, "protocol": "grpc"}
+
+    def start(self) -> None:
+        """Start serving (idempotent)."""
+        if not self._started:
+            self._server.start()
+            self._started = True
+
+    def join(self) -> None:
+        """Block for as long as the server serves (until :meth:`stop`)."""
+        while not self._stopped.wait(1.0):  # a timeout keeps signal handlers responsive
+            pass
+
+    def stop(self, grace: float | None = 0.5) -> None:
+        """Stop serving, finish or cancel calls within ``grace`` seconds, release the
+        devices, threads and channels (idempotent)."""
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            self._server.stop(grace).wait()
+            self.master.close()
+            self.worker.close()
+            self._peers.close()
+            self._stopped.set()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<Server /job:{self.job_name}/task:{self.task_index} {self.target}>"
+
+
+# ---------------------------------------------------------------------------
+# Command line
+
+def _load_spec(path: str) -> dict:
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
+        data = data["cluster"]
+    return data
+
+
+def _watch_parent(server: Server, parent: int) -> None:
+    # Stop when the process that started us is gone (a test runner killed hard).
+    while not server._stopped.wait(0.5):
+        if os.getppid() != parent:
+            server.stop(grace=0)
+            return
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m runtime.server --cluster cluster.json --job ps --task 0``."""
+    parser = argparse.ArgumentParser(prog="python -m runtime.server",
+                                     description="Start one task of a placement-lab cluster.")
+    parser.add_argument("--cluster", required=True,
+                        help='JSON file: {"ps": ["host:port", ...], "worker": [...]}')
+    parser.add_argument("--job", required=True, help="this task's job name")
+    parser.add_argument("--task", type=int, default=0, help="this task's index (default 0)")
+    parser.add_argument("--config", help="JSON file with a SessionConfig dict")
+    parser.add_argument("--hardware", help="calibrated Cluster JSON to place on")
+    parser.add_argument("--bind", default=wire.LOCALHOST,
+                        help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--no-shm", action="store_true",
+                        help="send tensors to same-host tasks over the socket only")
+    parser.add_argument("--exit-with-parent", action="store_true",
+                        help="stop when the parent process exits")
+    args = parser.parse_args(argv)
+    config = (SessionConfig.from_dict(json.loads(Path(args.config).read_text()))
+              if args.config else None)
+    parent = os.getppid()
+    try:
+        server = Server(_load_spec(args.cluster), args.job, args.task, config=config,
+                        bind_host=args.bind, hardware=args.hardware,
+                        shm_min_bytes=None if args.no_shm else SHM_MIN_BYTES)
+    except wire.BindError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 3
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        threading.Thread(target=server.stop, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if args.exit_with_parent:
+        threading.Thread(target=_watch_parent, args=(server, parent), daemon=True).start()
+    print(f"Started server with target: {server.target}", flush=True)
+    server.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

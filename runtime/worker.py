@@ -1,0 +1,861 @@
+"""The worker service: runs this task's part of each step and exchanges tensors.
+
+Every :class:`runtime.server.Server` runs one :class:`WorkerService` (protocol:
+``service Worker`` in ``runtime/protos/worker.proto``). It holds
+
+- the task's devices (:class:`runtime.local_devices.LocalDevices`) and **one**
+  :class:`runtime.variables.VariableStore` per process, so variables keep their values
+  across runs and across sessions (seed 004), and one
+  :class:`runtime.executor.Executor` that runs partitions with dependency counting on
+  the devices' inter-op pools;
+- per master session, the graph (rebuilt from ``NodeDef`` messages), its placement, and
+  the registered *partitions* (the ops of one step signature on this task);
+- a :class:`Rendezvous`: tensors other tasks pushed, keyed
+  ``"src_device;tensor;dst_device;step_id"`` (:func:`runtime.wire.rendezvous_key`).
+
+Tensors are **pushed**: when an op's output is consumed on another task, the executor's
+``send`` callback hands it to a pusher thread that streams it (``PushTensor``, chunked
+frames from :func:`runtime.wire.encode_frames`, no message-size limit) straight into
+the destination worker's rendezvous, or, when the destination is on the same host and
+the tensor is large, copies it into a shared-memory segment and sends only the
+reference (:mod:`runtime.shm`). The receiving executor's ``recv`` blocks on the local
+rendezvous until the tensor is there, the step is aborted, or the step's deadline
+passes. Every RPC has a deadline; a dead peer is an error naming its task.
+
+The master calls :meth:`WorkerService.run_partition` directly for its own task (no RPC)
+and ``RunGraph`` for the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import grpc
+import numpy as np
+
+from core.cluster import Cluster, ClusterSpec, split_address
+from core.devices import DeviceSpec
+from core.graph import Graph
+from core.placement import Placement
+from core.serialize import extend_graph
+from runtime import errors, wire
+from runtime.config import SessionConfig
+from runtime.graph_codec import (error_to_proto, named_tensors, nodes_from_proto,
+                                 stats_to_proto, tensor_from_proto, tensor_to_proto)
+from runtime.protos import graph_pb2, tensor_pb2, worker_pb2, worker_pb2_grpc
+
+__all__ = ["WorkerService", "Rendezvous", "StepAborted", "PeerChannels", "WorkerClient",
+           "task_name", "task_of_device", "transport_error", "SHM_MIN_BYTES",
+           "UNKNOWN_PARTITION"]
+
+#: Tensors at least this large go through shared memory to a task on the same host
+#: (below it the socket is as fast and needs no segment).
+SHM_MIN_BYTES = 256 * 1024
+
+#: ``ErrorStatus.type`` of a RunGraph for a partition the worker does not hold (it
+#: restarted, or never got it): the master registers again and retries.
+UNKNOWN_PARTITION = "UnknownPartition"
+
+# Steps whose rendezvous entries are older than this are dropped (a master died
+# between the pushes and the RunGraph): seconds.
+_STALE_STEP_SECONDS = 600.0
+
+
+def task_name(job: str, task: int) -> str:
+    """``/job:<job>/replica:0/task:<task>``."""
+    return f"/job:{job}/replica:0/task:{task}"
+
+
+def task_of_device(device: str) -> tuple[str, int]:
+    """``(job, task)`` of a full device name."""
+    spec = DeviceSpec.from_string(device)
+    return spec.job, spec.task
+
+
+class StepAborted(errors.LabRuntimeError):
+    """The step was aborted because another part of it failed."""
+
+
+def transport_error(err: wire.TransportError, task: str) -> errors.LabRuntimeError:
+    """A :class:`runtime.errors` error for a failed RPC to ``task``."""
+    if isinstance(err, wire.DeadlineExceeded):
+        return errors.DeadlineExceeded(
+            f"{err.method} to {task} ({err.address}) ran past its deadline of "
+            f"{err.elapsed:.1f} s")
+    if isinstance(err, wire.PeerUnavailable):
+        return errors.Unavailable(task, f"{err.method} to {err.address} failed: {err.details}")
+    return errors.LabRuntimeError(f"{err.method} to {task} ({err.address}) failed: "
+                                  f"{err.code.name if err.code else 'UNKNOWN'}: {err.details}")
+
+
+# ---------------------------------------------------------------------------
+# Rendezvous
+
+class _Slot:
+    __slots__ = ("event", "value", "error")
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.value = None
+        self.error: BaseException | None = None
+
+
+class Rendezvous:
+    """Tensors in flight to this task, by rendezvous key; thread-safe.
+
+    ``put`` (a push arrived) and ``take`` (the executor's recv) may come in either
+    order; ``take`` blocks until the value is there, the step is aborted, or the
+    deadline passes. ``finish_step`` forgets a step (late pushes for it are dropped).
+
+    >>> r = Rendezvous()
+    >>> r.put("a;x:0;b;7", np.ones(2))
+    >>> r.take("a;x:0;b;7", 7, time.monotonic() + 1).tolist()
+    [1.0, 1.0]
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._steps: dict[int, dict[str, _Slot]] = {}
+        self._born: dict[int, float] = {}
+        self._closed_steps: OrderedDict[int, BaseException | None] = OrderedDict()
+
+    def _slot(self, key: str, step_id: int) -> _Slot | None:
+        # Under the lock. None when the step already finished.
+        if step_id in self._closed_steps:
+            return None
+        slots = self._steps.get(step_id)
+        if slots is None:
+            slots = self._steps[step_id] = {}
+            self._born[step_id] = time.monotonic()
+        slot = slots.get(key)
+        if slot is None:
+            slot = slots[key] = _Slot()
+        return slot
+
+    def put(self, key: str, value: Any) -> None:
+        """A tensor arrived for ``key`` (dropped if its step already finished)."""
+        step_id = wire.parse_rendezvous_key(key).step_id
+        with self._lock:
+            slot = self._slot(key, step_id)
+            if slot is None:
+                return
+            slot.value = value
+        slot.event.set()
+
+    def take(self, key: str, step_id: int, deadline: float) -> Any:
+        """Block until ``key``'s tensor is here (``deadline``: ``time.monotonic()``)."""
+        with self._lock:
+            error = self._closed_steps.get(step_id)
+            slot = self._slot(key, step_id)
+        if slot is None:
+            raise error or StepAborted(f"step {step_id} is over")
+        if not slot.event.wait(max(0.0, deadline - time.monotonic())):
+            raise errors.DeadlineExceeded(
+                f"tensor {key!r} did not arrive before the step's deadline", [key])
+        if slot.error is not None:
+            raise slot.error
+        value, slot.value = slot.value, None
+        return value
+
+    def abort(self, step_id: int, error: BaseException) -> None:
+        """Wake every ``take`` of ``step_id`` with ``error``; later ones fail too."""
+        with self._lock:
+            slots = self._steps.pop(step_id, {})
+            self._born.pop(step_id, None)
+            self._remember(step_id, error)
+        for slot in slots.values():
+            if not slot.event.is_set():
+                slot.error = error
+                slot.event.set()
+
+    def finish_step(self, step_id: int) -> None:
+        """Forget ``step_id``'s tensors; later pushes for it are dropped."""
+        now = time.monotonic()
+        with self._lock:
+            self._steps.pop(step_id, None)
+            self._born.pop(step_id, None)
+            if step_id not in self._closed_steps:
+                self._remember(step_id, None)
+            stale = [s for s, t in self._born.items() if now - t > _STALE_STEP_SECONDS]
+            for s in stale:
+                self._steps.pop(s, None)
+                self._born.pop(s, None)
+
+    def _remember(self, step_id: int, error) -> None:
+        self._closed_steps[step_id] = error
+        while len(self._closed_steps) > 4096:
+            self._closed_steps.popitem(last=False)
+
+    def pending(self) -> int:
+        """Number of tensors held (for tests: 0 when no step is running)."""
+        with self._lock:
+            return sum(1 for slots in self._steps.values() for s in slots.values()
+                       if s.event.is_set() and s.value is not None)
+
+
+# ---------------------------------------------------------------------------
+# Reused memory for large tensors
+#
+# Fresh memory is expensive here: the first touch of 64 MiB of new pages costs more
+# than copying 64 MiB (page faults, measured 40+ ms against 10 ms). So large tensors
+# move through memory that is reused from step to step: the sender copies into one of
+# its pooled shared-memory segments, the receiver copies out into one of its pooled
+# buffers and answers, and the sender takes the segment back. (Single-use segments,
+# runtime.shm's "receiver unlinks" handoff, remain for PushStream's smaller tensors.)
+
+#: Name prefix of pooled segments (runtime.shm's single-use ones start with "plab_").
+POOL_PREFIX = "plabpool_"
+
+
+class SegmentPool:
+    """Shared-memory segments of this process, reused for same-host pushes.
+
+    The sender owns them (it unlinks them in :meth:`close`); receivers map them by name
+    and keep the mapping. Thread-safe.
+    """
+
+    def __init__(self, keep: int = 4):
+        self._lock = threading.Lock()
+        self._free: dict[int, list] = {}
+        self._all: list = []
+        self._keep = keep
+
+    def acquire(self, nbytes: int):
+        from multiprocessing import resource_tracker, shared_memory
+
+        size = max(1, -(-nbytes // (1 << 20)) * (1 << 20))  # whole MiB: fewer size classes
+        with self._lock:
+            free = self._free.get(size)
+            if free:
+                return free.pop()
+        name = f"{POOL_PREFIX}{os.getpid()}_{secrets.token_hex(6)}"
+        segment = shared_memory.SharedMemory(name=name, create=True, size=size)
+        # Not the resource tracker's to unlink at exit (see runtime.shm); close() does.
+        resource_tracker.unregister(getattr(segment, "_name", "/" + name), "shared_memory")
+        with self._lock:
+            self._all.append(segment)
+        return segment
+
+    def release(self, segment) -> None:
+        with self._lock:
+            free = self._free.setdefault(segment.size, [])
+            if len(free) < self._keep:
+                free.append(segment)
+                return
+            self._all.remove(segment)
+        _destroy(segment)
+
+    def close(self) -> None:
+        with self._lock:
+            segments, self._all, self._free = self._all, [], {}
+        for segment in segments:
+            _destroy(segment)
+
+
+def _destroy(segment) -> None:
+    try:
+        segment.close()
+    except BufferError:  # a view is still alive; the unlink below frees the name
+        pass
+    try:
+        segment.unlink()
+    except FileNotFoundError:
+        pass
+
+
+class BufferPool:
+    """Receive buffers reused once nothing else refers to them (CPython refcounts)."""
+
+    def __init__(self, keep: int = 4):
+        self._lock = threading.Lock()
+        self._buffers: dict[int, list[np.ndarray]] = {}
+        self._keep = keep
+
+    def acquire(self, nbytes: int) -> np.ndarray:
+        with self._lock:
+            buffers = self._buffers.setdefault(nbytes, [])
+            for buf in buffers:
+                # The list and getrefcount's argument: nobody else (no view) holds it.
+                if sys.getrefcount(buf) == 2:
+                    return buf
+            buf = np.empty(nbytes, np.uint8)
+            if len(buffers) < self._keep:
+                buffers.append(buf)
+            return buf
+
+
+class SegmentMaps:
+    """Mappings of other processes' pooled segments, opened once by name."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._maps: dict[str, Any] = {}
+
+    def view(self, name: str, offset: int, nbytes: int, key: str) -> np.ndarray:
+        import mmap
+
+        from runtime import shm
+        with self._lock:
+            mapping = self._maps.get(name)
+            if mapping is None or len(mapping) < offset + nbytes:
+                if "/" in name or not name.startswith(POOL_PREFIX):
+                    raise wire.WireError(key, "shm", f"bad pooled segment name {name!r}")
+                try:
+                    fd = os.open(shm.SHM_DIR / name, os.O_RDWR)
+                except FileNotFoundError:
+                    raise wire.WireError(key, "shm", f"segment {name!r} does not exist") from None
+                try:
+                    mapping = mmap.mmap(fd, os.fstat(fd).st_size)
+                finally:
+                    os.close(fd)
+                self._maps[name] = mapping
+        if offset < 0 or offset + nbytes > len(mapping):
+            raise wire.WireError(key, "shm", f"ref [{offset}, +{nbytes}) lies outside {name!r}")
+        return np.frombuffer(mapping, np.uint8, count=nbytes, offset=offset)
+
+    def close(self) -> None:
+        with self._lock:
+            maps, self._maps = list(self._maps.values()), {}
+        for m in maps:
+            try:
+                m.close()
+            except BufferError:
+                pass
+
+
+def decode_pooled(first, rest, buffers: BufferPool, maps: SegmentMaps) -> tuple[str, np.ndarray]:
+    """Like :func:`runtime.wire.decode_keyed` for a pushed tensor (first frame, later
+    frames), but into a reused buffer; a pooled segment's tensor is copied out of it.
+    The same checks: meta on the first chunk, dtype, byte counts, order, key."""
+    header, data = wire.split_frame(first)
+    key = header.key
+    if not header.HasField("meta"):
+        raise wire.WireError(key, "meta", "first chunk carries no TensorMeta")
+    dtype, shape = wire.check_meta(header.meta, key)
+    nbytes = header.meta.nbytes
+    if header.WhichOneof("payload") == "shm":
+        ref = header.shm
+        if ref.nbytes != nbytes:
+            raise wire.WireError(key, "nbytes", "ShmRef size differs from TensorMeta",
+                                 expected=nbytes, got=ref.nbytes)
+        buf = buffers.acquire(nbytes)
+        buf[:] = maps.view(ref.name, ref.offset, nbytes, key)
+        if next(iter(rest), None) is not None:
+            raise wire.WireError(key, "chunks", "a shared-memory tensor must be a single chunk")
+        return key, buf.view(dtype).reshape(shape)
+    buf = buffers.acquire(nbytes)
+    received = 0
+    index = 0
+    it = iter(rest)
+    while True:
+        if index:
+            if header.HasField("meta") or (header.key and header.key != key):
+                raise wire.WireError(key, "meta", f"chunk {index} carries a second header")
+        if header.offset != received:
+            raise wire.WireError(key, "order", f"chunk {index} is out of order",
+                                 expected=received, got=header.offset)
+        end = received + len(data)
+        if end > nbytes:
+            raise wire.WireError(key, "nbytes", f"chunk {index} overruns the announced size",
+                                 expected=nbytes, got=end)
+        buf[received:end] = np.frombuffer(data, np.uint8)
+        received = end
+        index += 1
+        item = next(it, None)
+        if item is None:
+            break
+        header, data = wire.split_frame(item, key)
+    if received != nbytes:
+        raise wire.WireError(key, "nbytes", "stream ended early", expected=nbytes, got=received)
+    return key, buf.view(dtype).reshape(shape)
+
+
+# ---------------------------------------------------------------------------
+# Channels to peers
+
+def _peer_channel_options() -> list:
+    # wire's options, plus quick reconnection: a restarted peer is reachable again
+    # within ~100 ms instead of after gRPC's default 1 s+ backoff.
+    return wire.channel_options() + [
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
+
+class WorkerClient:
+    """Stubs of one peer's Worker service over one long-lived channel."""
+
+    def __init__(self, address: str):
+        self.address = address
+        self.channel = wire.create_channel(address, options=_peer_channel_options())
+        self.stub = worker_pb2_grpc.WorkerStub(self.channel)
+        desc = worker_pb2.DESCRIPTOR.services_by_name["Worker"]
+        # PushTensor takes pre-serialized frames (runtime.wire.encode_frames) or messages.
+        self.push = self.channel.stream_unary(
+            f"/{desc.full_name}/PushTensor", request_serializer=wire.serialize_frame,
+            response_deserializer=worker_pb2.PushTensorResponse.FromString)
+        self._push_stream_call = self.channel.stream_unary(
+            f"/{desc.full_name}/PushStream", request_serializer=wire.serialize_frame,
+            response_deserializer=worker_pb2.PushTensorResponse.FromString)
+        self._stream: _PushStream | None = None
+        self._stream_lock = threading.Lock()
+        # Open the stream now: besides carrying pushes, an open streaming call keeps
+        # the channel's polling thread alive, which gRPC otherwise starts afresh for
+        # every asynchronous call (~0.3 ms each, measured).
+        self.push_stream()
+
+    def push_stream(self) -> "_PushStream":
+        """The open PushStream to this peer (a new one if the last one ended)."""
+        with self._stream_lock:
+            stream = self._stream
+            if stream is None or stream.ended:
+                stream = self._stream = _PushStream(self._push_stream_call)
+            return stream
+
+    def close(self) -> None:
+        with self._stream_lock:
+            if self._stream is not None:
+                self._stream.close()
+        self.channel.close()
+
+
+class _PushStream:
+    """One long-lived PushStream call: :meth:`send` queues a message and returns; gRPC's
+    sending thread writes it on the open stream. ``ended`` turns True when the call
+    ends (the peer died or restarted); the next push then opens a new stream."""
+
+    _END = object()
+
+    def __init__(self, call):
+        import queue
+
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.ended = False
+        self.error: BaseException | None = None
+        # A long deadline: the stream outlives steps; keepalive and the TCP connection
+        # tell a dead peer long before it.
+        self._future = call.future(self._messages(), timeout=24 * 3600.0, wait_for_ready=False)
+        self._future.add_done_callback(self._done)
+
+    def _messages(self):
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            yield item
+
+    def _done(self, fut) -> None:
+        self.ended = True
+        try:
+            fut.result()
+        except BaseException as err:  # noqa: BLE001
+            self.error = err
+
+    def send(self, message) -> None:
+        if self.ended:
+            raise self.error or RuntimeError("the push stream ended")
+        self._queue.put(message)
+
+    def close(self) -> None:
+        self._queue.put(self._END)
+
+
+class PeerChannels:
+    """One :class:`WorkerClient` per peer address, shared by a server's master and
+    worker; :meth:`reset` replaces a peer's channel after it failed (so a restarted
+    peer is reached at once)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._clients: dict[str, WorkerClient] = {}
+
+    def get(self, address: str) -> WorkerClient:
+        with self._lock:
+            client = self._clients.get(address)
+            if client is None:
+                client = self._clients[address] = WorkerClient(address)
+            return client
+
+    def reset(self, address: str, client: WorkerClient | None = None) -> None:
+        """Drop the channel to ``address`` (only if it is still ``client``, when given)."""
+        with self._lock:
+            current = self._clients.get(address)
+            if current is None or (client is not None and current is not client):
+                return
+            del self._clients[address]
+        # Closed from another thread: reset() may run in a callback on this channel's
+        # own polling thread, which close() would wait for (a deadlock).
+        threading.Thread(target=current.close, daemon=True, name="close-channel").start()
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()
+
+
+# ---------------------------------------------------------------------------
+# Sessions and partitions held by the worker
+
+@dataclass
+class _Partition:
+    handle: str
+    ops: list
+    placement: Placement
+    fetches: tuple
+    targets: tuple
+    feeds: frozenset
+    send_to: dict
+
+
+@dataclass
+class _WorkerSession:
+    handle: str
+    config: SessionConfig
+    graph: Graph = field(default_factory=Graph)
+    nodes: int = 0
+    placement: Placement = field(default_factory=Placement)
+    partitions: dict = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    used: float = 0.0
+
+
+class WorkerService(worker_pb2_grpc.WorkerServicer):
+    """The Worker gRPC service of one task (see the module docstring).
+
+    Args:
+        cluster: the hardware view (``core.cluster.Cluster``) with every task's address.
+        job, task: this task.
+        config: the server's :class:`SessionConfig` (thread counts for the devices).
+        peers: the server's :class:`PeerChannels`.
+        shm_min_bytes: tensors at least this large go to same-host peers through shared
+            memory; ``None`` always uses the socket.
+    """
+
+    def __init__(self, cluster: Cluster, job: str, task: int, config: SessionConfig | None = None,
+                 *, peers: PeerChannels | None = None, shm_min_bytes: int | None = SHM_MIN_BYTES,
+                 max_sessions: int = 64):
+        from runtime import shm
+        from runtime.executor import Executor
+        from runtime.local_devices import LocalDevices
+        from runtime.variables import VariableStore
+
+        self.cluster = cluster
+        self.job, self.task = job, task
+        self.task_name = task_name(job, task)
+        self.config = config or SessionConfig()
+        self.devices = LocalDevices.for_task(cluster, job, task, self.config)
+        self.variables = VariableStore()
+        self.executor = Executor(self.devices, self.variables)
+        self.rendezvous = Rendezvous()
+        self.peers = peers or PeerChannels()
+        self.incarnation = secrets.token_hex(8)
+        self.shm_min_bytes = shm_min_bytes if shm.shm_available() else None
+        self._my_host = self._host_of(job, task)
+        self._sessions: OrderedDict[str, _WorkerSession] = OrderedDict()
+        self._sessions_lock = threading.Lock()
+        self._max_sessions = max_sessions
+        self._pushers = ThreadPoolExecutor(8, thread_name_prefix=f"push {self.task_name}")
+        self.segments = SegmentPool()
+        self.buffers = BufferPool()
+        self.segment_maps = SegmentMaps()
+        self._warm: set = set()
+        self._warm_lock = threading.Lock()
+        self._address_of: dict[tuple[str, int], str] = {
+            (t.job, t.index): t.address for t in cluster.tasks}
+
+    # -- helpers ---------------------------------------------------------------------
+    def _host_of(self, job: str, task: int) -> str:
+        address = self.cluster.task(job, task).address or ""
+        try:
+            host = split_address(address)[0]
+        except Exception:  # noqa: BLE001 - no address: no shared memory
+            return ""
+        return "127.0.0.1" if host in ("localhost", "127.0.0.1", "::1", "[::1]") else host
+
+    def _warmup(self, ops) -> None:
+        dtypes = {t.dtype.name for op in ops for t in op.outputs} & {
+            "float32", "float64", "int32", "int64"}
+        with self._warm_lock:
+            missing = dtypes - self._warm
+            if missing:
+                from runtime import kernels
+                kernels.warmup(dtypes=tuple(sorted(missing)), device_types=("CPU",))
+                self._warm |= missing
+
+    def status(self) -> worker_pb2.GetStatusResponse:
+        caps = self.devices.capacities()
+        return worker_pb2.GetStatusResponse(
+            task=self.task_name, incarnation=self.incarnation, pid=os.getpid(),
+            devices=[worker_pb2.DeviceAttributes(name=d.name, device_type=d.device.device_type,
+                                                 memory_limit_bytes=int(caps.get(d.name, 0)))
+                     for d in self.devices])
+
+    # -- registration -----------------------------------------------------------------
+    def register_graph(self, request: worker_pb2.RegisterGraphRequest) -> int:
+        """Apply a RegisterGraph request; return the session's node count.
+
+        Raises :class:`runtime.errors.FailedPrecondition` when ``base_node_count`` does
+        not match what this worker holds (the master then starts again from 0).
+        """
+        handle = request.session_handle
+        with self._sessions_lock:
+            sess = self._sessions.get(handle)
+            if sess is None or request.base_node_count == 0:
+                if request.base_node_count != 0:
+                    raise errors.FailedPrecondition(
+                        f"worker {self.task_name} holds no graph for session {handle!r}",
+                        "graph_out_of_sync")
+                config = (SessionConfig.from_dict(json.loads(request.config_json))
+                          if request.config_json else self.config)
+                sess = _WorkerSession(handle, config)
+                self._sessions[handle] = sess
+                while len(self._sessions) > self._max_sessions:
+                    self._sessions.popitem(last=False)
+            self._sessions.move_to_end(handle)
+        with sess.lock:
+            if request.base_node_count != sess.nodes:
+                raise errors.FailedPrecondition(
+                    f"worker {self.task_name} holds {sess.nodes} nodes of session {handle!r}, "
+                    f"not {request.base_node_count}", "graph_out_of_sync")
+            if request.nodes:
+                extend_graph(sess.graph, nodes_from_proto(request.nodes))
+                sess.nodes += len(request.nodes)
+            if request.placement:
+                sess.placement = sess.placement.updated(
+                    {e.op: e.device for e in request.placement})
+            for p in request.partitions:
+                ops = [sess.graph.get_operation_by_name(n) for n in p.ops]
+                sess.partitions[p.handle] = _Partition(
+                    p.handle, ops, sess.placement, tuple(p.fetches), tuple(p.targets),
+                    frozenset(p.feeds), {s.tensor: tuple(s.devices) for s in p.send_to})
+                self._warmup(ops)
+            return sess.nodes
+
+    def partition(self, session_handle: str, partition_handle: str) -> tuple:
+        with self._sessions_lock:
+            sess = self._sessions.get(session_handle)
+        part = sess.partitions.get(partition_handle) if sess is not None else None
+        return sess, part
+
+    def close_session(self, handle: str) -> None:
+        with self._sessions_lock:
+            self._sessions.pop(handle, None)
+
+    # -- running -----------------------------------------------------------------------
+    def run_partition(self, sess: _WorkerSession, part: _Partition, step_id: int,
+                      feeds: Mapping[str, np.ndarray], *, trace: bool = False,
+                      timeout: float | None = None):
+        """Run one step of ``part``; return ``(StepResult, sends)``.
+
+        ``sends`` lists ``(tensor, dst_device, start, end)`` of the pushes. Raises the
+        executor's errors, or :class:`runtime.errors.Unavailable` naming a peer task
+        that could not be reached.
+        """
+        timeout = sess.config.operation_timeout if timeout is None or timeout <= 0 else timeout
+        deadline = time.monotonic() + timeout
+        placement = part.placement
+        rendezvous = self.rendezvous
+        pushes: list[Future] = []
+        sends: list = []
+        failed: list[BaseException] = []
+
+        def recv(tensor_name: str, src_device: str, dst_device: str):
+            key = wire.rendezvous_key(src_device, tensor_name, dst_device, step_id)
+            return rendezvous.take(key, step_id, deadline)
+
+        def on_pushed(fut: Future) -> None:
+            err = fut.exception()
+            if err is not None and not failed:
+                failed.append(err)
+                # Our own recvs may wait for a reply the dead peer will never send.
+                rendezvous.abort(step_id, StepAborted(f"step {step_id} aborted: {err}"))
+
+        def send(tensor_name: str, value, dst_device: str) -> None:
+            producer = tensor_name[1:] if tensor_name.startswith("^") else \
+                tensor_name.rpartition(":")[0]
+            key = wire.rendezvous_key(placement[producer], tensor_name, dst_device, step_id)
+            dst_task = task_of_device(dst_device)
+            if getattr(value, "nbytes", 0) <= wire.DEFAULT_CHUNK_BYTES:
+                # One message queued on the open stream: cheap enough to do right here.
+                self._push(dst_task, key, value, deadline, sends)
+                return
+            fut = self._pushers.submit(self._push, dst_task, key, value, deadline, sends)
+            fut.add_done_callback(on_pushed)
+            pushes.append(fut)
+
+        try:
+            result = self.executor.run_step(
+                part.ops, placement, fetches=part.fetches, targets=part.targets, feeds=feeds,
+                recv=recv, send=send, send_to=part.send_to, step_id=step_id, trace=trace,
+                timeout=timeout)
+        except BaseException as err:
+            if failed:  # the root cause: a peer we push to is gone
+                raise failed[0] from err
+            raise
+        for fut in list(pushes):
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                fut.result(timeout=remaining)
+            except TimeoutError:
+                raise errors.DeadlineExceeded(
+                    f"pushing tensors from {self.task_name} ran past the step's deadline") from None
+        return result, sends
+
+    def _push(self, dst_task: tuple[str, int], key: str, value: np.ndarray, deadline: float,
+              sends: list) -> None:
+        """Send ``value`` into ``dst_task``'s rendezvous under ``key``: small tensors and
+        same-host shared-memory refs as one message on the open PushStream, large ones
+        as a chunked PushTensor call."""
+        from runtime import shm
+
+        start = time.perf_counter()
+        address = self._address_of[dst_task]
+        client = self.peers.get(address)
+        arr = wire.as_wire_array(value, key)
+        same_host = self.shm_min_bytes is not None and self._host_of(*dst_task) == self._my_host
+        if arr.nbytes <= wire.DEFAULT_CHUNK_BYTES and not (same_host and arr.nbytes >= self.shm_min_bytes):
+            # Small: one message queued on the open stream.
+            try:
+                client.push_stream().send(next(wire.encode_frames(arr, key)))
+            except Exception as err:  # noqa: BLE001 - the stream ended: the peer is gone
+                self.peers.reset(address, client)
+                raise errors.Unavailable(task_name(*dst_task),
+                                         f"pushing {key!r} to {address} failed: {err}") from None
+        else:
+            segment = None
+            if same_host and arr.nbytes >= self.shm_min_bytes:
+                # A pooled segment: copy in, send the ref, take it back once the
+                # receiver answered (it copied the tensor out).
+                segment = self.segments.acquire(arr.nbytes)
+                target = np.frombuffer(segment.buf, np.uint8, count=arr.nbytes)
+                np.copyto(target, arr.reshape(-1).view(np.uint8))
+                del target
+                frames = iter([tensor_pb2.TensorChunk(
+                    key=key, meta=wire.make_meta(arr), offset=0,
+                    shm=tensor_pb2.ShmRef(name=segment.name, offset=0, nbytes=arr.nbytes))])
+            else:
+                frames = wire.encode_frames(arr, key)
+            remaining = max(0.001, deadline - time.monotonic())
+            try:
+                wire.call_rpc(client.push, frames, address=address, method="Worker.PushTensor",
+                              timeout=remaining)
+            except wire.TransportError as err:
+                if isinstance(err, wire.PeerUnavailable):
+                    self.peers.reset(address, client)
+                raise transport_error(err, task_name(*dst_task)) from None
+            finally:
+                if segment is not None:
+                    self.segments.release(segment)
+        parts = key.split(";")
+        sends.append((parts[1], parts[2], start, time.perf_counter()))
+
+    # -- gRPC methods --------------------------------------------------------------------
+    def GetStatus(self, request, context):  # noqa: N802 (gRPC's names)
+        return self.status()
+
+    def RegisterGraph(self, request, context):  # noqa: N802
+        try:
+            return worker_pb2.RegisterGraphResponse(node_count=self.register_graph(request))
+        except BaseException as err:  # noqa: BLE001 - every error goes back to the master
+            return worker_pb2.RegisterGraphResponse(error=error_to_proto(err, self.task_name))
+
+    def RunGraph(self, request, context):  # noqa: N802
+        step_id = request.step_id
+        try:
+            sess, part = self.partition(request.session_handle, request.partition_handle)
+            if part is None:
+                return worker_pb2.RunGraphResponse(error=graph_pb2.ErrorStatus(
+                    type=UNKNOWN_PARTITION, task=self.task_name,
+                    message=f"worker {self.task_name} does not hold partition "
+                            f"{request.partition_handle!r}"))
+            feeds = {p.name: tensor_from_proto(p.value, p.name) for p in request.feeds}
+            result, sends = self.run_partition(sess, part, step_id, feeds, trace=request.trace,
+                                               timeout=request.timeout)
+            response = worker_pb2.RunGraphResponse(values=named_tensors(result.values))
+            if request.trace:
+                stats_to_proto(result.ops, result.transfers, result.memory, result.oom, sends,
+                               result.capacity, result.start, result.end, into=response.stats)
+            return response
+        except BaseException as err:  # noqa: BLE001
+            self.rendezvous.abort(step_id, StepAborted(f"step {step_id} failed: {err}"))
+            return worker_pb2.RunGraphResponse(error=error_to_proto(err, self.task_name))
+        finally:
+            self.rendezvous.finish_step(step_id)
+
+    def PushTensor(self, request_iterator, context):  # noqa: N802
+        try:
+            it = iter(request_iterator)
+            first = next(it, None)
+            if first is None:
+                raise wire.WireError("", "chunks", "stream ended before the first chunk")
+            key, array = decode_pooled(first, it, self.buffers, self.segment_maps)
+            self.rendezvous.put(key, array)
+        except wire.WireError as err:
+            wire.abort_with(context, err)
+        except ValueError as err:  # a malformed key
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        return worker_pb2.PushTensorResponse(key=key, nbytes=array.nbytes)
+
+    def PushStream(self, request_iterator, context):  # noqa: N802
+        received = 0
+        try:
+            for frame in request_iterator:
+                key, array = wire.decode_keyed((frame,), shm_copy=False)
+                self.rendezvous.put(key, array)
+                received += 1
+        except wire.WireError as err:
+            wire.abort_with(context, err)
+        except ValueError as err:  # a malformed key
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        return worker_pb2.PushTensorResponse(nbytes=received)
+
+    def AbortStep(self, request, context):  # noqa: N802
+        from runtime.graph_codec import error_from_proto
+        err = error_from_proto(request.error) if request.error.type else StepAborted(
+            f"step {request.step_id} aborted")
+        self.rendezvous.abort(request.step_id, StepAborted(f"step {request.step_id} aborted "
+                                                          f"by the master: {err}"))
+        return worker_pb2.AbortStepResponse()
+
+    def CloseSession(self, request, context):  # noqa: N802
+        self.close_session(request.session_handle)
+        return worker_pb2.CloseSessionResponse()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the pushers and the executor's helper threads, free the devices."""
+        self._pushers.shutdown(wait=False, cancel_futures=True)
+        self.segments.close()
+        self.segment_maps.close()
+        self.executor.close()
+        self.devices.close()
+
+
+def add_worker_to_server(service: WorkerService, server: grpc.Server) -> None:
+    """Register ``service`` on ``server``; ``PushTensor`` requests stay serialized
+    frames (decoded without copies by :func:`runtime.wire.decode_keyed`)."""
+    descriptor = worker_pb2.DESCRIPTOR.services_by_name["Worker"]
+    handlers = {}
+    for method in descriptor.methods:
+        make = {(False, False): grpc.unary_unary_rpc_method_handler,
+                (True, False): grpc.stream_unary_rpc_method_handler}[
+            (method.client_streaming, method.server_streaming)]
+        request_cls = getattr(worker_pb2, method.input_type.name, None) or getattr(
+            tensor_pb2, method.input_type.name)
+        deserializer = None if request_cls is tensor_pb2.TensorChunk else request_cls.FromString
+        handlers[method.name] = make(getattr(service, method.name),
+                                     request_deserializer=deserializer,
+                                     response_serializer=lambda m: m.SerializeToString())
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(descriptor.full_name, handlers),))

@@ -1,0 +1,155 @@
+"""Tests of runtime.server (Server lifecycle, the CLI) with servers in this process.
+
+Several servers in one process are a cluster too (seed 002 starts all five in one
+script); these tests use that to check the protocol quickly. Separate processes are
+tested in test_distributed.py.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import core as tf
+from core.cluster import ClusterSpec
+from runtime import errors, wire
+from runtime.launcher import free_ports, wait_until_serving
+from runtime.server import Server, hardware_view
+from runtime.session import Session
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _spec(**jobs):
+    ports = iter(free_ports(sum(jobs.values())))
+    return {job: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for job, n in jobs.items()}
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """ps:1 + worker:2 in this process; large tensors over the socket only."""
+    spec = _spec(ps=1, worker=2)
+    started = []
+    try:
+        for job, addrs in spec.items():
+            for i in range(len(addrs)):
+                started.append(Server(spec, job, i, shm_min_bytes=None))
+        yield {(s.job_name, s.task_index): s for s in started}
+    finally:
+        for s in started:
+            s.stop()
+
+
+def test_server_target_join_and_stop():
+    spec = _spec(localhost=1)
+    server = Server(ClusterSpec(spec), "localhost", 0)
+    assert server.target == f"grpc://{spec['localhost'][0]}"
+    joined = threading.Event()
+    t = threading.Thread(target=lambda: (server.join(), joined.set()), daemon=True)
+    t.start()
+    assert not joined.wait(0.05)
+    server.stop()
+    server.stop()  # idempotent
+    assert joined.wait(5)
+    with pytest.raises(errors.Unavailable, match=spec["localhost"][0]):
+        Session(server.target, graph=tf.Graph())
+
+
+def test_a_port_in_use_is_a_bind_error():
+    spec = _spec(localhost=1)
+    with Server(spec, "localhost", 0):
+        with pytest.raises(wire.BindError):
+            Server(spec, "localhost", 0)
+
+
+def test_hardware_view_puts_loopback_tasks_on_one_host_and_masters_on_the_server():
+    c = hardware_view({"ps": ["127.0.0.1:1"], "worker": ["localhost:2", "10.0.0.5:3"]},
+                      "worker", 1)
+    assert c.master == ("worker", 1)
+    assert [t.host for t in c.tasks] == ["localhost", "localhost", "10.0.0.5"]
+
+
+def test_steps_across_in_process_servers(servers):
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            a = tf.Variable(1.0, name="a")
+        with tf.device("/job:worker/task:0"):
+            b = a + 2
+        with tf.device("/job:worker/task:1"):
+            c = a + b
+        d = c * 10  # unpinned: the master's (worker/task:1's) default device
+    with Session(servers[("worker", 1)].target, graph=g) as sess:
+        sess.run(a.initializer)
+        assert sess.run(c) == 4.0
+        assert sess.run([c, d]) == [4.0, 40.0]
+        p = sess.placement
+        assert p["a"] == "/job:ps/replica:0/task:0/device:CPU:0"
+        assert p["add"] == "/job:worker/replica:0/task:0/device:CPU:0"
+        assert p["add_1"] == "/job:worker/replica:0/task:1/device:CPU:0"
+        assert p["mul"] == "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def test_large_tensor_streams_in_chunks_over_the_socket(servers):
+    x = np.random.default_rng(0).standard_normal((3, 1 << 20)).astype(np.float32)  # 12 MiB
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            big = tf.constant(x, name="big")
+        with tf.device("/job:worker/task:1"):
+            s = tf.reduce_sum(big, axis=1)
+            back = tf.identity(big)
+    with Session(servers[("worker", 0)].target, graph=g) as sess:
+        got_sum, got_back = sess.run([s, back])
+    np.testing.assert_allclose(got_sum, x.sum(axis=1), rtol=1e-4)
+    np.testing.assert_array_equal(got_back, x)
+
+
+def test_feeds_and_graph_extension_between_runs(servers):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.placeholder(tf.float32, (None, 2), name="x")
+        with tf.device("/job:worker/task:1"):
+            y = x * 2.0
+    with Session(servers[("ps", 0)].target, graph=g) as sess:
+        np.testing.assert_array_equal(sess.run(y, {x: [[1, 2]]}), [[2, 4]])
+        placed = dict(sess.placement)
+        with g.as_default(), tf.device("/job:worker/task:0"):
+            z = y + 1.0  # a new op: placed on the next run, the others keep their device
+        np.testing.assert_array_equal(sess.run(z, {x: [[1, 2]]}), [[3, 5]])
+        assert {k: sess.placement[k] for k in placed} == placed
+        assert sess.placement[z.op.name].startswith("/job:worker/replica:0/task:0")
+        # Fetching a fed tensor returns the feed.
+        np.testing.assert_array_equal(sess.run(x, {x: [[5, 6]]}), [[5, 6]])
+
+
+def test_cli_starts_a_server_and_stops_on_sigterm(tmp_path):
+    spec = _spec(ps=1)
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"cluster": spec}))
+    proc = subprocess.Popen([sys.executable, "-m", "runtime.server", "--cluster", str(path),
+                             "--job", "ps", "--task", "0"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == f"Started server with target: grpc://{spec['ps'][0]}"
+        wait_until_serving(spec["ps"][0], 30)
+        g = tf.Graph()
+        with g.as_default():
+            c = tf.constant(3.0) * 3.0
+        with Session(f"grpc://{spec['ps'][0]}", graph=g) as sess:
+            assert sess.run(c) == 9.0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
