@@ -11,16 +11,20 @@ the step time and peak memory the simulator predicts.  The best placement per wo
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pandas as pd
+from tqdm import tqdm
 
 import placers
+import runtime
 import sim
 from core.cluster import Cluster, ClusterSpec
 from core.costs import StaticCostModel, tensor_bytes
 from core.graph import ops_needed
 from core.placement import transfers
+from experiments.backends import measure, predict, runtime_cluster_spec
 from experiments.report import print_table, results_parser, save_table, short_device
 from experiments.workloads import (data_parallel_step, inception_training_step,
                                    mlp_training_step, random_layered_dag, rnn_training_step,
@@ -54,7 +58,8 @@ WORKLOADS = {
     "random_dag_1k": lambda: Workload("random_dag_1k", random_layered_dag(1000), []),
 }
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
-BACKENDS = ("sim",)
+BACKENDS = ("sim", "runtime")
+RUNNABLE_CLUSTERS = ("ps_workers",)  # clusters whose tasks this machine can start
 
 
 def _placers() -> dict[str, placers.Placer]:
@@ -75,41 +80,62 @@ def _fits(workload: Workload, cluster: Cluster) -> bool:
     return all((job, task) in tasks for job, task in spec.tasks())
 
 
-def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS) -> pd.DataFrame:
-    """One row per (workload, placer); workloads the cluster cannot run are skipped."""
+def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, repeats) -> list:
+    """The rows of one workload: each placer's placement, estimated, predicted, measured."""
+    fetch_ops = w.fetch_ops or w.graph.get_operations()
+    step_ops = ops_needed(fetch_ops)
+    rows = []
+    for pname, placer in _placers().items():
+        t0 = time.perf_counter()
+        p = placer.place(w.graph, cluster)
+        place_s = time.perf_counter() - t0
+        moved = sum(tensor_bytes(t.tensor) for t in transfers(step_ops, p))
+        counts = {}
+        for op in step_ops:
+            counts[p[op.name]] = counts.get(p[op.name], 0) + 1
+        row = {
+            "workload": wname, "placer": pname, "ops": len(step_ops),
+            "ops_per_device": ", ".join(f"{short_device(d)}={n}" for d, n in sorted(counts.items())),
+            "bytes_across": moved, "place_ms": place_s * 1e3,
+            "est_step_ms": placers.estimate_step_time(w.graph, p, cluster, cost_model,
+                                                      fetches=fetch_ops) * 1e3,
+        }
+        if "sim" in backends:
+            trace = predict(w, p, cluster, cost_model)
+            row["sim_step_ms"] = trace.step_time * 1e3
+            row["sim_peak_MiB"] = max(trace.peak_memory.values(), default=0) / 2**20
+        if "runtime" in backends:
+            m = measure(w, p, local, repeats=repeats)
+            row["real_step_ms"] = m.step_time * 1e3
+            row["real_peak_MiB"] = max(m.trace.peak_memory.values(), default=0) / 2**20
+        rows.append(row)
+    return rows
+
+
+def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: int = 5
+            ) -> pd.DataFrame:
+    """One row per (workload, placer); workloads the cluster cannot run are skipped.
+
+    With ``"runtime"`` in ``backends`` each workload runs on a fresh
+    :class:`runtime.LocalCluster` with the tasks of ``cluster`` (a fresh one, because
+    variables outlive sessions on a cluster and workloads reuse variable names).
+    """
     cost_model = StaticCostModel()
     rows = []
-    for wname in workloads:
+    for wname in tqdm(workloads, desc="workloads", disable=len(workloads) < 2):
         w = WORKLOADS[wname]()
         if not _fits(w, cluster):
             print(f"skipping {wname}: it needs the tasks {w.cluster_spec.tasks()}")
             continue
-        fetch_ops = w.fetch_ops or w.graph.get_operations()
-        step_ops = ops_needed(fetch_ops)
-        for pname, placer in _placers().items():
-            t0 = time.perf_counter()
-            p = placer.place(w.graph, cluster)
-            place_s = time.perf_counter() - t0
-            moved = sum(tensor_bytes(t.tensor) for t in transfers(step_ops, p))
-            counts = {}
-            for op in step_ops:
-                counts[p[op.name]] = counts.get(p[op.name], 0) + 1
-            row = {
-                "workload": wname, "placer": pname, "ops": len(step_ops),
-                "ops_per_device": ", ".join(f"{short_device(d)}={n}" for d, n in sorted(counts.items())),
-                "bytes_across": moved, "place_ms": place_s * 1e3,
-                "est_step_ms": placers.estimate_step_time(w.graph, p, cluster, cost_model,
-                                                          fetches=fetch_ops) * 1e3,
-            }
-            if "sim" in backends:
-                trace = sim.simulate(w.graph, p, cluster, fetches=fetch_ops, cost_model=cost_model)
-                row["sim_step_ms"] = trace.step_time * 1e3
-                row["sim_peak_MiB"] = max(trace.peak_memory.values(), default=0) / 2**20
-            rows.append(row)
+        with contextlib.ExitStack() as stack:
+            local = (stack.enter_context(runtime.LocalCluster(runtime_cluster_spec(cluster)))
+                     if "runtime" in backends else None)
+            rows += _compare_placers(wname, w, cluster, backends, local, cost_model, repeats)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    key = "sim_step_ms" if "sim" in backends else "est_step_ms"
+    key = ("real_step_ms" if "runtime" in backends
+           else "sim_step_ms" if "sim" in backends else "est_step_ms")
     best = frame.groupby("workload")[key].transform("min")
     frame["best"] = (frame[key] == best).map({True: "*", False: ""})
     return frame
@@ -118,16 +144,22 @@ def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS) -> pd.Dat
 def main(argv=None) -> pd.DataFrame:
     parser = results_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
-    parser.add_argument("--backend", choices=["sim", "none"], default="sim",
-                        help="predict with the simulator (sim) or only the cost model (none)")
+    parser.add_argument("--backend", choices=["both", "sim", "runtime", "none"], default="both",
+                        help="simulate (sim), really run on server processes here (runtime), "
+                             "both, or only the cost model's estimate (none)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per placement")
     parser.add_argument("--cluster", default="ps_workers",
                         help=f"a preset ({', '.join(CLUSTERS)}) or a cluster JSON file")
     args = parser.parse_args(argv)
     cluster = CLUSTERS[args.cluster]() if args.cluster in CLUSTERS else Cluster.load(args.cluster)
-    backends = () if args.backend == "none" else (args.backend,)
-    frame = compare(args.workloads, cluster, backends)
+    backends = {"both": BACKENDS, "none": ()}.get(args.backend, (args.backend,))
+    if "runtime" in backends:
+        if args.cluster not in RUNNABLE_CLUSTERS:
+            parser.error(f"--backend {args.backend} runs the cluster on this machine: use "
+                         f"--cluster {' or '.join(RUNNABLE_CLUSTERS)}, or --backend sim")
+    frame = compare(args.workloads, cluster, backends, args.repeats)
     print_table(frame, f"placers on {args.cluster} ({len(cluster.devices)} devices); "
-                       "est_step_ms: the cost model's estimate; sim_*: the simulator's")
+                       "est: the cost model's estimate; sim: the simulator's; real: measured")
     print(f"saved {save_table(frame, 'compare_placers', args.out)}")
     return frame
 

@@ -662,10 +662,21 @@ class _Step:
     def _variable_buffer(self, node: _Node):
         store = self.ex.variables
         try:
-            return store.get(node.var_name)
+            buf = store.get(node.var_name)
         except FailedPrecondition:
             if node.var_name not in self.xp.assigned_vars:
                 raise
+        else:
+            if tuple(buf.shape) != tuple(node.shape) or np.dtype(buf.dtype) != np.dtype(node.dtype):
+                # Variables outlive sessions (TensorFlow's resource containers), so another
+                # graph may have left one of the same name; TensorFlow refuses to share it.
+                raise InvalidArgument(
+                    f"Trying to share variable {node.var_name}, but specified shape "
+                    f"{tuple(node.shape)} {np.dtype(node.dtype).name} and found shape "
+                    f"{tuple(buf.shape)} {np.dtype(buf.dtype).name} on {node.device.name} "
+                    "(variables outlive sessions on a cluster: use another name or a new "
+                    "cluster)")
+            return buf
         # An Assign in this step initialises it: give it a buffer to write.
         buf = self.pending_vars.get(node.var_name)
         if buf is None:

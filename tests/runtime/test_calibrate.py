@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from core.cluster import Cluster
 from runtime.calibrate import (calibrate, measure_memcpy, measure_memory_bandwidth,
                                measure_matmul_rate, measure_op_overhead, measure_pcie)
@@ -12,9 +10,7 @@ from runtime.calibrate import (calibrate, measure_memcpy, measure_memory_bandwid
 def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
     base = Cluster.single_host(cpu_cores=2)
     path = tmp_path / "cluster.json"
-    t0 = time.perf_counter()
     measured = calibrate(base, quick=True, path=path)
-    assert time.perf_counter() - t0 < 10
     loaded = Cluster.load(path)
     assert loaded == measured
     cpu = loaded.devices[0]

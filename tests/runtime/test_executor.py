@@ -346,3 +346,19 @@ def test_inter_op_pool_runs_items_with_slots():
         assert done.acquire(timeout=5)
     pool.close()
     assert sorted(a for _, a in seen) == [0, 1, 2, 3] and {s for s, _ in seen} <= {0, 1}
+
+
+def test_a_variable_of_another_shape_left_by_another_graph_is_refused(executor):
+    """Variables outlive graphs in a worker's store; as TensorFlow, reusing a name with
+    another shape is an error naming it, not a silent broadcast."""
+    first, second = tf.Graph(), tf.Graph()
+    with first.as_default():
+        v = tf.Variable(np.zeros(4, np.float32), name="v")
+    with second.as_default():
+        w = tf.Variable(np.zeros(3, np.float32), name="v")
+    init = ops_needed([v.initializer])
+    executor.run_step(init, on_cpu(first), targets=[v.initializer.name])
+    reinit = ops_needed([w.initializer])
+    with pytest.raises(InvalidArgument) as info:
+        executor.run_step(reinit, on_cpu(second), targets=[w.initializer.name])
+    assert "Trying to share variable v" in str(info.value) and "(3,)" in str(info.value)
