@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -265,6 +265,13 @@ class Host:
 class Task:
     """A server process: ``/job:<job>/replica:0/task:<index>`` running on ``host``.
 
+    ``step_overhead`` and ``part_overhead`` are the fixed costs of a distributed step
+    (seconds, measured by :func:`runtime.calibrate.measure_step_overheads`; 0 by default):
+    a step whose master is this task pays ``step_overhead`` before any op runs (the
+    client's RunStep call and its reply); a step that runs a part on this task from a
+    master on another task pays ``part_overhead`` more for it (the master's RunGraph
+    call; the master starts the remote parts one after another, then its own).
+
     >>> Task("ps", 0, "host0", "127.0.0.1:2221").name
     '/job:ps/replica:0/task:0'
     """
@@ -273,6 +280,8 @@ class Task:
     index: int
     host: str
     address: str | None = None
+    step_overhead: float = 0.0
+    part_overhead: float = 0.0
 
     @property
     def name(self) -> str:
@@ -635,6 +644,8 @@ class Cluster:
             if not isinstance(t.job, str) or not JOB_NAME_RE.match(t.job):
                 raise InvalidCluster(f"bad job name {t.job!r}", t.name)
             _non_negative_int(t.name, "index", t.index)
+            _non_negative(t.name, "step_overhead", t.step_overhead)
+            _non_negative(t.name, "part_overhead", t.part_overhead)
             if t.host not in self._host_by_name:
                 raise InvalidCluster(f"the task is on unknown host {t.host!r}", t.name)
             if t.address is not None:
@@ -957,6 +968,9 @@ def _list(data: Mapping, key: str) -> list:
     return data[key]
 
 
+# Record fields a cluster file may leave out (added after the format's first version).
+_ADDED_FIELDS = {"step_overhead", "part_overhead"}
+
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),
                "bool": (bool,)}
@@ -967,10 +981,14 @@ def _record(cls, item, where: str):
     if not isinstance(item, Mapping):
         raise InvalidCluster(f"{where} must be an object, not {item!r}")
     names = [f.name for f in fields(cls)]
-    if set(item) != set(names):
-        missing, unexpected = sorted(set(names) - set(item)), sorted(set(item) - set(names))
+    # Fields added later have defaults: files written before them still load.
+    optional = {f.name for f in fields(cls) if f.default is not MISSING and f.name in _ADDED_FIELDS}
+    if not set(names) - optional <= set(item) or not set(item) <= set(names):
+        missing = sorted(set(names) - optional - set(item))
+        unexpected = sorted(set(item) - set(names))
         raise InvalidCluster(f"{where}: expected the keys {names}; missing {missing}, "
                              f"unexpected {unexpected}")
+    item = {**{f.name: f.default for f in fields(cls) if f.name in optional}, **item}
     for f in fields(cls):
         value = item[f.name]
         wanted = _JSON_TYPES[f.type]

@@ -84,28 +84,55 @@ class MeasuredCostModel(CostModel):
     """Op times measured in traces of real runs.
 
     Built with :meth:`from_traces`: the median duration of each (op name, device) pair.
-    An op without a measurement falls back to ``fallback`` (another cost model, e.g. a
-    :class:`StaticCostModel` on a calibrated cluster) or raises :class:`MissingCost`.
+    An op measured on another device of the same type (``by_type``: (op name, device
+    type) -> seconds) takes that time there too, so a profile of one placement predicts
+    others on a cluster of alike devices.  An op without a measurement falls back to
+    ``fallback`` (another cost model, e.g. a :class:`StaticCostModel` on a calibrated
+    cluster) or raises :class:`MissingCost`.
+
+    >>> from core.trace import OpRecord, Trace
+    >>> t = Trace(ops=[OpRecord("a", "NoOp", "/job:w/replica:0/task:0/device:CPU:0", 0, 0.0, 2.0)])
+    >>> m = MeasuredCostModel.from_traces([t])
+    >>> m.by_type
+    {('a', 'CPU'): 2.0}
     """
 
-    def __init__(self, times: Mapping[tuple[str, str], float], fallback: CostModel | None = None):
+    def __init__(self, times: Mapping[tuple[str, str], float], fallback: CostModel | None = None,
+                 by_type: Mapping[tuple[str, str], float] | None = None,
+                 dispatch: bool = False):
         self.times = dict(times)
         self.fallback = fallback
+        self.by_type = dict(by_type or {})
+        # A runtime trace times the kernel call alone; with ``dispatch`` a measured time
+        # also pays the device's ``op_overhead`` (the executor's work between kernels).
+        self.dispatch = dispatch
 
     @classmethod
-    def from_traces(cls, traces: Iterable, fallback: CostModel | None = None) -> "MeasuredCostModel":
-        """Median duration per (op, device) over the op records of ``traces``
-        (:class:`core.trace.Trace` objects)."""
+    def from_traces(cls, traces: Iterable, fallback: CostModel | None = None, *,
+                    dispatch: bool = False) -> "MeasuredCostModel":
+        """Median duration per (op, device), and per (op, device type), over the op
+        records of ``traces`` (:class:`core.trace.Trace` objects)."""
         samples: dict[tuple[str, str], list[float]] = {}
+        typed: dict[tuple[str, str], list[float]] = {}
         for trace in traces:
             for rec in trace.ops:
                 samples.setdefault((rec.op, rec.device), []).append(rec.end - rec.start)
-        return cls({k: statistics.median(v) for k, v in samples.items()}, fallback)
+                typed.setdefault((rec.op, _device_type(rec.device)), []).append(rec.end - rec.start)
+        return cls({k: statistics.median(v) for k, v in samples.items()}, fallback,
+                   {k: statistics.median(v) for k, v in typed.items()}, dispatch)
 
     def op_time(self, op: Operation, device) -> float:
         t = self.times.get((op.name, device.name))
+        if t is None:
+            t = self.by_type.get((op.name, device.device_type))
         if t is not None:
-            return t
+            return t + device.op_overhead if self.dispatch else t
         if self.fallback is not None:
             return self.fallback.op_time(op, device)
         raise MissingCost(op.name, device.name, "not measured and no fallback given")
+
+
+def _device_type(name: str) -> str:
+    """``/job:w/replica:0/task:0/device:CPU:0`` -> ``CPU`` (``""`` if it has none)."""
+    tail = name.rsplit("/device:", 1)
+    return tail[1].rsplit(":", 1)[0].upper() if len(tail) == 2 else ""

@@ -21,6 +21,24 @@ pcie link                     :func:`measure_pcie`: ``to_device`` / ``copy_to_ho
 network link                  kept (a gRPC measurement may be added by the gRPC backend)
 ============================  ==============================================================
 
+:func:`calibrate_distributed` adds what a distributed step costs on a started
+:class:`runtime.LocalCluster`, measured from outside the runtime (wall-clock medians of
+``Session.run`` on tiny graphs):
+
+============================  ==============================================================
+figure                        measured by
+============================  ==============================================================
+``Task.step_overhead``        :func:`measure_step_overheads`: a step of one tiny op on the
+                              master's task (client RunStep round trip, master bookkeeping)
+``Task.part_overhead``        the same with 1..n other tasks involved: the least-squares
+                              slope per extra task (the master's RunGraph calls)
+memcpy link (latency,         :func:`measure_process_transfer`: a tensor made on another task
+bandwidth)                    and read on the master's, at several sizes, minus the same
+                              graph without the crossing; a least-squares line
+CPU ``op_overhead``           :func:`measure_dispatch_overhead`: a chain of tiny ops on the
+                              master's task, the slope per op (the server's executor)
+============================  ==============================================================
+
 Calibration runs in this process, on this machine: every CPU device of ``devices``
 (default: all CPU devices of the cluster) gets the CPU figures measured here, and every
 GPU device the figures of the GPU of its index, when this process can use a real GPU
@@ -42,7 +60,8 @@ import numpy as np
 from core.cluster import Cluster
 
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
-           "measure_op_overhead", "measure_memcpy", "measure_pcie"]
+           "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
+           "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed"]
 
 
 def _best(fn, repeat: int) -> float:
@@ -240,3 +259,179 @@ def _measure_gpu(index: int, quick: bool) -> dict:
         run_add()
         bandwidth = 3.0 * x.size * 4 / _best(run_add, 3)
     return {"peak_flops": flops, "mem_bandwidth": bandwidth}
+
+
+# ======================================================================================
+# A distributed step, measured from outside the runtime
+# ======================================================================================
+
+def _timed_runs(session, fetches, repeats: int, warmup: int = 3) -> float:
+    """Median wall-clock seconds of ``session.run(fetches)`` over ``repeats`` runs."""
+    import statistics
+    for _ in range(warmup):
+        session.run(fetches)
+    times = []
+    for _ in range(repeats):
+        t0 = perf_counter()
+        session.run(fetches)
+        times.append(perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _cpu(job: str, task: int) -> str:
+    return f"/job:{job}/replica:0/task:{task}/device:CPU:0"
+
+
+def _step_time(local_cluster, build, master, repeats: int) -> float:
+    """Median step time of the graph ``build()`` returns as ``(graph, fetches)``."""
+    import runtime
+    graph, fetches = build()
+    with runtime.Session(local_cluster.target(*master), graph=graph) as session:
+        return _timed_runs(session, fetches, repeats)
+
+
+def _fit_line(xs, ys) -> tuple[float, float]:
+    """Least-squares ``(intercept, slope)`` of ``ys`` on ``xs``."""
+    x = np.asarray(xs, float)
+    y = np.asarray(ys, float)
+    if len(set(xs)) < 2:
+        return float(y.mean()), 0.0
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept), float(slope)
+
+
+def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 15
+                           ) -> tuple[float, float, dict]:
+    """``(step_overhead, part_overhead, samples)`` of steps on ``local_cluster``.
+
+    A step runs one tiny op (a scalar constant and an Identity) on each involved task:
+    the master's task alone, then the master with 1, 2, ... other tasks.
+    ``step_overhead`` is the master-alone median; ``part_overhead`` the least-squares
+    slope of the step time per extra task (intercept held at the master-alone time).
+    ``samples`` maps the number of other tasks to the median step seconds.
+    """
+    import core as tf
+    master = tuple(master)
+    others = [t for t in local_cluster.tasks if tuple(t) != master]
+
+    def build(tasks):
+        def make():
+            g = tf.Graph()
+            outs = []
+            with g.as_default():
+                for i, (job, task) in enumerate(tasks):
+                    with tf.device(_cpu(job, task)):
+                        outs.append(tf.identity(tf.constant(np.float32(1.0), name=f"c{i}"),
+                                                name=f"i{i}"))
+            return g, outs
+        return make
+
+    samples = {}
+    for k in range(len(others) + 1):
+        samples[k] = _step_time(local_cluster, build([master] + others[:k]), master, repeats)
+    base = samples[0]
+    ks = [k for k in samples if k]
+    part = (sum(k * (samples[k] - base) for k in ks) / sum(k * k for k in ks)) if ks else 0.0
+    return base, max(0.0, part), samples
+
+
+def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
+                             sizes=(4, 64 << 10, 1 << 20, 4 << 20), repeats: int = 9
+                             ) -> tuple[float, float, dict]:
+    """``(latency s, bandwidth bytes/s, samples)`` of a tensor crossing from task ``src``
+    to the master's task on one host (gRPC stream or shared memory, as the runtime
+    chooses): for each size, the step with the tensor made on ``src`` and read on the
+    master, minus the same graph with both ops on the master (and a tiny op on ``src``,
+    so both steps involve the same tasks); the line through the smallest and the largest
+    size."""
+    import core as tf
+    src, master = tuple(src), tuple(master)
+
+    def build(nbytes, crossing):
+        def make():
+            g = tf.Graph()
+            with g.as_default():
+                with tf.device(_cpu(*(src if crossing else master))):
+                    a = tf.constant(np.ones(max(1, nbytes // 4), np.float32), name="a")
+                    b = tf.identity(a, name="b")
+                with tf.device(_cpu(*master)):
+                    c = tf.identity(b, name="c")
+                with tf.device(_cpu(*src)):
+                    d = tf.identity(tf.constant(np.float32(1.0), name="t"), name="d")
+            return g, [c, d]
+        return make
+
+    samples = {}
+    for nbytes in sizes:
+        crossed = _step_time(local_cluster, build(nbytes, True), master, repeats)
+        local = _step_time(local_cluster, build(nbytes, False), master, repeats)
+        samples[nbytes] = crossed - local
+    # The line through the smallest and the largest size: the runtime switches paths
+    # (stream messages, chunked calls, shared memory) between them, and a least-squares
+    # line through the middle sizes would give small tensors a large latency.
+    small, large = min(samples), max(samples)
+    latency = max(samples[small], 1e-6)
+    per_byte = (samples[large] - samples[small]) / max(1, large - small)
+    per_byte = max(per_byte, 1e-12)
+    return latency, 1.0 / per_byte, samples
+
+
+def measure_dispatch_overhead(local_cluster, master=("worker", 0), lengths=(1, 100, 300),
+                              repeats: int = 9) -> float:
+    """Seconds per op of a chain of tiny Identity ops run by the master task's server:
+    the least-squares slope of the step time over the chain lengths (the executor's
+    dispatch, dependency counting and the kernel call together)."""
+    import core as tf
+    master = tuple(master)
+
+    def build(n):
+        def make():
+            g = tf.Graph()
+            with g.as_default(), tf.device(_cpu(*master)):
+                x = tf.constant(np.float32(1.0), name="x")
+                for i in range(n):
+                    x = tf.identity(x, name=f"id{i}")
+            return g, [x]
+        return make
+
+    times = [_step_time(local_cluster, build(n), master, repeats) for n in lengths]
+    _, slope = _fit_line(list(lengths), times)
+    return max(slope, 1e-7)
+
+
+def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick: bool = False,
+                          path: str | os.PathLike | None = None) -> tuple[Cluster, dict]:
+    """``(cluster, figures)``: ``cluster`` (whose tasks are those of the started
+    :class:`runtime.LocalCluster` ``local_cluster``, all on one host) with the fixed
+    costs of a distributed step measured on it: every task's ``step_overhead`` and
+    ``part_overhead``, the ``memcpy:<host>`` link's latency and bandwidth (what a tensor
+    crossing processes costs), and every CPU's ``op_overhead`` (the server's dispatch
+    cost per op).  ``figures`` holds the measurements and their samples."""
+    master = tuple(master or cluster.master)
+    repeats = 5 if quick else 15
+    step, part, step_samples = measure_step_overheads(local_cluster, master, repeats)
+    src = next((tuple(t) for t in local_cluster.tasks if tuple(t) != master), None)
+    sizes = (4, 1 << 20) if quick else (4, 64 << 10, 512 << 10, 2 << 20, 4 << 20)
+    latency = bandwidth = None
+    x_samples: dict = {}
+    if src is not None:
+        latency, bandwidth, x_samples = measure_process_transfer(
+            local_cluster, src, master, sizes, repeats)
+    dispatch = measure_dispatch_overhead(local_cluster, master,
+                                         (1, 50) if quick else (1, 100, 300), repeats)
+    from dataclasses import replace
+    tasks = [replace(t, step_overhead=step, part_overhead=part) for t in cluster.tasks]
+    links = cluster.links
+    if latency is not None:
+        for host in {t.host for t in cluster.tasks}:
+            name = f"memcpy:{host}"
+            if name in links:
+                links[name] = replace(links[name], latency=latency, bandwidth=bandwidth)
+    devices = [replace(d, op_overhead=dispatch) if d.is_cpu else d for d in cluster.devices]
+    out = Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink)
+    if path is not None:
+        out.save(path)
+    figures = {"step_overhead": step, "part_overhead": part, "step_samples": step_samples,
+               "transfer_latency": latency, "transfer_bandwidth": bandwidth,
+               "transfer_samples": x_samples, "op_overhead": dispatch}
+    return out, figures

@@ -42,6 +42,7 @@ class SimConfig:
     inter_op_threads: int | None = None
     intra_op_threads: int | None = None
     link_order: str = "static"
+    serial_dispatch: bool = False
 
     def __post_init__(self):
         f = self.per_process_gpu_memory_fraction

@@ -23,6 +23,10 @@ of servers"):
 - A data edge between devices is one transfer per (tensor, destination device), sent
   when the producer ends, over the links of ``cluster.route`` (see :mod:`sim.links`).
 - Memory: :mod:`sim.memory`.
+- Fixed costs of a distributed step (:func:`step_start_times`): no op of a task starts
+  before that task's part of the step started (the client's call to the master, then
+  the master's calls to the other tasks, from the tasks' ``step_overhead`` and
+  ``part_overhead``; zero unless calibrated).
 - Ties: events at one instant are handled in the order they were scheduled (SimPy's
   rule); inside one event, freed resources are handed out before newly ready ops queue,
   and newly ready ops queue in topological order.  Same input, same trace.
@@ -93,6 +97,31 @@ def simulate(graph, placement, cluster, *, fetches=None, cost_model: CostModel |
     finally:
         if collecting:
             gc.enable()
+
+
+def step_start_times(cluster, devices) -> list[float]:
+    """When each device's task starts its part of the step (seconds after the client
+    asked), from the tasks' fixed costs (:class:`core.cluster.Task`): the master pays its
+    ``step_overhead`` first, then starts the parts of the other involved tasks one after
+    another (each remote task ``k`` in ``(job, index)`` order pays its ``part_overhead``,
+    and starts when its call is made), then runs its own part.  All zero on clusters
+    without these figures.
+
+    >>> from core.cluster import Cluster
+    >>> step_start_times(Cluster.single_host(), Cluster.single_host().devices)
+    [0.0]
+    """
+    involved = sorted({(dev.job, dev.task) for dev in devices})
+    master = cluster.task(*cluster.master)
+    t = master.step_overhead
+    start: dict[tuple, float] = {}
+    for key in involved:
+        if key == cluster.master:
+            continue
+        t += cluster.task(*key).part_overhead
+        start[key] = t
+    start[cluster.master] = t  # the master's own part runs after it called the others
+    return [float(start[(dev.job, dev.task)]) for dev in devices]
 
 
 def _resolve_fetches(graph, fetches):
@@ -173,6 +202,9 @@ class _Simulation:
         self.slowdown = [slowdown_table(dev.intra_op_speedup, dev.intra_op_threads)
                          for dev in devices]
         self.capacity = [device_capacity(dev, config) for dev in devices]
+        self.start_at = step_start_times(cluster, devices)
+        tasks = {}
+        self.task_of = [tasks.setdefault((dev.job, dev.task), len(tasks)) for dev in devices]
 
     def _setup_durations(self):
         plan = self.plan
@@ -279,8 +311,13 @@ class _Simulation:
                     record_memory((d, now, in_use[d]))
 
         # -- ops: threads, cores (sim.pools) --
+        start_at = self.start_at
+
         def ready(i):
             d = op_device[i]
+            if env._now < start_at[d]:  # the task's part has not started yet
+                heappush(queue, (start_at[d], NORMAL, next_id(), _End(part_started, i)))
+                return
             free_slots = pool_free[d]
             if free_slots and not pool_waiting[d]:
                 take_thread(i, heappop(free_slots))
@@ -306,12 +343,23 @@ class _Simulation:
             host.free -= k
             return k
 
+        serial = self.config.serial_dispatch
+        task_of = self.task_of
+        overhead = [min(dev.op_overhead, 1e300) for dev in self.devices]
+        dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
+
         def start(i, slot, cores):
             d = op_device[i]
             duration = durations[i]
             if multi[i]:
                 duration *= slowdown[d][cores]
             now = env._now
+            if serial:
+                # The task's dispatcher serves one op at a time (its GIL).
+                t = task_of[d]
+                begin = dispatch_free[t] if dispatch_free[t] > now else now
+                dispatch_free[t] = begin + min(overhead[d], duration)
+                duration += begin - now
             op_start[i] = now
             op_thread[i] = slot
             op_cores[i] = cores
@@ -452,7 +500,10 @@ class _Simulation:
                 ready(j)
             release_links(transfer_links[k])
 
-        op_ended, transfer_ended = [op_done], [transfer_done]
+        def part_start(event):
+            ready(event._value)
+
+        op_ended, transfer_ended, part_started = [op_done], [transfer_done], [part_start]
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:

@@ -29,3 +29,21 @@ def test_each_measurement_is_positive():
     bandwidth, latency = measure_memcpy(1 << 20, repeat=2)
     assert bandwidth > 0 and latency >= 0
     assert measure_pcie() is None or measure_pcie()[0] > 0
+
+
+def test_distributed_figures_are_positive_and_load(tmp_path):
+    import runtime
+    from experiments.sim_vs_real import loopback_cluster
+    from runtime.calibrate import calibrate_distributed
+
+    base = loopback_cluster()
+    path = tmp_path / "cluster.json"
+    with runtime.LocalCluster({"ps": 1, "worker": 2}) as local:
+        measured, figures = calibrate_distributed(base, local, quick=True, path=path)
+    assert Cluster.load(path) == measured
+    for t in measured.tasks:
+        assert t.step_overhead > 0 and t.part_overhead >= 0
+    assert figures["part_overhead"] >= 0 and set(figures["step_samples"]) == {0, 1, 2}
+    link = measured.links["memcpy:localhost"]
+    assert link.latency > 0 and link.bandwidth > 0
+    assert all(0 < d.op_overhead < 0.01 for d in measured.devices if d.is_cpu)

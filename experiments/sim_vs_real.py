@@ -1,0 +1,255 @@
+"""Simulator vs real runtime: predicted and measured step times after calibration.
+
+The cluster is the runtime's own (1 ps and 2 workers as server processes on this
+machine, all on one host with its real cores).  It is calibrated first: the devices'
+rates by :func:`runtime.calibrate` (micro-benchmarks in this process), then the fixed
+costs of a distributed step by :func:`runtime.calibrate.calibrate_distributed` (tiny
+graphs on a :class:`runtime.LocalCluster`: step and RunGraph overheads per task, the
+latency and bandwidth of a tensor crossing processes, the server's dispatch cost per
+op).  Each workload is then placed by every placer, predicted by the simulator and
+measured on a fresh LocalCluster (median wall-clock of ``Session.run``).
+
+Two cost models predict: ``static`` (the roofline on the calibrated cluster) and
+``measured`` (per-op times from ONE profiling run of the simple placer's placement,
+applied to the other placements; the simple placement's own row is a replay and is left
+out of the summary).  The report gives each row's relative error, the median and max per
+cost model, and the ranking agreement: among pairs of placements of one workload whose
+measured times differ by more than 10%, how many the prediction orders the same way.
+
+The re-placement loop (the whitepaper's): place with static costs (cost-model placer),
+run, build a measured cost model from that run's trace, place again with it, run again.
+
+Server processes run with ``OPENBLAS_NUM_THREADS`` = ``--blas-threads`` (default 1):
+with the BLAS library's default (one spinning thread per core in each of 3 processes on
+2 cores) a GEMM waits for a descheduled BLAS thread for a whole time slice and a 0.1 ms
+MatMul takes ~10 ms as soon as two processes compute at once (measured; see the README).
+
+    python -m experiments.sim_vs_real --help
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":  # before numpy loads BLAS: this process calibrates the kernels
+    _argv = sys.argv[1:]
+    _blas = _argv[_argv.index("--blas-threads") + 1] if "--blas-threads" in _argv else "1"
+    if _blas != "0":
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", _blas)
+
+import itertools
+import statistics
+import time
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+import placers
+import runtime
+import sim
+from core.cluster import Cluster, ClusterSpec
+from core.costs import MeasuredCostModel, StaticCostModel
+from experiments.backends import measure, predict, runtime_cluster_spec
+from experiments.compare_placers import WORKLOADS
+from experiments.report import print_table, results_parser, save_table
+from runtime.calibrate import calibrate, calibrate_distributed
+
+__all__ = ["main", "run", "loopback_cluster", "summarise", "ranking_agreement"]
+
+#: The runtime's executor dispatches ops in Python: one at a time per server process.
+SIM = sim.SimConfig(serial_dispatch=True)
+DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
+PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
+COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
+           "replay"]
+LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
+                "static_predicted_ms", "measured_cost_predicted_ms"]
+
+
+def loopback_cluster() -> Cluster:
+    """1 ps and 2 workers on this machine: one host with the usable cores, as the
+    runtime's LocalCluster runs them (the tasks share the host's cores)."""
+    spec = ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0", "127.0.0.1:0"]})
+    hosts = {("ps", 0): "localhost", ("worker", 0): "localhost", ("worker", 1): "localhost"}
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return Cluster.from_spec(spec, hosts=hosts, cpu_cores=cores)
+
+
+def _placers() -> dict:
+    return {
+        "simple": placers.SimplePlacer(),
+        "round_robin": placers.RoundRobinPlacer(),
+        "round_robin_vars": placers.RoundRobinPlacer(variables_only=True),
+        "cost_model": placers.CostModelPlacer(),
+    }
+
+
+def _rel(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
+
+
+def ranking_agreement(rows: pd.DataFrame, threshold: float = 0.10) -> tuple[int, int]:
+    """``(pairs, agreeing)``: pairs of placements of one workload whose measured step
+    times differ by more than ``threshold`` (relative to the smaller), and how many of
+    them the predictions order the same way."""
+    pairs = agree = 0
+    for _, group in rows.groupby("workload"):
+        for (_, a), (_, b) in itertools.combinations(group.iterrows(), 2):
+            lo, hi = sorted((a.measured_ms, b.measured_ms))
+            if hi <= lo * (1 + threshold):
+                continue
+            pairs += 1
+            if (a.measured_ms < b.measured_ms) == (a.predicted_ms < b.predicted_ms):
+                agree += 1
+    return pairs, agree
+
+
+def summarise(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per cost model: rows, median and max |relative error|, ranking agreement (the
+    replayed rows are left out)."""
+    out = []
+    for cm, group in frame[~frame.replay].groupby("cost_model", sort=False):
+        err = group.rel_error.abs()
+        pairs, agree = ranking_agreement(frame[frame.cost_model == cm])
+        out.append({"cost_model": cm, "rows": len(group), "median_abs_error": err.median(),
+                    "max_abs_error": err.max(), "rows_within_15pct": int((err <= 0.15).sum()),
+                    "ranked_pairs": pairs, "ranked_same": agree})
+    return pd.DataFrame(out)
+
+
+def _measure_all(wname, w, cluster, local, repeats, placer_names) -> tuple[list, dict]:
+    rows, placements, traces = [], {}, {}
+    placer_objs = _placers()
+    for pname in placer_names:
+        p = placer_objs[pname].place(w.graph, cluster)
+        placements[pname] = p
+        m = measure(w, p, local, repeats=repeats)
+        traces[pname] = m.trace
+        predicted = predict(w, p, cluster, StaticCostModel(), SIM).step_time
+        rows.append({"workload": wname, "placer": pname, "cost_model": "static",
+                     "predicted_ms": predicted * 1e3, "measured_ms": m.step_time * 1e3,
+                     "replay": False})
+    profile = "simple" if "simple" in traces else next(iter(traces))
+    measured_cost = MeasuredCostModel.from_traces([traces[profile]], fallback=StaticCostModel(),
+                                                  dispatch=True)
+    for row in list(rows):
+        p = placements[row["placer"]]
+        predicted = predict(w, p, cluster, measured_cost, SIM).step_time
+        rows.append({**row, "cost_model": f"measured({profile})",
+                     "predicted_ms": predicted * 1e3, "replay": row["placer"] == profile})
+    return rows, {"placements": placements, "traces": traces}
+
+
+def _replacement_loop(wname, w, cluster, local, repeats, first) -> dict:
+    """Place with static costs, run, measure a cost model from that run, place again."""
+    static_p = first["placements"].get("cost_model") or placers.CostModelPlacer().place(w.graph, cluster)
+    static_m = measure(w, static_p, local, repeats=repeats)
+    measured_cost = MeasuredCostModel.from_traces([static_m.trace], fallback=StaticCostModel(),
+                                                  dispatch=True)
+    again = placers.CostModelPlacer(cost_model=measured_cost).place(w.graph, cluster)
+    again_m = measure(w, again, local, repeats=repeats)
+    same = all(static_p[op.name] == again[op.name] for op in w.graph.get_operations()
+               if op.name in static_p and op.name in again)
+    return {"workload": wname, "static_ms": static_m.step_time * 1e3,
+            "measured_cost_ms": again_m.step_time * 1e3,
+            "ratio": again_m.step_time / static_m.step_time, "same_placement": same,
+            "static_predicted_ms": predict(w, static_p, cluster, None, SIM).step_time * 1e3,
+            "measured_cost_predicted_ms": predict(w, again, cluster, measured_cost,
+                                                  SIM).step_time * 1e3}
+
+
+def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACERS,
+        blas_threads: int = 1, loop: bool = True, progress: bool = True):
+    """``(rows, loop_rows, cluster, figures)``: the comparison, the re-placement loop,
+    the calibrated cluster and the calibration figures."""
+    env = {"OPENBLAS_NUM_THREADS": str(blas_threads)} if blas_threads else {}
+    base = loopback_cluster()
+    cluster = calibrate(base, quick=quick)
+    counts = runtime_cluster_spec(cluster)
+    with runtime.LocalCluster(counts, env=env) as local:
+        cluster, figures = calibrate_distributed(cluster, local, quick=quick)
+    rows, loop_rows = [], []
+    for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
+        w = WORKLOADS[wname]()
+        # A fresh cluster per workload: variables outlive sessions and names repeat.
+        with runtime.LocalCluster(counts, env=env) as local:
+            found, first = _measure_all(wname, w, cluster, local, repeats, placer_names)
+            rows += found
+            if loop:
+                loop_rows.append(_replacement_loop(wname, w, cluster, local, repeats, first))
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["rel_error"] = (frame.predicted_ms - frame.measured_ms) / frame.measured_ms
+        frame = frame[COLUMNS]
+    loop_frame = pd.DataFrame(loop_rows, columns=LOOP_COLUMNS)
+    return frame, loop_frame, cluster, figures
+
+
+def _plot(frame: pd.DataFrame, path: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for cm, group in frame.groupby("cost_model"):
+        ax.scatter(group.measured_ms, group.predicted_ms, label=cm)
+    lo = min(frame.measured_ms.min(), frame.predicted_ms.min()) * 0.8
+    hi = max(frame.measured_ms.max(), frame.predicted_ms.max()) * 1.2
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="predicted = measured")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured step (ms)")
+    ax.set_ylabel("predicted step (ms)")
+    ax.legend()
+    ax.set_title("simulator vs runtime")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def main(argv=None):
+    parser = results_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
+    parser.add_argument("--placers", nargs="+", default=list(PLACERS), choices=list(PLACERS))
+    parser.add_argument("--repeats", type=int, default=7, help="timed steps per placement")
+    parser.add_argument("--quick", action="store_true",
+                        help="quick calibration, 3 repeats, no re-placement loop (for tests)")
+    parser.add_argument("--no-loop", action="store_true", help="skip the re-placement loop")
+    parser.add_argument("--blas-threads", type=int, default=1,
+                        help="OPENBLAS_NUM_THREADS of the server processes (0: the library's "
+                             "default, one thread per core)")
+    parser.add_argument("--plot", action="store_true", help="save a PNG of predicted vs measured")
+    args = parser.parse_args(argv)
+    repeats = 3 if args.quick and args.repeats == 7 else args.repeats
+    t0 = time.perf_counter()
+    frame, loop_frame, cluster, figures = run(
+        args.workloads, repeats=repeats, quick=args.quick, placer_names=args.placers,
+        blas_threads=args.blas_threads, loop=not (args.quick or args.no_loop))
+    print("\ncalibration: step overhead {:.3g} ms, per extra task {:.3g} ms, crossing "
+          "latency {:.3g} ms, bandwidth {:.3g} GB/s, dispatch {:.3g} us/op".format(
+              figures["step_overhead"] * 1e3, figures["part_overhead"] * 1e3,
+              (figures["transfer_latency"] or 0) * 1e3, (figures["transfer_bandwidth"] or 0) / 1e9,
+              figures["op_overhead"] * 1e6))
+    print_table(frame, "predicted vs measured step time (ms); rel_error = (pred - meas) / meas")
+    summary = summarise(frame)
+    print_table(summary, "summary (replayed rows left out)")
+    if not loop_frame.empty:
+        print_table(loop_frame, "re-placement loop: cost-model placer with static costs, then "
+                                "with costs measured from its run (measured step ms)")
+    out = save_table(frame, "sim_vs_real", args.out)
+    print(f"saved {out}")
+    if not loop_frame.empty:
+        print(f"saved {save_table(loop_frame, 'sim_vs_real_loop', args.out)}")
+    save_table(summary, "sim_vs_real_summary", args.out)
+    if args.plot:
+        print(f"saved {_plot(frame, Path(args.out) / 'sim_vs_real.png')}")
+    print(f"took {time.perf_counter() - t0:.0f} s")
+    return frame
+
+
+if __name__ == "__main__":
+    main()
