@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
@@ -13,8 +11,7 @@ from core.dataflow import DataflowError, StepPlan, StepState, UnplacedOp
 from core.graph import GraphCycleError
 from core.placement import Placement, transfers
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
-from sim_strategies import placed_graphs  # noqa: E402
+from strategies import placed_graphs
 
 CPU0 = "/job:w/replica:0/task:0/device:CPU:0"
 CPU1 = "/job:w/replica:0/task:1/device:CPU:0"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +11,7 @@ from core.cluster import Cluster
 from core.placement import Placement
 from sim import OutOfMemory, SimConfig, simulate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_helpers import FixedCost, place_all  # noqa: E402
+from strategies import FixedCost, place_all
 
 KB = 1024  # a (16, 16) float32 tensor
 

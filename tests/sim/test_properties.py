@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 from hypothesis import given, settings
 
@@ -11,8 +9,7 @@ from core.costs import StaticCostModel
 from core.placement import transfers
 from sim import SimConfig, simulate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_strategies import placed_graphs  # noqa: E402
+from strategies import placed_graphs
 
 COST = StaticCostModel()
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +15,7 @@ from core.placement import Placement
 from sim import SimConfig, UnknownPlacedDevice, simulate
 from sim.pools import amdahl_speedup
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_helpers import FixedCost, place_all  # noqa: E402
+from strategies import FixedCost, place_all
 
 ONE = Cluster.single_host(gpus=2, cpu_cores=4)
 CPU, GPU0, GPU1 = (d.name for d in ONE.devices)
