@@ -87,6 +87,7 @@ array(12., dtype=float32)
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -114,6 +115,9 @@ KERNEL, VARIABLE, FED, REMOTE, SINK = range(5)
 LOCAL_COPY, RECV, SEND = range(3)
 
 _CONTROL_VALUE = np.zeros(0, np.float32)
+#: A kernel whose every input and output has at most this many elements is cheap
+#: (a 64x64 matmul at most: the kernels run it serially).
+_CHEAP_ELEMENTS = 4096
 
 
 @dataclass
@@ -189,7 +193,7 @@ class _Node:
 
     __slots__ = ("name", "type", "kind", "device", "kernel", "attrs", "in_bufs", "out_base",
                  "n_out", "want_cores", "contexts", "checks", "var_name", "init_var",
-                 "ctrl_sends", "gpu_ctx", "shape", "dtype", "remote_ctrl", "forward")
+                 "ctrl_sends", "gpu_ctx", "shape", "dtype", "remote_ctrl", "forward", "cheap")
 
 
 class _ExecPlan:
@@ -417,6 +421,15 @@ class _ExecPlan:
                             and m.real.inputs[0].op.type == "Variable"
                             and m.real.inputs[0].op.name not in written
                             and m.real.inputs[0].op.name in plan.op_index)
+        # Cheap ops may run inline on a thread that would only wait (Step._run_ready):
+        # variable reads, and CPU kernels on small tensors of known shape (which run
+        # serially: below the kernels' parallel thresholds).
+        for node, m in zip(nodes, plan.ops):
+            node.cheap = node.kind == VARIABLE or node.forward or (
+                node.kind == KERNEL and node.device.is_cpu and all(
+                    t.shape is not None and None not in tuple(t.shape)
+                    and math.prod(t.shape) <= _CHEAP_ELEMENTS
+                    for t in (*m.real.inputs, *m.real.outputs)))
         self.nodes = nodes
         # Tensors that are a variable's live buffer (copied before they leave the step).
         self.aliases = frozenset(
@@ -506,9 +519,8 @@ def _to_host(value):
     return np.asarray(value)
 
 
-def _shares_variable(value, step) -> bool:
-    """Whether a host array is (a view of) a variable's live buffer."""
-    store = step.ex.variables
+def shares_variable(value, store: VariableStore) -> bool:
+    """Whether a host array is (a view of) a variable's live buffer in ``store``."""
     for name in store.names() if len(store) < 64 else ():
         buf = store._values.get(name)
         if isinstance(buf, np.ndarray) and np.shares_memory(value, buf):
@@ -521,7 +533,7 @@ class _Step:
 
     __slots__ = ("ex", "xp", "plan", "state", "lock", "vals", "done", "error", "aborted",
                  "recv", "send", "trace", "op_times", "xfer_records", "mem_events", "sent",
-                 "pending_vars", "fetch_bufs", "keep", "start")
+                 "pending_vars", "fetch_bufs", "keep", "start", "send_copies", "recv_async")
 
     def __init__(self, ex: "Executor", xp: _ExecPlan, recv, send, trace: bool):
         self.ex, self.xp, self.plan = ex, xp, xp.plan
@@ -536,6 +548,8 @@ class _Step:
         self.xfer_records = []
         self.mem_events = []  # (time, seq, device name, delta, op, tensor)
         self.sent = []
+        self.send_copies = False
+        self.recv_async = None
         self.pending_vars = {}
         self.keep = xp.keep
 
@@ -574,13 +588,17 @@ class _Step:
             self.done.set()
 
     # -- running ops -------------------------------------------------------------------
-    def run_op(self, slot: int, i: int) -> None:
-        """Pool entry point: run op ``i`` and, inline, ready ops of the same device."""
+    def run_op(self, slot: int, i: int, cheap_only: bool = False) -> None:
+        """Pool entry point: run op ``i`` and, inline, ready ops of the same device
+        (``cheap_only``: only cheap ones, queueing the first other one)."""
         try:
             while i is not None:
                 if self.aborted:
                     return
                 i = self._run_one(slot, i)
+                if cheap_only and i is not None and not self.xp.nodes[i].cheap:
+                    self.xp.nodes[i].device.pool.submit(self.run_op, i)
+                    return
         except BaseException as e:  # noqa: BLE001 - a pool thread must never die
             self.fail(e)
 
@@ -712,7 +730,30 @@ class _Step:
             k = sends.pop(0)
             kind = xp.transfer_kind[k]
             if kind == RECV:
-                self.ex._recv_pool(xp.n_recv).submit(self._recv, k)
+                if self.recv_async is None or not xp.dev_objs[plan.transfer_dst[k]].is_cpu:
+                    self.ex._recv_pool(xp.n_recv).submit(self._recv, k)
+                    continue
+                # No helper thread: the value is here already, or the thread that
+                # delivers it later finishes the transfer (_recv_done).
+                start = perf_counter()
+                try:
+                    value = self.recv_async(
+                        xp.transfer_names[k], plan.devices[plan.transfer_src[k]],
+                        plan.devices[plan.transfer_dst[k]],
+                        lambda value, error, k=k, start=start: self._recv_done(k, start, value, error))
+                except BaseException as e:  # noqa: BLE001
+                    self._recv_failed(k, e)
+                    return
+                if value is None:
+                    continue
+                self.vals[plan.n_tensors + k] = np.asarray(value)
+                now = perf_counter()
+                if self.trace:
+                    self._record_transfer(k, start, now)
+                with self.lock:
+                    if self.aborted:
+                        return
+                    self._progress(self.state.transfer_done(k), now, ready, sends)
                 continue
             t = plan.transfer_tensor[k]
             value = self.vals[t]
@@ -774,7 +815,10 @@ class _Step:
             return False
         try:
             value = _to_host(value)
-            if value is not _CONTROL_VALUE and _shares_variable(value, self):
+            # A variable's live buffer could change under a send still reading it;
+            # a send that copies anyway (send_copies) takes the buffer itself.
+            if (not self.send_copies and value is not _CONTROL_VALUE
+                    and shares_variable(value, self.ex.variables)):
                 value = value.copy()
             self.send(name, value, dst)
         except Exception as e:  # noqa: BLE001
@@ -784,6 +828,40 @@ class _Step:
             return False
         self.sent.append((name, dst, perf_counter()))
         return True
+
+    def _recv_done(self, k: int, start: float, value, error) -> None:
+        """``recv_async``'s callback: transfer ``k`` arrived (or failed). Never raises:
+        it runs on the thread delivering tensors, which must go on delivering."""
+        try:
+            if error is not None:
+                self._recv_failed(k, error)
+                return
+            if self.aborted:
+                return
+            now = perf_counter()
+            self.vals[self.plan.n_tensors + k] = np.asarray(value)
+            if self.trace:
+                self._record_transfer(k, start, now)
+            ready: list = []
+            sends: list = []
+            with self.lock:
+                if self.aborted:
+                    return
+                self._progress(self.state.transfer_done(k), now, ready, sends)
+            if sends:
+                self._do_sends(sends, ready)
+            self._run_ready(ready)
+        except BaseException as e:  # noqa: BLE001
+            self.fail(e)
+
+    def _recv_failed(self, k: int, e: BaseException) -> None:
+        xp, plan = self.xp, self.plan
+        name = xp.transfer_names[k]
+        err = OpError(xp.recv_consumer[k] or name, plan.devices[plan.transfer_dst[k]],
+                      f"receiving {name} from {plan.devices[plan.transfer_src[k]]} failed: "
+                      f"{type(e).__name__}: {e}")
+        err.__cause__ = e
+        self.fail(err)
 
     def _recv(self, k: int) -> None:
         """Recv-pool entry point: fetch transfer ``k`` from another task."""
@@ -822,7 +900,7 @@ class _Step:
             self._progress(self.state.transfer_done(k), now, ready, sends)
         if sends:
             self._do_sends(sends, ready)
-        self._dispatch(ready, None)
+        self._run_ready(ready)
 
     def _recv_control(self, i: int) -> None:
         """Recv-pool entry point: wait until remote op ``i`` ran (a control edge)."""
@@ -853,9 +931,35 @@ class _Step:
             self._progress(self.state.op_finished(i), perf_counter(), ready, sends)
         if sends:
             self._do_sends(sends, ready)
-        self._dispatch(ready, None)
+        self._run_ready(ready)
 
     # -- scheduling ------------------------------------------------------------------------
+    def _run_ready(self, ready: list) -> None:
+        """From a thread that is no pool's (the step's caller, a recv helper), which
+        would only wait otherwise: queue ``ready`` ops on their devices' pools but run
+        the last one here, in a free slot of its device's pool (a thread handoff costs
+        more than a small op; TensorFlow's executor runs ready ops inline likewise)."""
+        if self.aborted or not ready:
+            return
+        nodes = self.xp.nodes
+        # Only a cheap op: a big one goes to the pool, whose threads keep the kernels'
+        # own thread teams (BLAS, numba's) warm; a new calling thread starts new ones.
+        k = next((k for k in range(len(ready) - 1, -1, -1) if nodes[ready[k]].cheap), None)
+        if k is None:
+            self._dispatch(ready, None)
+            return
+        j = ready.pop(k)
+        self._dispatch(ready, None)
+        pool = nodes[j].device.pool
+        slot = pool.try_slot()
+        if slot is None:  # the pool is busy: its next free thread takes it
+            pool.submit(self.run_op, j)
+            return
+        try:
+            self.run_op(slot, j, cheap_only=True)
+        finally:
+            pool.release(slot)
+
     def _dispatch(self, ready: list, here):
         """Queue ``ready`` ops on their devices' pools; return one to run inline on
         ``here`` (this thread's device), if any."""
@@ -921,11 +1025,32 @@ class Executor:
                  targets: Sequence[str] = (), feeds: Mapping[str, np.ndarray] | None = None,
                  recv: Callable | None = None, send: Callable | None = None,
                  send_to: Mapping | None = None, step_id: int = 0, trace: bool = False,
-                 timeout: float | None = None) -> StepResult:
-        """Run this task's part of one step; see the module docstring."""
+                 timeout: float | None = None,
+                 on_abort: Callable[[Callable[[BaseException], None]], None] | None = None,
+                 send_copies: bool = False, recv_async: Callable | None = None,
+                 ) -> StepResult:
+        """Run this task's part of one step; see the module docstring.
+
+        ``recv_async(tensor_name, src_device, dst_device, callback)``, when given, is
+        used instead of ``recv`` for tensors bound for a CPU device: it returns the value
+        if it is there already, else None and calls ``callback(value, error)`` later
+        from the thread that delivers it (no helper thread waits; cheap ops it makes
+        ready run right there).
+
+        ``send_copies``: ``send`` has copied what it needs of a value when it returns,
+        so a variable's live buffer goes to it without the executor's own copy.
+
+        ``on_abort``, when given, is called once with a function ``abort(error)`` that
+        stops the step (no further op starts; ``run_step`` raises ``error``): the
+        worker calls it when another task's part of the step failed.
+        """
         feeds = feeds or {}
         xp = self.plan_for(ops, placement, fetches, targets, feeds.keys(), send_to)
         step = _Step(self, xp, recv, send, trace)
+        step.send_copies = send_copies
+        step.recv_async = recv_async
+        if on_abort is not None:
+            on_abort(step.fail)
         plan = xp.plan
         start = perf_counter()
         step.start = start
@@ -959,8 +1084,10 @@ class Executor:
                 self._recv_pool(xp.n_recv + len(recv_ctrl)).submit(step._recv_control, i)
             if sends:
                 step._do_sends(sends, ready)
-            step._dispatch(ready, None)
-        if not step.done.wait(timeout):
+            step._run_ready(ready)
+        # The deadline counts from the start (this thread may have run ops meanwhile).
+        remaining = None if timeout is None else max(0.0, timeout - (perf_counter() - start))
+        if not step.done.wait(remaining):
             step.aborted = True
             with step.lock:
                 waiting = [plan.op_names[i] for i in range(plan.n_ops)

@@ -54,13 +54,23 @@ __all__ = ["LocalDevices", "LocalDevice", "InterOpPool", "HostCores", "MemoryAcc
 
 class InterOpPool:
     """``threads`` daemon threads taking ``(fn, arg)`` items from one queue and calling
-    ``fn(slot, arg)``, ``slot`` being the thread's index in the pool (0..threads-1).
+    ``fn(slot, arg)``, ``slot`` being an inter-op thread slot (0..threads-1) that no
+    other op holds meanwhile.
+
+    A thread that would otherwise wait (the caller of a step, a recv helper) may run an
+    op itself in a free slot (:meth:`try_slot` ... :meth:`release`) instead of handing
+    it to a pool thread: TensorFlow's executor runs cheap ready ops inline the same way.
+    Slots are handed out dynamically, so at most ``threads`` ops run at once and no slot
+    runs two at once, whichever threads run them (the trace invariants).
 
     >>> pool = InterOpPool("example", 2)
     >>> done = threading.Event()
     >>> pool.submit(lambda slot, arg: done.set(), None)
     >>> done.wait(5)
     True
+    >>> slot = pool.try_slot(); slot in (0, 1)
+    True
+    >>> pool.release(slot)
     >>> pool.close()
     """
 
@@ -70,9 +80,11 @@ class InterOpPool:
         self.name, self.threads = name, threads
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
-        self._workers = [threading.Thread(target=self._work, args=(slot,), daemon=True,
-                                          name=f"inter-op {slot} {name}")
-                         for slot in range(threads)]
+        self._free = list(range(threads - 1, -1, -1))  # a stack: slot 0 is reused first
+        self._slot_freed = threading.Condition(threading.Lock())
+        self._workers = [threading.Thread(target=self._work, daemon=True,
+                                          name=f"inter-op {i} {name}")
+                         for i in range(threads)]
         for w in self._workers:
             w.start()
 
@@ -80,13 +92,32 @@ class InterOpPool:
         """Queue ``fn(slot, arg)``; ``fn`` must not raise (the executor catches inside)."""
         self._queue.put((fn, arg))
 
-    def _work(self, slot: int) -> None:
+    def try_slot(self) -> int | None:
+        """A free slot for the calling thread to run an op in, or None (all busy)."""
+        with self._slot_freed:
+            return self._free.pop() if self._free else None
+
+    def release(self, slot: int) -> None:
+        """Give back a slot from :meth:`try_slot`."""
+        with self._slot_freed:
+            self._free.append(slot)
+            self._slot_freed.notify()
+
+    def _work(self) -> None:
         get = self._queue.get
+        cond, free = self._slot_freed, self._free
         while True:
             fn, arg = get()
             if fn is None:
                 return
-            fn(slot, arg)
+            with cond:
+                while not free:  # a thread running an op inline holds the slot
+                    cond.wait()
+                slot = free.pop()
+            try:
+                fn(slot, arg)
+            finally:
+                self.release(slot)
 
     def close(self) -> None:
         """Stop the threads once the queued items ran (idempotent)."""

@@ -312,15 +312,23 @@ class MasterService(master_pb2_grpc.MasterServicer):
                     self.worker.register_graph(request)
                 else:
                     address = self._address[task]
-                    client = self.peers.get(address)
-                    try:
-                        reply = wire.call_rpc(client.stub.RegisterGraph, request, address=address,
-                                              method="Worker.RegisterGraph",
-                                              timeout=max(0.001, deadline - time.monotonic()))
-                    except wire.TransportError as err:
-                        if isinstance(err, wire.PeerUnavailable):
+                    for attempt in range(2):
+                        client = self.peers.get(address)
+                        try:
+                            reply = wire.call_rpc(
+                                client.stub.RegisterGraph, request, address=address,
+                                method="Worker.RegisterGraph",
+                                timeout=max(0.001, deadline - time.monotonic()))
+                            break
+                        except wire.TransportError as err:
+                            if not isinstance(err, wire.PeerUnavailable):
+                                raise transport_error(err, task_name(*task)) from None
                             self.peers.reset(address, client)
-                        raise transport_error(err, task_name(*task)) from None
+                            if attempt:
+                                raise transport_error(err, task_name(*task)) from None
+                            # Once more on a new channel: the old one may still be in
+                            # reconnect backoff from before the peer restarted (a dead
+                            # peer refuses the new one at once). Registering is idempotent.
                     if reply.error.type:
                         err = error_from_proto(reply.error)
                         if (isinstance(err, errors.FailedPrecondition)
@@ -390,12 +398,22 @@ class MasterService(master_pb2_grpc.MasterServicer):
         first_error: list = []
         lock = threading.Lock()
         involved = [p.task for p in sig.parts]
+        # Set when a RunGraph's reply was handled or the step failed: the wait below
+        # wakes on either.
+        changed = threading.Event()
+        handled = [0]  # RunGraph replies whose done callback ran to its end
+
+        def finished() -> None:
+            with lock:
+                handled[0] += 1
+            changed.set()
 
         def fail(err: BaseException) -> None:
             with lock:
                 if first_error:
                     return
                 first_error.append(err)
+            changed.set()
             self._abort(step_id, involved, err)
 
         # Remote parts first (asynchronous calls), then this task's part in this thread.
@@ -408,7 +426,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
             try:
                 self._register(sess, p, sig.node_count, deadline=deadline)
                 calls.append((p, self._start_remote(sess, p, step_id, feeds_by_name, trace,
-                                                    timeout, deadline, fail)))
+                                                    timeout, deadline, fail, finished)))
             except BaseException as err:  # noqa: BLE001
                 fail(err)
                 break
@@ -427,13 +445,30 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 fail(err)
             finally:
                 self.worker.rendezvous.finish_step(step_id)
+        # Wait for every remote part, or only until the step failed: the first error
+        # is the answer, and the other parts were told to abort (a dead or stuck peer
+        # must not hold the client until the deadline).
+        while True:
+            changed.clear()
+            if first_error or handled[0] >= len(calls):
+                break
+            if not changed.wait(max(0.0, deadline - time.monotonic())):
+                break  # past the deadline: _finish_remote reports it
         for p, (fut, request) in calls:
+            if first_error:
+                break
             try:
                 reply = self._finish_remote(sess, p, sig, fut, request, deadline)
                 if reply is not None:
                     results[p.task] = reply
             except BaseException as err:  # noqa: BLE001
                 fail(err)
+        if not first_error and any(p.task not in results for p in sig.parts):
+            # A failed reply whose callback has not reported yet (past the deadline).
+            changed.wait(max(0.0, deadline - time.monotonic()) + 1.0)
+            if not first_error:
+                first_error.append(errors.DeadlineExceeded(
+                    f"step {step_id} ran past its deadline of {timeout} s"))
         if first_error:
             raise first_error[0]
 
@@ -457,9 +492,10 @@ class MasterService(master_pb2_grpc.MasterServicer):
         return response
 
     def _start_remote(self, sess, p: _TaskPart, step_id: int, feeds_by_name, trace: bool,
-                      timeout: float, deadline: float, fail):
+                      timeout: float, deadline: float, fail, finished):
         """Call RunGraph on ``p``'s worker without waiting; ``fail`` hears of an error as
-        soon as it happens (so the other tasks are aborted at once)."""
+        soon as it happens (so the other tasks are aborted at once), then
+        ``finished()`` that the reply was handled."""
         request = worker_pb2.RunGraphRequest(
             session_handle=sess.handle, partition_handle=p.handle, step_id=step_id,
             feeds=[feeds_by_name[n] for n in p.feeds], trace=trace, timeout=timeout)
@@ -469,6 +505,12 @@ class MasterService(master_pb2_grpc.MasterServicer):
         started = time.perf_counter()
 
         def done(fut) -> None:
+            try:
+                report(fut)
+            finally:
+                finished()
+
+        def report(fut) -> None:
             try:
                 reply = fut.result()
             except grpc.RpcError as err:
@@ -522,8 +564,12 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 self.worker.rendezvous.abort(step_id, StepAborted(
                     f"step {step_id} aborted: {err}"))
                 continue
+            # Only over an open channel: the failed peer's was dropped, and a new one
+            # to a dead address would sit in reconnect backoff when the peer restarts.
+            client = self.peers.existing(self._address[task])
+            if client is None:
+                continue
             try:
-                client = self.peers.get(self._address[task])
                 self._keep_until_done(client.stub.AbortStep.future(
                     worker_pb2.AbortStepRequest(step_id=step_id, error=status), timeout=2.0))
             except Exception:  # noqa: BLE001 - best effort; the step deadline still holds

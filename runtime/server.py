@@ -171,6 +171,8 @@ class Server:
         """Start serving (idempotent)."""
         if not self._started:
             self._server.start()
+            # Only once the gRPC port is ours: the local socket is named after it.
+            self.worker.listen_local()
             self._started = True
 
     def join(self) -> None:

@@ -49,6 +49,7 @@ from core.placement import Placement
 from core.serialize import extend_graph
 from runtime import errors, wire
 from runtime.config import SessionConfig
+from runtime.executor import shares_variable
 from runtime.graph_codec import (error_to_proto, named_tensors, nodes_from_proto,
                                  stats_to_proto, tensor_from_proto, tensor_to_proto)
 from runtime.protos import graph_pb2, tensor_pb2, worker_pb2, worker_pb2_grpc
@@ -101,12 +102,13 @@ def transport_error(err: wire.TransportError, task: str) -> errors.LabRuntimeErr
 # Rendezvous
 
 class _Slot:
-    __slots__ = ("event", "value", "error")
+    __slots__ = ("event", "value", "error", "callback")
 
     def __init__(self):
         self.event = threading.Event()
         self.value = None
         self.error: BaseException | None = None
+        self.callback = None  # take_async's, until the value or an abort comes
 
 
 class Rendezvous:
@@ -127,6 +129,7 @@ class Rendezvous:
         self._steps: dict[int, dict[str, _Slot]] = {}
         self._born: dict[int, float] = {}
         self._closed_steps: OrderedDict[int, BaseException | None] = OrderedDict()
+        self._watchers: dict[int, list[Callable[[BaseException], None]]] = {}
 
     def _slot(self, key: str, step_id: int) -> _Slot | None:
         # Under the lock. None when the step already finished.
@@ -148,8 +151,13 @@ class Rendezvous:
             slot = self._slot(key, step_id)
             if slot is None:
                 return
-            slot.value = value
-        slot.event.set()
+            callback, slot.callback = slot.callback, None
+            if callback is None:
+                slot.value = value
+        if callback is not None:
+            callback(value, None)
+        else:
+            slot.event.set()
 
     def take(self, key: str, step_id: int, deadline: float) -> Any:
         """Block until ``key``'s tensor is here (``deadline``: ``time.monotonic()``)."""
@@ -166,16 +174,53 @@ class Rendezvous:
         value, slot.value = slot.value, None
         return value
 
+    def watch(self, step_id: int, abort: Callable[[BaseException], None]) -> None:
+        """Call ``abort(error)`` when ``step_id`` is aborted (at once if it was): the
+        executor's step stops, not only its recvs (a part busy computing would
+        otherwise run to its end while the step already failed)."""
+        with self._lock:
+            if step_id not in self._closed_steps:
+                self._watchers.setdefault(step_id, []).append(abort)
+                return
+            error = self._closed_steps[step_id]
+        if error is not None:
+            abort(error)
+
+    def take_async(self, key: str, step_id: int, callback: Callable) -> Any:
+        """``key``'s tensor if it is here; else None, and ``callback(value, None)``
+        runs when it arrives (in the delivering thread) or ``callback(None, error)``
+        when the step is aborted. A step that finishes first drops the callback."""
+        with self._lock:
+            error = self._closed_steps.get(step_id)
+            slot = self._slot(key, step_id)
+            if slot is not None:
+                if slot.event.is_set():
+                    if slot.error is None:
+                        value, slot.value = slot.value, None
+                        return value
+                    error = slot.error
+                else:
+                    slot.callback = callback
+                    return None
+        raise error or StepAborted(f"step {step_id} is over")
+
     def abort(self, step_id: int, error: BaseException) -> None:
         """Wake every ``take`` of ``step_id`` with ``error``; later ones fail too."""
         with self._lock:
             slots = self._steps.pop(step_id, {})
             self._born.pop(step_id, None)
+            watchers = self._watchers.pop(step_id, ())
             self._remember(step_id, error)
         for slot in slots.values():
-            if not slot.event.is_set():
+            callback = slot.callback
+            if callback is not None:
+                slot.callback = None
+                callback(None, error)
+            elif not slot.event.is_set():
                 slot.error = error
                 slot.event.set()
+        for abort in watchers:
+            abort(error)
 
     def finish_step(self, step_id: int) -> None:
         """Forget ``step_id``'s tensors; later pushes for it are dropped."""
@@ -183,6 +228,7 @@ class Rendezvous:
         with self._lock:
             self._steps.pop(step_id, None)
             self._born.pop(step_id, None)
+            self._watchers.pop(step_id, None)
             if step_id not in self._closed_steps:
                 self._remember(step_id, None)
             stale = [s for s, t in self._born.items() if now - t > _STALE_STEP_SECONDS]
@@ -409,6 +455,8 @@ class WorkerClient:
             response_deserializer=worker_pb2.PushTensorResponse.FromString)
         self._stream: _PushStream | None = None
         self._stream_lock = threading.Lock()
+        self._local: wire.LocalPushSender | None = None
+        self._local_tried = False
         # Open the stream now: besides carrying pushes, an open streaming call keeps
         # the channel's polling thread alive, which gRPC otherwise starts afresh for
         # every asynchronous call (~0.3 ms each, measured).
@@ -422,10 +470,29 @@ class WorkerClient:
                 stream = self._stream = _PushStream(self._push_stream_call)
             return stream
 
+    def local_sender(self, fresh: bool = False) -> "wire.LocalPushSender | None":
+        """The Unix-socket connection to this peer's local push listener (a peer on
+        this host), or None when it has none (then pushes take the PushStream);
+        ``fresh``: connect again (the last connection broke: the peer restarted?)."""
+        with self._stream_lock:
+            if fresh:
+                if self._local is not None:
+                    self._local.close()
+                self._local, self._local_tried = None, False
+            if not self._local_tried:
+                self._local_tried = True
+                try:
+                    self._local = wire.LocalPushSender(self.address)
+                except OSError:
+                    self._local = None
+            return self._local
+
     def close(self) -> None:
         with self._stream_lock:
             if self._stream is not None:
                 self._stream.close()
+            if self._local is not None:
+                self._local.close()
         self.channel.close()
 
 
@@ -485,6 +552,12 @@ class PeerChannels:
             if client is None:
                 client = self._clients[address] = WorkerClient(address)
             return client
+
+    def existing(self, address: str) -> WorkerClient | None:
+        """The client of ``address`` if one is open (None: no call to it is in flight,
+        and none should open a channel, e.g. to a peer just found dead)."""
+        with self._lock:
+            return self._clients.get(address)
 
     def reset(self, address: str, client: WorkerClient | None = None) -> None:
         """Drop the channel to ``address`` (only if it is still ``client``, when given)."""
@@ -571,6 +644,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self.segment_maps = SegmentMaps()
         self._warm: set = set()
         self._warm_lock = threading.Lock()
+        self._local_listener: wire.LocalPushListener | None = None
         self._address_of: dict[tuple[str, int], str] = {
             (t.job, t.index): t.address for t in cluster.tasks}
 
@@ -674,6 +748,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             key = wire.rendezvous_key(src_device, tensor_name, dst_device, step_id)
             return rendezvous.take(key, step_id, deadline)
 
+        def recv_async(tensor_name: str, src_device: str, dst_device: str, callback):
+            key = wire.rendezvous_key(src_device, tensor_name, dst_device, step_id)
+            return rendezvous.take_async(key, step_id, callback)
+
         def on_pushed(fut: Future) -> None:
             err = fut.exception()
             if err is not None and not failed:
@@ -687,10 +765,18 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             key = wire.rendezvous_key(placement[producer], tensor_name, dst_device, step_id)
             dst_task = task_of_device(dst_device)
             if getattr(value, "nbytes", 0) <= wire.DEFAULT_CHUNK_BYTES:
-                # One message queued on the open stream: cheap enough to do right here.
+                # One message queued on the open stream: cheap enough to do right here
+                # (the frame is a copy: a variable's buffer may change afterwards).
                 self._push(dst_task, key, value, deadline, sends)
                 return
-            fut = self._pushers.submit(self._push, dst_task, key, value, deadline, sends)
+            # Large: copy it now, once (into a pooled shared-memory segment for a
+            # same-host peer; else out of a variable's live buffer, which could change
+            # while the stream reads it), and let a pusher thread make the call.
+            arr = wire.as_wire_array(value, key)
+            segment = self._stage_in_segment(dst_task, arr)
+            if segment is None and shares_variable(arr, self.variables):
+                arr = arr.copy()
+            fut = self._pushers.submit(self._push, dst_task, key, arr, deadline, sends, segment)
             fut.add_done_callback(on_pushed)
             pushes.append(fut)
 
@@ -698,7 +784,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             result = self.executor.run_step(
                 part.ops, placement, fetches=part.fetches, targets=part.targets, feeds=feeds,
                 recv=recv, send=send, send_to=part.send_to, step_id=step_id, trace=trace,
-                timeout=timeout)
+                timeout=timeout, on_abort=lambda abort: rendezvous.watch(step_id, abort),
+                send_copies=True, recv_async=recv_async)
         except BaseException as err:
             if failed:  # the root cause: a peer we push to is gone
                 raise failed[0] from err
@@ -712,35 +799,57 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     f"pushing tensors from {self.task_name} ran past the step's deadline") from None
         return result, sends
 
-    def _push(self, dst_task: tuple[str, int], key: str, value: np.ndarray, deadline: float,
-              sends: list) -> None:
-        """Send ``value`` into ``dst_task``'s rendezvous under ``key``: small tensors and
-        same-host shared-memory refs as one message on the open PushStream, large ones
-        as a chunked PushTensor call."""
-        from runtime import shm
+    def _same_host(self, dst_task: tuple[str, int]) -> bool:
+        return bool(self._my_host) and self._host_of(*dst_task) == self._my_host
 
+    def _stage_in_segment(self, dst_task: tuple[str, int], arr: np.ndarray):
+        """A pooled segment holding a copy of ``arr`` when it goes to a same-host peer
+        through shared memory, else None."""
+        if (self.shm_min_bytes is None or arr.nbytes < self.shm_min_bytes
+                or not self._same_host(dst_task)):
+            return None
+        segment = self.segments.acquire(arr.nbytes)
+        target = np.frombuffer(segment.buf, np.uint8, count=arr.nbytes)
+        np.copyto(target, arr.reshape(-1).view(np.uint8))
+        del target
+        return segment
+
+    def _push(self, dst_task: tuple[str, int], key: str, value: np.ndarray, deadline: float,
+              sends: list, segment=None) -> None:
+        """Send ``value`` into ``dst_task``'s rendezvous under ``key``: small tensors as
+        one message on the open PushStream, large ones as a chunked PushTensor call, or
+        a reference to ``segment`` (from :meth:`_stage_in_segment`, holding the value)."""
         start = time.perf_counter()
         address = self._address_of[dst_task]
         client = self.peers.get(address)
         arr = wire.as_wire_array(value, key)
-        same_host = self.shm_min_bytes is not None and self._host_of(*dst_task) == self._my_host
-        if arr.nbytes <= wire.DEFAULT_CHUNK_BYTES and not (same_host and arr.nbytes >= self.shm_min_bytes):
-            # Small: one message queued on the open stream.
+        if segment is None:
+            segment = self._stage_in_segment(dst_task, arr)
+        if arr.nbytes <= wire.DEFAULT_CHUNK_BYTES and segment is None:
+            # Small: one frame on the peer's local socket (same host) or its open stream.
             try:
-                client.push_stream().send(next(wire.encode_frames(arr, key)))
+                frame = next(wire.encode_frames(arr, key))
+                local = client.local_sender() if self._same_host(dst_task) else None
+                if local is not None:
+                    try:
+                        local.send(frame)
+                    except ConnectionError:
+                        # The peer closed the connection: a restarted peer takes the
+                        # frame on a new one; a dead one refuses it (an error below).
+                        local = client.local_sender(fresh=True)
+                        if local is None:
+                            raise
+                        local.send(frame)
+                else:
+                    client.push_stream().send(frame)
             except Exception as err:  # noqa: BLE001 - the stream ended: the peer is gone
                 self.peers.reset(address, client)
                 raise errors.Unavailable(task_name(*dst_task),
                                          f"pushing {key!r} to {address} failed: {err}") from None
         else:
-            segment = None
-            if same_host and arr.nbytes >= self.shm_min_bytes:
-                # A pooled segment: copy in, send the ref, take it back once the
-                # receiver answered (it copied the tensor out).
-                segment = self.segments.acquire(arr.nbytes)
-                target = np.frombuffer(segment.buf, np.uint8, count=arr.nbytes)
-                np.copyto(target, arr.reshape(-1).view(np.uint8))
-                del target
+            if segment is not None:
+                # Send the pooled segment's ref; take it back once the receiver
+                # answered (it copied the tensor out).
                 frames = iter([tensor_pb2.TensorChunk(
                     key=key, meta=wire.make_meta(arr), offset=0,
                     shm=tensor_pb2.ShmRef(name=segment.name, offset=0, nbytes=arr.nbytes))])
@@ -772,13 +881,15 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 
     def RunGraph(self, request, context):  # noqa: N802
         step_id = request.step_id
+        sess, part = self.partition(request.session_handle, request.partition_handle)
+        if part is None:
+            # Not finished here: the master registers and runs this part again in the
+            # same step, and tensors already pushed for it must still be taken.
+            return worker_pb2.RunGraphResponse(error=graph_pb2.ErrorStatus(
+                type=UNKNOWN_PARTITION, task=self.task_name,
+                message=f"worker {self.task_name} does not hold partition "
+                        f"{request.partition_handle!r}"))
         try:
-            sess, part = self.partition(request.session_handle, request.partition_handle)
-            if part is None:
-                return worker_pb2.RunGraphResponse(error=graph_pb2.ErrorStatus(
-                    type=UNKNOWN_PARTITION, task=self.task_name,
-                    message=f"worker {self.task_name} does not hold partition "
-                            f"{request.partition_handle!r}"))
             feeds = {p.name: tensor_from_proto(p.value, p.name) for p in request.feeds}
             result, sends = self.run_partition(sess, part, step_id, feeds, trace=request.trace,
                                                timeout=request.timeout)
@@ -833,8 +944,27 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         return worker_pb2.CloseSessionResponse()
 
     # -- lifecycle -----------------------------------------------------------------------
+    def listen_local(self) -> bool:
+        """Take pushes from tasks of this host on a Unix socket too (see
+        :class:`runtime.wire.LocalPushListener`); False where that is not possible."""
+        if self._local_listener is not None:
+            return True
+
+        def deliver(frame) -> None:
+            key, array = wire.decode_keyed((frame,), shm_copy=False)
+            self.rendezvous.put(key, array)
+
+        try:
+            self._local_listener = wire.LocalPushListener(
+                self._address_of[(self.job, self.task)], deliver)
+        except (OSError, KeyError, TypeError):  # no abstract sockets here, no address
+            return False
+        return True
+
     def close(self) -> None:
         """Stop the pushers and the executor's helper threads, free the devices."""
+        if self._local_listener is not None:
+            self._local_listener.close()
         self._pushers.shutdown(wait=False, cancel_futures=True)
         self.segments.close()
         self.segment_maps.close()

@@ -362,3 +362,77 @@ def test_a_variable_of_another_shape_left_by_another_graph_is_refused(executor):
     with pytest.raises(InvalidArgument) as info:
         executor.run_step(reinit, on_cpu(second), targets=[w.initializer.name])
     assert "Trying to share variable v" in str(info.value) and "(3,)" in str(info.value)
+
+
+def test_small_ops_run_inline_without_sharing_a_thread_slot(cluster):
+    # Cheap ops run on the caller's (or a recv's) thread in a free pool slot: two ops
+    # never hold one slot at once, and never more than the pool's threads run at once.
+    config = SessionConfig(inter_op_parallelism_threads=2, use_per_session_threads=True)
+    devices = LocalDevices.for_task(cluster, "localhost", 0, config)
+    ex = Executor(devices, VariableStore())
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(np.ones(16, np.float32), name="x")
+        heads = [tf.negative(x, name=f"n{i}") for i in range(12)]
+        total = heads[0]
+        for h in heads[1:]:
+            total = total + tf.tanh(h)
+    try:
+        for _ in range(20):
+            r = ex.run_step(g.get_operations(), on_cpu(g), fetches=[total.name], trace=True)
+            trace = r.to_trace()
+            trace.validate(g, devices.effective_cluster())
+            assert {rec.thread for rec in trace.ops} <= {0, 1}
+    finally:
+        ex.close()
+        devices.close()
+    np.testing.assert_allclose(r.values[total.name], -1 + 11 * np.tanh(-1.0), rtol=1e-6)
+
+
+def test_recv_async_delivers_from_another_thread_and_errors_name_the_op():
+    cluster, g, placement, w0, w1 = _two_tasks()
+    devices = LocalDevices.for_task(cluster, "worker", 0, SessionConfig())
+    ex = Executor(devices, VariableStore())
+    mine = [op for op in g.get_operations() if placement[op.name] == w0]
+
+    def later(name, src, dst, callback):
+        threading.Timer(0.05, callback, (np.float32(5.0), None)).start()
+        return None
+
+    def failing(name, src, dst, callback):
+        threading.Timer(0.05, callback, (None, ConnectionError("peer went away"))).start()
+        return None
+
+    try:
+        r = ex.run_step(mine, placement, fetches=["twice:0"], recv_async=later,
+                        send=lambda *a: None, timeout=10, trace=True)
+        assert r.values["twice:0"] == 15.0
+        assert [x.tensor for x in r.transfers] == ["remote:0"]
+        r = ex.run_step(mine, placement, fetches=["twice:0"],
+                        recv_async=lambda *a: np.float32(5.0), send=lambda *a: None, timeout=10)
+        assert r.values["twice:0"] == 15.0
+        with pytest.raises(OpError, match="peer went away") as info:
+            ex.run_step(mine, placement, fetches=["twice:0"], recv_async=failing,
+                        send=lambda *a: None, timeout=10)
+        assert info.value.op == "local"
+    finally:
+        ex.close()
+        devices.close()
+
+
+def test_on_abort_stops_a_running_step_between_ops(executor):
+    g = tf.Graph()
+    with g.as_default():
+        h = tf.constant(np.eye(512, dtype=np.float32), name="m")
+        for _ in range(3000):  # seconds of matmuls
+            h = tf.matmul(h, h)
+    err = OpError("elsewhere", "", "another part failed")
+    started = []
+
+    def on_abort(abort):
+        started.append(time.perf_counter())
+        threading.Timer(0.1, abort, (err,)).start()
+
+    with pytest.raises(OpError, match="another part failed"):
+        run(executor, g, [h.name], on_abort=on_abort, timeout=60)
+    assert time.perf_counter() - started[0] < 2.0

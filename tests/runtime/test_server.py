@@ -153,3 +153,34 @@ def test_cli_starts_a_server_and_stops_on_sigterm(tmp_path):
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+# ---------------------------------------------------------------------------
+# The worker's rendezvous: callbacks instead of waiting threads, aborts
+
+def test_rendezvous_take_async_before_and_after_the_put_and_on_abort():
+    import time as _time
+
+    from runtime.worker import Rendezvous, StepAborted
+    r = Rendezvous()
+    r.put("a;x:0;b;1", np.ones(2))
+    assert r.take_async("a;x:0;b;1", 1, None).tolist() == [1.0, 1.0]  # here already
+    got = []
+    assert r.take_async("a;y:0;b;1", 1, lambda v, e: got.append((v, e))) is None
+    r.put("a;y:0;b;1", np.zeros(1))  # the callback runs in the delivering thread
+    assert got[0][0].tolist() == [0.0] and got[0][1] is None
+    assert r.take_async("a;z:0;b;1", 1, lambda v, e: got.append((v, e))) is None
+    stopped = []
+    r.watch(1, stopped.append)
+    r.abort(1, StepAborted("boom"))
+    assert got[1][0] is None and isinstance(got[1][1], StepAborted)
+    assert len(stopped) == 1 and isinstance(stopped[0], StepAborted)
+    with pytest.raises(StepAborted):  # later takes of the aborted step fail at once
+        r.take_async("a;w:0;b;1", 1, lambda v, e: None)
+    late = []
+    r.watch(1, late.append)  # watching an aborted step aborts at once
+    assert len(late) == 1
+    r.finish_step(2)
+    with pytest.raises(StepAborted):
+        r.take("a;x:0;b;2", 2, _time.monotonic() + 1)
+    assert r.pending() == 0

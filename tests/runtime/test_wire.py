@@ -420,3 +420,52 @@ def test_no_resource_tracker_warnings_across_processes():
     assert "resource_tracker" not in result.stderr and "leaked" not in result.stderr, \
         result.stderr
     assert set(shm.list_segments()) - before == set()
+
+
+# ---------------------------------------------------------------------------
+# Local pushes over a Unix socket
+
+def _local_address() -> str:
+    return f"test-{time.monotonic_ns()}:0"
+
+
+def test_local_push_delivers_frames_in_order_and_a_large_backlog_drains():
+    import threading
+    got, done = [], threading.Event()
+    arrays = [np.full(n, i, np.float32) for i, n in enumerate([1, 1000, 300_000, 5, 70_000] * 4)]
+
+    def deliver(frame):
+        key, array = wire.decode_keyed((frame,), shm_copy=False)
+        got.append((key, array.copy()))
+        if len(got) == len(arrays):
+            done.set()
+
+    address = _local_address()
+    listener = wire.LocalPushListener(address, deliver)
+    sender = wire.LocalPushSender(address)
+    try:
+        # 300k floats overflow the socket buffer: the writer thread takes over, in order.
+        for i, a in enumerate(arrays):
+            sender.send(next(wire.encode_frames(a, f"k{i}", chunk_bytes=1 << 22)))
+        assert done.wait(10)
+        assert [k for k, _ in got] == [f"k{i}" for i in range(len(arrays))]
+        assert all(np.array_equal(a, b) for a, (_, b) in zip(arrays, got))
+    finally:
+        sender.close()
+        listener.close()
+
+
+def test_local_push_to_a_closed_listener_is_a_connection_error():
+    address = _local_address()
+    with pytest.raises(OSError):
+        wire.LocalPushSender(address)  # nobody listens
+    listener = wire.LocalPushListener(address, lambda frame: None)
+    sender = wire.LocalPushSender(address)
+    listener.close()
+    frame = next(wire.encode_frames(np.zeros(1000, np.float32), "k"))
+    deadline = time.monotonic() + 10
+    with pytest.raises(ConnectionError):
+        while time.monotonic() < deadline:  # the first sends may still fill the buffer
+            sender.send(frame)
+            time.sleep(0.01)
+    sender.close()
