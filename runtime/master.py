@@ -20,7 +20,8 @@ makes that server its master:
    node 0 and retries (its variables are gone: reading one raises FailedPrecondition).
 4. **Run.** ``RunGraph`` goes to every involved worker at once (the master's own part
    runs in-process, without an RPC); workers push tensors directly to each other. The
-   first failure aborts the step on every other worker, so nobody waits for a dead
+   first failure aborts the step on every other worker and is the answer at once (a
+   dead peer breaks its RunGraph call with UNAVAILABLE), so nobody waits for a dead
    peer; the error names the task. Fetched values come back inline.
 """
 

@@ -14,13 +14,20 @@ Every :class:`runtime.server.Server` runs one :class:`WorkerService` (protocol:
   ``"src_device;tensor;dst_device;step_id"`` (:func:`runtime.wire.rendezvous_key`).
 
 Tensors are **pushed**: when an op's output is consumed on another task, the executor's
-``send`` callback hands it to a pusher thread that streams it (``PushTensor``, chunked
-frames from :func:`runtime.wire.encode_frames`, no message-size limit) straight into
-the destination worker's rendezvous, or, when the destination is on the same host and
-the tensor is large, copies it into a shared-memory segment and sends only the
-reference (:mod:`runtime.shm`). The receiving executor's ``recv`` blocks on the local
-rendezvous until the tensor is there, the step is aborted, or the step's deadline
-passes. Every RPC has a deadline; a dead peer is an error naming its task.
+``send`` callback writes a small one as one frame, from the producing thread, on the
+peer's local Unix socket (same host, :class:`runtime.wire.LocalPushListener`) or its
+open ``PushStream``; a large one is copied once (into a pooled shared-memory segment
+for a same-host peer, :mod:`runtime.shm`, whose reference alone travels) and handed to
+a pusher thread that streams it (``PushTensor``, chunked frames from
+:func:`runtime.wire.encode_frames`, no message-size limit) straight into the
+destination worker's rendezvous. Since ``send`` copies, a variable's live buffer goes
+to it without the executor's own copy. The receiving executor takes tensors from the
+rendezvous with a callback (``recv_async``): the thread that delivers a tensor goes on
+to run the cheap ops it made ready, so no helper thread waits for it.
+
+A step that fails anywhere is aborted everywhere: the master's ``AbortStep`` wakes the
+step's pending receives and stops its executor between ops (:meth:`Rendezvous.watch`).
+Every RPC has a deadline; a dead peer is an error naming its task.
 
 The master calls :meth:`WorkerService.run_partition` directly for its own task (no RPC)
 and ``RunGraph`` for the others.
@@ -775,7 +782,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             arr = wire.as_wire_array(value, key)
             segment = self._stage_in_segment(dst_task, arr)
             if segment is None and shares_variable(arr, self.variables):
-                arr = arr.copy()
+                # Into a reused buffer: fresh pages cost more than the copy (see below).
+                copy = self.buffers.acquire(arr.nbytes)
+                np.copyto(copy, arr.reshape(-1).view(np.uint8))
+                arr = copy.view(arr.dtype).reshape(arr.shape)
             fut = self._pushers.submit(self._push, dst_task, key, arr, deadline, sends, segment)
             fut.add_done_callback(on_pushed)
             pushes.append(fut)
