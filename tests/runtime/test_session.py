@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import importlib.util
 import os
 import subprocess
 import sys
@@ -307,11 +306,8 @@ def test_an_object_placer_is_used_in_process():
     assert user_placer.log_device_placement is False  # the user's object is not changed
 
 
-def test_grpc_targets_need_the_remote_backend():
-    if importlib.util.find_spec("runtime.remote") is not None:
-        pytest.skip("runtime.remote exists: the gRPC tests cover grpc:// targets")
-    with pytest.raises(LabRuntimeError, match="gRPC backend"):
-        Session("grpc://localhost:2222", graph=tf.Graph())
+def test_unknown_session_targets_are_refused():
+    # grpc:// targets are covered by tests/runtime/test_distributed.py.
     with pytest.raises(InvalidArgument, match="unknown session target"):
         Session("http://x", graph=tf.Graph())
 
