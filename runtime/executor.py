@@ -838,21 +838,24 @@ class _Step:
                 return
             if self.aborted:
                 return
-            now = perf_counter()
-            self.vals[self.plan.n_tensors + k] = np.asarray(value)
-            if self.trace:
-                self._record_transfer(k, start, now)
-            ready: list = []
-            sends: list = []
-            with self.lock:
-                if self.aborted:
-                    return
-                self._progress(self.state.transfer_done(k), now, ready, sends)
-            if sends:
-                self._do_sends(sends, ready)
-            self._run_ready(ready)
+            self._arrived(k, np.asarray(value), start, perf_counter())
         except BaseException as e:  # noqa: BLE001
             self.fail(e)
+
+    def _arrived(self, k: int, value, start: float, now: float) -> None:
+        """Transfer ``k``'s value is here: store it, record it, and run what it readied."""
+        self.vals[self.plan.n_tensors + k] = value
+        if self.trace:
+            self._record_transfer(k, start, now)
+        ready: list = []
+        sends: list = []
+        with self.lock:
+            if self.aborted:
+                return
+            self._progress(self.state.transfer_done(k), now, ready, sends)
+        if sends:
+            self._do_sends(sends, ready)
+        self._run_ready(ready)
 
     def _recv_failed(self, k: int, e: BaseException) -> None:
         xp, plan = self.xp, self.plan
@@ -883,24 +886,9 @@ class _Step:
                 value = np.asarray(value)
             now = perf_counter()
         except BaseException as e:  # noqa: BLE001
-            consumer = xp.recv_consumer[k] or name
-            err = OpError(consumer, dst_dev.name,
-                          f"receiving {name} from {src} failed: {type(e).__name__}: {e}")
-            err.__cause__ = e
-            self.fail(err)
+            self._recv_failed(k, e)
             return
-        self.vals[plan.n_tensors + k] = value
-        if self.trace:
-            self._record_transfer(k, start, now)
-        ready: list = []
-        sends: list = []
-        with self.lock:
-            if self.aborted:
-                return
-            self._progress(self.state.transfer_done(k), now, ready, sends)
-        if sends:
-            self._do_sends(sends, ready)
-        self._run_ready(ready)
+        self._arrived(k, value, start, now)
 
     def _recv_control(self, i: int) -> None:
         """Recv-pool entry point: wait until remote op ``i`` ran (a control edge)."""

@@ -46,6 +46,7 @@ from core.placement import Placement
 from core.serialize import extend_graph
 from runtime import errors, wire
 from runtime.config import SessionConfig
+from runtime.session import needed_ops
 from runtime.graph_codec import (error_from_proto, error_to_proto, named_tensors, node_to_proto,
                                  nodes_from_proto, stats_to_proto, tensor_from_proto)
 from runtime.protos import graph_pb2, master_pb2, master_pb2_grpc, tensor_pb2, worker_pb2
@@ -57,23 +58,6 @@ __all__ = ["MasterService", "needed_ops", "RPC_MARGIN"]
 #: Seconds added to a step's ``operation_timeout`` for the RPC deadlines around it, so
 #: that the workers' own deadline error (naming the ops not finished) arrives first.
 RPC_MARGIN = 5.0
-
-
-def needed_ops(roots: list[Operation], fed: set[str]) -> list[Operation]:
-    """The ops ``roots`` need through data and control inputs, cutting at fed tensors;
-    an op whose outputs are all fed is included but not walked through."""
-    seen: dict[str, Operation] = {}
-    stack = list(roots)
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen[op.name] = op
-        if op.outputs and all(t.name in fed for t in op.outputs):
-            continue
-        stack.extend(t.op for t in op.inputs if t.name not in fed)
-        stack.extend(op._control_inputs)
-    return list(seen.values())
 
 
 @dataclass

@@ -209,8 +209,9 @@ def check_feed(tensor: Tensor, value) -> np.ndarray:
     return arr
 
 
-def _needed_ops(roots: list[Operation], fed: set[str]) -> list[Operation]:
-    """The ops ``roots`` need through data and control inputs, cutting at fed tensors."""
+def needed_ops(roots: list[Operation], fed: set[str]) -> list[Operation]:
+    """The ops ``roots`` need through data and control inputs, cutting at fed tensors;
+    an op whose outputs are all fed is included but not walked through."""
     seen: dict[str, Operation] = {}
     stack = list(roots)
     while stack:
@@ -366,7 +367,7 @@ class Session:
         ops = self._needed_cache.get(key)
         if ops is None:
             roots = [e.op if isinstance(e, Tensor) else e for e in flat.elements]
-            ops = _needed_ops(roots, set(feeds))
+            ops = needed_ops(roots, set(feeds))
             if len(self._needed_cache) > 256:
                 self._needed_cache.clear()
             self._needed_cache[key] = ops
