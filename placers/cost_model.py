@@ -9,9 +9,11 @@ their last input finished; ties by topological order), it tries every feasible d
 the op's colocation group (kernel, pins, colocation and memory already resolved or checked)
 and puts the op where it would *finish* soonest, counting the transfers its inputs would
 need (one per tensor and destination device, charged the route's latency and slowest
-bandwidth), the device's inter-op threads and, for CPU ops, the host's cores (tasks on one
-host share them; a multithreaded kernel holds up to ``intra_op_threads`` cores).  The first
-op of a colocation group decides the group's device.
+bandwidth, and holding every link of its route: a link carries one transfer at a time, as
+in the simulator, so many small crossings over one slow link queue up), the device's
+inter-op threads and, for CPU ops, the host's cores (tasks on one host share them; a
+multithreaded kernel holds up to ``intra_op_threads`` cores).  The first op of a
+colocation group decides the group's device.
 
 Memory: a device holds its variables for good and every other op's outputs from the op
 until its last consumer is placed; a device whose capacity the op's outputs would exceed is
@@ -21,6 +23,9 @@ Safeguard (ours, not the whitepaper's): greedy list scheduling can lose to putti
 everything on one device, so the placer also estimates, with the same model
 (:func:`estimate_step_time`), every placement that puts all free groups on one device,
 and returns the best.  By its own cost model it is therefore never worse than one device.
+Each estimate also pays the fixed costs of a distributed step (the master's step overhead
+and a part overhead per other task involved, :class:`core.cluster.Task`), so among equal
+placements the master's own task wins.
 
 >>> from experiments.workloads import random_layered_dag
 >>> from core.cluster import Cluster
@@ -90,6 +95,8 @@ class _Model:
         self._signature: list = [None] * n
         self._transfer: dict = {}
         self._routes: dict = {}
+        self._route_links: dict = {}
+        self.link_index: dict[str, int] = {}
 
     def op_time(self, i: int, k: int) -> float:
         sig = self._signature[i]
@@ -101,15 +108,27 @@ class _Model:
             t = self._op_time[key] = self.cost_model.op_time(self.ops[i], self.devices[k])
         return t
 
+    def route(self, src: int, dst: int) -> tuple:
+        route = self._routes.get((src, dst))
+        if route is None:
+            route = self._routes[(src, dst)] = self.cluster.route(self.devices[src].name,
+                                                                  self.devices[dst].name)
+        return route
+
+    def route_links(self, src: int, dst: int) -> tuple[int, ...]:
+        """Indices of the links of the route from device ``src`` to ``dst``."""
+        links = self._route_links.get((src, dst))
+        if links is None:
+            index = self.link_index
+            links = self._route_links[(src, dst)] = tuple(
+                index.setdefault(link.name, len(index)) for link in self.route(src, dst))
+        return links
+
     def transfer_time(self, nbytes: int, src: int, dst: int) -> float:
         key = (nbytes, src, dst)
         t = self._transfer.get(key)
         if t is None:
-            route = self._routes.get((src, dst))
-            if route is None:
-                route = self._routes[(src, dst)] = self.cluster.route(self.devices[src].name,
-                                                                      self.devices[dst].name)
-            t = self._transfer[key] = self.cost_model.transfer_time(nbytes, route)
+            t = self._transfer[key] = self.cost_model.transfer_time(nbytes, self.route(src, dst))
         return t
 
     def schedule(self, choose) -> tuple[list[int], float]:
@@ -126,19 +145,33 @@ class _Model:
         pending = [len(p) for p in self.preds]
         ready_at = [0.0] * n
         arrivals: dict[tuple[int, int], float] = {}
+        link_free: dict[int, float] = {}  # link index -> when its last transfer ends
         heap = [(0.0, i) for i in range(n) if pending[i] == 0]
         heapq.heapify(heap)
         makespan = 0.0
 
         def finish_on(i: int, k: int, commit: bool = False) -> float:
             start = ready_at[i]
+            # A trial (commit=False) books its transfers' links in a scratch copy, so
+            # that two inputs over one link queue up there too.
+            links_now = link_free if commit else None
             for j, t in self.data_inputs[i]:
                 src = device[j]
                 if src == k:
                     continue
                 arrival = arrivals.get((id(t), k))
                 if arrival is None:
-                    arrival = finish[j] + self.transfer_time(tensor_bytes_cached(t), src, k)
+                    if links_now is None:
+                        links_now = dict(link_free)
+                    route = self.route_links(src, k)
+                    begin = finish[j]
+                    for link in route:
+                        free = links_now.get(link, 0.0)
+                        if free > begin:
+                            begin = free
+                    arrival = begin + self.transfer_time(tensor_bytes_cached(t), src, k)
+                    for link in route:
+                        links_now[link] = arrival
                     if commit:
                         arrivals[(id(t), k)] = arrival
                 if arrival > start:
@@ -199,7 +232,8 @@ def estimate_step_time(graph: Graph, placement: Placement, cluster, cost_model: 
                        fetches: Iterable | None = None) -> float:
     """The step time the cost-model placer's model predicts for ``placement``.
 
-    A quick list-scheduling estimate (no link contention, no memory), not the simulator:
+    A quick list-scheduling estimate (links carry one transfer at a time, in the order
+    the schedule books them; no memory), not the simulator:
     use :func:`sim.simulate` for a faithful prediction.
     """
     cost_model = cost_model or StaticCostModel()
@@ -212,7 +246,22 @@ def estimate_step_time(graph: Graph, placement: Placement, cluster, cost_model: 
 
 
 def _estimate(model: _Model, devices: list[int]) -> float:
-    return model.schedule(lambda i, finish_on: devices[i])[1]
+    return model.schedule(lambda i, finish_on: devices[i])[1] + _fixed_costs(model, devices)
+
+
+def _fixed_costs(model: _Model, devices: list[int]) -> float:
+    """What a distributed step pays before its ops run, as the simulator counts it: the
+    master task's ``step_overhead`` plus the ``part_overhead`` of every other task with
+    an op (the master's calls to them; zero on clusters without these figures)."""
+    cluster = model.cluster
+    master = cluster.master
+    if master is None:
+        return 0.0
+    total = cluster.task(*master).step_overhead
+    for job, task in {(model.devices[k].job, model.devices[k].task) for k in set(devices)}:
+        if (job, task) != tuple(master):
+            total += cluster.task(job, task).part_overhead
+    return total
 
 
 @register("cost_model")
@@ -283,7 +332,7 @@ class CostModelPlacer(BasePlacer):
             return best
 
         devices, makespan = model.schedule(choose)
-        best_devices, best_time = devices, makespan
+        best_devices, best_time = devices, makespan + _fixed_costs(model, devices)
         if self.single_device_guard:
             fixed = {g.index for g in constraints.groups if g.fixed is not None}
             feasible_sets = {g: set(ks) for g, ks in feasible.items()}
