@@ -18,7 +18,8 @@ from typing import Iterable, Mapping, Sequence
 from core.graph import Operation, Tensor
 from core.ops import TensorSpec, nbytes
 
-__all__ = ["CostModel", "StaticCostModel", "MeasuredCostModel", "MissingCost", "tensor_bytes"]
+__all__ = ["CostModel", "StaticCostModel", "MeasuredCostModel", "MissingCost", "tensor_bytes",
+           "dispatch_gaps"]
 
 
 class MissingCost(KeyError):
@@ -90,6 +91,14 @@ class MeasuredCostModel(CostModel):
     ``fallback`` (another cost model, e.g. a :class:`StaticCostModel` on a calibrated
     cluster) or raises :class:`MissingCost`.
 
+    A runtime trace times the kernel call alone.  With ``dispatch`` a measured time also
+    pays the work of the executor between kernels: the device's measured
+    ``overheads`` (device name -> seconds, see :func:`dispatch_gaps`; by device type for
+    a device the traces did not use), else the device's ``op_overhead``.
+    :meth:`with_overheads` puts the measured figures into a cluster, where the simulator
+    reads them (its serial dispatch charges each op's overhead to its task's one Python
+    dispatcher).
+
     >>> from core.trace import OpRecord, Trace
     >>> t = Trace(ops=[OpRecord("a", "NoOp", "/job:w/replica:0/task:0/device:CPU:0", 0, 0.0, 2.0)])
     >>> m = MeasuredCostModel.from_traces([t])
@@ -99,37 +108,116 @@ class MeasuredCostModel(CostModel):
 
     def __init__(self, times: Mapping[tuple[str, str], float], fallback: CostModel | None = None,
                  by_type: Mapping[tuple[str, str], float] | None = None,
-                 dispatch: bool = False):
+                 dispatch: bool = False, overheads: Mapping[str, float] | None = None):
         self.times = dict(times)
         self.fallback = fallback
         self.by_type = dict(by_type or {})
-        # A runtime trace times the kernel call alone; with ``dispatch`` a measured time
-        # also pays the device's ``op_overhead`` (the executor's work between kernels).
         self.dispatch = dispatch
+        self.overheads = dict(overheads or {})
 
     @classmethod
     def from_traces(cls, traces: Iterable, fallback: CostModel | None = None, *,
-                    dispatch: bool = False) -> "MeasuredCostModel":
+                    dispatch: bool = False, graph=None) -> "MeasuredCostModel":
         """Median duration per (op, device), and per (op, device type), over the op
-        records of ``traces`` (:class:`core.trace.Trace` objects)."""
+        records of ``traces`` (:class:`core.trace.Trace` objects).  With ``dispatch``,
+        also each device's dispatch overhead (:func:`dispatch_gaps`; ``graph``, the
+        traced graph, lets it keep only the gaps before ops that were already ready)."""
+        traces = list(traces)
         samples: dict[tuple[str, str], list[float]] = {}
         typed: dict[tuple[str, str], list[float]] = {}
         for trace in traces:
             for rec in trace.ops:
                 samples.setdefault((rec.op, rec.device), []).append(rec.end - rec.start)
                 typed.setdefault((rec.op, _device_type(rec.device)), []).append(rec.end - rec.start)
+        overheads = dispatch_gaps(traces, graph) if dispatch else {}
         return cls({k: statistics.median(v) for k, v in samples.items()}, fallback,
-                   {k: statistics.median(v) for k, v in typed.items()}, dispatch)
+                   {k: statistics.median(v) for k, v in typed.items()}, dispatch, overheads)
+
+    def overhead(self, device) -> float:
+        """The dispatch overhead this model charges per op on ``device``."""
+        t = self.overheads.get(device.name)
+        if t is None:
+            t = self.overheads.get(device.device_type, device.op_overhead)
+        return t
+
+    def with_overheads(self, cluster):
+        """``cluster`` with every device's ``op_overhead`` set to :meth:`overhead` (the
+        cluster itself when the model has no measured overheads)."""
+        if not (self.dispatch and self.overheads):
+            return cluster
+        for device in cluster.devices:
+            cluster = cluster.replace_device(device.name, op_overhead=self.overhead(device))
+        return cluster
 
     def op_time(self, op: Operation, device) -> float:
         t = self.times.get((op.name, device.name))
         if t is None:
             t = self.by_type.get((op.name, device.device_type))
         if t is not None:
-            return t + device.op_overhead if self.dispatch else t
+            return t + self.overhead(device) if self.dispatch else t
         if self.fallback is not None:
             return self.fallback.op_time(op, device)
         raise MissingCost(op.name, device.name, "not measured and no fallback given")
+
+
+def dispatch_gaps(traces: Iterable, graph=None) -> dict[str, float]:
+    """Per device (and per device type), the median time from one kernel's end to the
+    next kernel's start on the same executor thread: what the executor spends between
+    kernels (storing outputs, counting dependencies, handing ready ops out, gathering
+    inputs).  With ``graph``, only the gaps before an op that was ready when the previous
+    one ended count (its data and control inputs had finished, or arrived from another
+    device, by then), so that waiting for work is not taken for overhead.
+
+    >>> from core.trace import OpRecord, Trace
+    >>> cpu = "/job:w/replica:0/task:0/device:CPU:0"
+    >>> t = Trace(ops=[OpRecord("a", "NoOp", cpu, 0, 0.0, 1.0), OpRecord("b", "NoOp", cpu, 0, 1.5, 2.0),
+    ...                OpRecord("c", "NoOp", cpu, 0, 2.5, 3.0)])
+    >>> dispatch_gaps([t])
+    {'/job:w/replica:0/task:0/device:CPU:0': 0.5, 'CPU': 0.5}
+    """
+    gaps: dict[str, list[float]] = {}
+    for trace in traces:
+        ready = _ready_times(trace, graph) if graph is not None else None
+        threads: dict[tuple, list] = {}
+        for rec in trace.ops:
+            threads.setdefault((rec.device, rec.thread), []).append(rec)
+        for (device, _), recs in threads.items():
+            recs.sort(key=lambda r: r.start)
+            for a, b in zip(recs, recs[1:]):
+                if ready is not None and ready.get(b.op, float("inf")) > a.end:
+                    continue
+                gaps.setdefault(device, []).append(max(0.0, b.start - a.end))
+    out = {device: statistics.median(v) for device, v in gaps.items()}
+    typed: dict[str, list[float]] = {}
+    for device, v in gaps.items():
+        typed.setdefault(_device_type(device), []).extend(v)
+    out.update({kind: statistics.median(v) for kind, v in typed.items()})
+    return out
+
+
+def _ready_times(trace, graph) -> dict[str, float]:
+    """When each traced op's last input was available on its device: a producer's end on
+    the same device, or the arrival of the tensor's transfer to it."""
+    end = {rec.op: rec.end for rec in trace.ops}
+    device = {rec.op: rec.device for rec in trace.ops}
+    arrival = {(x.tensor, x.dst): x.end for x in trace.transfers}
+    ready = {}
+    for rec in trace.ops:
+        try:
+            op = graph.get_operation_by_name(rec.op)
+        except (KeyError, ValueError):
+            continue
+        t = 0.0
+        for tensor in op.inputs:
+            src = tensor.op.name
+            if src not in end:
+                continue
+            when = end[src] if device[src] == rec.device else arrival.get((tensor.name, rec.device), end[src])
+            t = max(t, when)
+        for c in op.control_inputs:
+            t = max(t, end.get(c.name, 0.0))
+        ready[rec.op] = t
+    return ready
 
 
 def _device_type(name: str) -> str:

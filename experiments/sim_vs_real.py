@@ -7,17 +7,28 @@ costs of a distributed step by :func:`runtime.calibrate.calibrate_distributed` (
 graphs on a :class:`runtime.LocalCluster`: step and RunGraph overheads per task, the
 latency and bandwidth of a tensor crossing processes, the server's dispatch cost per
 op).  Each workload is then placed by every placer, predicted by the simulator and
-measured on a fresh LocalCluster (median wall-clock of ``Session.run``).
+measured on a fresh LocalCluster: all placements side by side, in rounds (the order
+rotating), so that a change in the machine's load hits every placement alike.
+
+``measured_ms`` is the fastest of the timed steps (``median_ms`` beside it): the
+simulator predicts a step on a machine that runs nothing else, and on a shared machine
+other processes only ever add time, so the undisturbed step is the least of the repeats.
 
 Two cost models predict: ``static`` (the roofline on the calibrated cluster) and
-``measured`` (per-op times from ONE profiling run of the simple placer's placement,
-applied to the other placements; the simple placement's own row is a replay and is left
-out of the summary).  The report gives each row's relative error, the median and max per
+``measured`` (per-op kernel times from the traced steps of ONE profiling placement, the
+simple placer's, plus the executor's dispatch overhead between kernels measured in those
+traces, :func:`core.costs.dispatch_gaps`; applied to the other placements; the simple
+placement's own row is a replay and is left out of the summary).  The report gives each row's relative error, the median and max per
 cost model, and the ranking agreement: among pairs of placements of one workload whose
 measured times differ by more than 10%, how many the prediction orders the same way.
 
 The re-placement loop (the whitepaper's): place with static costs (cost-model placer),
-run, build a measured cost model from that run's trace, place again with it, run again.
+run, build a measured cost model from that run's traces, place again with it, then time
+both placements side by side.
+
+``--threads 1`` gives every device one inter-op and one intra-op thread (in the model and
+on the servers): one-core devices, the setting where splitting a model over tasks can pay
+on a small machine (one task alone then uses one core).
 
 Server processes run with ``OPENBLAS_NUM_THREADS`` = ``--blas-threads`` (default 1):
 with the BLAS library's default (one spinning thread per core in each of 3 processes on
@@ -51,7 +62,7 @@ import runtime
 import sim
 from core.cluster import Cluster, ClusterSpec
 from core.costs import MeasuredCostModel, StaticCostModel
-from experiments.backends import measure, predict, runtime_cluster_spec
+from experiments.backends import measure_placements, predict, runtime_cluster_spec
 from experiments.compare_placers import WORKLOADS
 from experiments.report import print_table, results_parser, save_table
 from runtime.calibrate import calibrate, calibrate_distributed
@@ -63,21 +74,32 @@ SIM = sim.SimConfig(serial_dispatch=True)
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
-           "replay"]
+           "median_ms", "replay"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "measured_cost_predicted_ms"]
 
 
-def loopback_cluster() -> Cluster:
+def loopback_cluster(threads: int = 0) -> Cluster:
     """1 ps and 2 workers on this machine: one host with the usable cores, as the
-    runtime's LocalCluster runs them (the tasks share the host's cores)."""
+    runtime's LocalCluster runs them (the tasks share the host's cores).  ``threads``:
+    every CPU device's inter-op and intra-op thread count (0: the host's cores)."""
     spec = ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0", "127.0.0.1:0"]})
     hosts = {("ps", 0): "localhost", ("worker", 0): "localhost", ("worker", 1): "localhost"}
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return Cluster.from_spec(spec, hosts=hosts, cpu_cores=cores)
+    threads = threads or None
+    return Cluster.from_spec(spec, hosts=hosts, cpu_cores=cores, cpu_inter_op_threads=threads,
+                             cpu_intra_op_threads=threads)
+
+
+def server_config(threads: int = 0) -> runtime.SessionConfig | None:
+    """The servers' and sessions' config for ``threads`` per device (0: the default)."""
+    if not threads:
+        return None
+    return runtime.SessionConfig(inter_op_parallelism_threads=threads,
+                                 intra_op_parallelism_threads=threads)
 
 
 def _placers() -> dict:
@@ -122,66 +144,83 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _measure_all(wname, w, cluster, local, repeats, placer_names) -> tuple[list, dict]:
-    rows, placements, traces = [], {}, {}
+def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tuple[list, dict]:
     placer_objs = _placers()
-    for pname in placer_names:
-        p = placer_objs[pname].place(w.graph, cluster)
-        placements[pname] = p
-        m = measure(w, p, local, repeats=repeats)
-        traces[pname] = m.trace
+    placements = {pname: placer_objs[pname].place(w.graph, cluster) for pname in placer_names}
+    measured = measure_placements(w, placements, local, repeats=repeats, traced=3, config=config)
+    rows = []
+    for pname, p in placements.items():
+        m = measured[pname]
         predicted = predict(w, p, cluster, StaticCostModel(), SIM).step_time
         rows.append({"workload": wname, "placer": pname, "cost_model": "static",
                      "predicted_ms": predicted * 1e3, "measured_ms": m.step_time * 1e3,
-                     "replay": False})
-    profile = "simple" if "simple" in traces else next(iter(traces))
-    measured_cost = MeasuredCostModel.from_traces([traces[profile]], fallback=StaticCostModel(),
-                                                  dispatch=True)
+                     "median_ms": m.median * 1e3, "replay": False})
+    profile = "simple" if "simple" in measured else next(iter(measured))
+    measured_cost = profile_cost_model(measured[profile].traces, w.graph)
+    profiled = measured_cost.with_overheads(cluster)
     for row in list(rows):
         p = placements[row["placer"]]
-        predicted = predict(w, p, cluster, measured_cost, SIM).step_time
+        predicted = predict(w, p, profiled, measured_cost, SIM).step_time
         rows.append({**row, "cost_model": f"measured({profile})",
                      "predicted_ms": predicted * 1e3, "replay": row["placer"] == profile})
-    return rows, {"placements": placements, "traces": traces}
+    return rows, {"placements": placements, "measured": measured}
 
 
-def _replacement_loop(wname, w, cluster, local, repeats, first) -> dict:
-    """Place with static costs, run, measure a cost model from that run, place again."""
+def profile_cost_model(traces, graph) -> MeasuredCostModel:
+    """The measured cost model of a profiling run: each op's median kernel time over
+    ``traces`` plus the executor's dispatch overhead measured between kernels
+    (:func:`core.costs.dispatch_gaps`), static estimates on the calibrated cluster for
+    ops the run did not have."""
+    return MeasuredCostModel.from_traces(traces, fallback=StaticCostModel(), dispatch=True,
+                                         graph=graph)
+
+
+def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
+    """Place with static costs, run, measure a cost model from that run, place again;
+    then time both placements side by side."""
     static_p = first["placements"].get("cost_model") or placers.CostModelPlacer().place(w.graph, cluster)
-    static_m = measure(w, static_p, local, repeats=repeats)
-    measured_cost = MeasuredCostModel.from_traces([static_m.trace], fallback=StaticCostModel(),
-                                                  dispatch=True)
-    again = placers.CostModelPlacer(cost_model=measured_cost).place(w.graph, cluster)
-    again_m = measure(w, again, local, repeats=repeats)
+    profile = first["measured"].get("cost_model")
+    if profile is None:
+        profile = measure_placements(w, {"static": static_p}, local, repeats=1, traced=3,
+                                     config=config)["static"]
+    measured_cost = profile_cost_model(profile.traces, w.graph)
+    profiled = measured_cost.with_overheads(cluster)
+    again = placers.CostModelPlacer(cost_model=measured_cost).place(w.graph, profiled)
+    both = measure_placements(w, {"static": static_p, "again": again}, local, repeats=repeats,
+                              config=config)
     same = all(static_p[op.name] == again[op.name] for op in w.graph.get_operations()
                if op.name in static_p and op.name in again)
-    return {"workload": wname, "static_ms": static_m.step_time * 1e3,
-            "measured_cost_ms": again_m.step_time * 1e3,
-            "ratio": again_m.step_time / static_m.step_time, "same_placement": same,
+    return {"workload": wname, "static_ms": both["static"].step_time * 1e3,
+            "measured_cost_ms": both["again"].step_time * 1e3,
+            "ratio": both["again"].step_time / both["static"].step_time, "same_placement": same,
             "static_predicted_ms": predict(w, static_p, cluster, None, SIM).step_time * 1e3,
-            "measured_cost_predicted_ms": predict(w, again, cluster, measured_cost,
+            "measured_cost_predicted_ms": predict(w, again, profiled, measured_cost,
                                                   SIM).step_time * 1e3}
 
 
 def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACERS,
-        blas_threads: int = 1, loop: bool = True, progress: bool = True):
+        blas_threads: int = 1, threads: int = 0, loop: bool = True, progress: bool = True):
     """``(rows, loop_rows, cluster, figures)``: the comparison, the re-placement loop,
-    the calibrated cluster and the calibration figures."""
+    the calibrated cluster and the calibration figures.  ``threads``: inter-op and
+    intra-op threads of every device, in the model and on the servers (0: the host's
+    cores)."""
     env = {"OPENBLAS_NUM_THREADS": str(blas_threads)} if blas_threads else {}
-    base = loopback_cluster()
+    config = server_config(threads)
+    base = loopback_cluster(threads)
     cluster = calibrate(base, quick=quick)
     counts = runtime_cluster_spec(cluster)
-    with runtime.LocalCluster(counts, env=env) as local:
+    with runtime.LocalCluster(counts, env=env, config=config) as local:
         cluster, figures = calibrate_distributed(cluster, local, quick=quick)
     rows, loop_rows = [], []
     for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
         w = WORKLOADS[wname]()
         # A fresh cluster per workload: variables outlive sessions and names repeat.
-        with runtime.LocalCluster(counts, env=env) as local:
-            found, first = _measure_all(wname, w, cluster, local, repeats, placer_names)
+        with runtime.LocalCluster(counts, env=env, config=config) as local:
+            found, first = _measure_all(wname, w, cluster, local, repeats, placer_names, config)
             rows += found
             if loop:
-                loop_rows.append(_replacement_loop(wname, w, cluster, local, repeats, first))
+                loop_rows.append(_replacement_loop(wname, w, cluster, local, repeats, first,
+                                                   config))
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame["rel_error"] = (frame.predicted_ms - frame.measured_ms) / frame.measured_ms
@@ -222,13 +261,18 @@ def main(argv=None):
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OPENBLAS_NUM_THREADS of the server processes (0: the library's "
                              "default, one thread per core)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="inter-op and intra-op threads of every device, in the model and "
+                             "on the servers (0: the host's cores; 1: one-core devices, where "
+                             "model parallelism across tasks can pay)")
     parser.add_argument("--plot", action="store_true", help="save a PNG of predicted vs measured")
     args = parser.parse_args(argv)
     repeats = 3 if args.quick and args.repeats == 7 else args.repeats
     t0 = time.perf_counter()
     frame, loop_frame, cluster, figures = run(
         args.workloads, repeats=repeats, quick=args.quick, placer_names=args.placers,
-        blas_threads=args.blas_threads, loop=not (args.quick or args.no_loop))
+        blas_threads=args.blas_threads, threads=args.threads,
+        loop=not (args.quick or args.no_loop))
     print("\ncalibration: step overhead {:.3g} ms, per extra task {:.3g} ms, crossing "
           "latency {:.3g} ms, bandwidth {:.3g} GB/s, dispatch {:.3g} us/op".format(
               figures["step_overhead"] * 1e3, figures["part_overhead"] * 1e3,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pytest
 
 import core as tf
 from core.cluster import Cluster
-from core.costs import MeasuredCostModel, MissingCost, StaticCostModel
+from core.costs import MeasuredCostModel, MissingCost, StaticCostModel, dispatch_gaps
 from core.trace import OpRecord, Trace
 
 C = Cluster.from_spec({"ps": ["a:1"], "worker": ["a:2"]}, hosts={("ps", 0): "h", ("worker", 0): "h"})
@@ -42,3 +44,41 @@ def test_measured_generalises_to_alike_devices_and_adds_dispatch():
     assert d.op_time(mm, W) == pytest.approx(1e-3 + W.op_overhead)
     assert d.op_time(g.get_operation_by_name("a"), W) == StaticCostModel().op_time(
         g.get_operation_by_name("a"), W)
+
+
+def chain_graph():
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.ones((4,), np.float32), name="a")
+        b = tf.identity(a, name="b")
+        tf.identity(b, name="c")
+        tf.constant(np.ones((4,), np.float32), name="x")
+    return g
+
+
+def test_dispatch_gaps_count_only_gaps_before_ready_ops():
+    # On one thread: a [0, 1), b [1.2, 2) after a (ready at 1: a 0.2 gap), then x at 5:
+    # x has no inputs (ready at 0) -> gap 3 counted; c on another thread.
+    recs = [OpRecord("a", "Const", W.name, 0, 0.0, 1.0), OpRecord("b", "Identity", W.name, 0, 1.2, 2.0),
+            OpRecord("x", "Const", W.name, 0, 5.0, 5.5), OpRecord("c", "Identity", W.name, 1, 2.1, 2.2)]
+    gaps = dispatch_gaps([Trace(ops=recs)], chain_graph())
+    assert gaps[W.name] == pytest.approx(statistics.median([0.2, 3.0]))
+    # b is on thread 0 after x in this trace, but x ended before b was ready: not counted.
+    recs = [OpRecord("a", "Const", W.name, 1, 0.0, 1.0), OpRecord("x", "Const", W.name, 0, 0.0, 0.5),
+            OpRecord("b", "Identity", W.name, 0, 1.3, 2.0)]
+    assert W.name not in dispatch_gaps([Trace(ops=recs)], chain_graph())
+    # Without the graph every gap on a thread counts.
+    assert dispatch_gaps([Trace(ops=recs)])[W.name] == pytest.approx(0.8)
+
+
+def test_measured_dispatch_overheads_go_into_the_cluster():
+    g = chain_graph()
+    recs = [OpRecord("a", "Const", W.name, 0, 0.0, 1e-3), OpRecord("b", "Identity", W.name, 0, 1.5e-3, 2e-3),
+            OpRecord("c", "Identity", W.name, 0, 2.5e-3, 3e-3)]
+    m = MeasuredCostModel.from_traces([Trace(ops=recs)], dispatch=True, graph=g)
+    assert m.overhead(W) == pytest.approx(0.5e-3)
+    assert m.overhead(PS) == pytest.approx(0.5e-3)  # by device type
+    assert m.op_time(g.get_operation_by_name("b"), W) == pytest.approx(1e-3)
+    profiled = m.with_overheads(C)
+    assert [d.op_overhead for d in profiled.devices] == pytest.approx([0.5e-3, 0.5e-3])
+    assert MeasuredCostModel.from_traces([Trace(ops=recs)]).with_overheads(C) is C
