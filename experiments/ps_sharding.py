@@ -4,8 +4,16 @@ The seed's point: with one ps task every worker reads all variables through that
 network card, which saturates; sharding the variables over several ps tasks
 (``replica_device_setter``) spreads the traffic.  Each (ps tasks, workers) pair builds a
 synchronous data-parallel MLP step (``experiments.workloads.data_parallel_step``), places
-it with the simple placer (the pins decide everything), and predicts its step time with
-the simulator on a cluster of one host per task linked by a network.
+it with the simple placer (the pins decide everything), and:
+
+- ``--backend sim`` (default): predicts its step time with the simulator on a cluster of
+  one host per task linked by a network of ``--network-gbps`` cards;
+- ``--backend runtime`` / ``both``: really runs it on a :class:`runtime.LocalCluster` of
+  that many ps and worker processes on this machine (the fastest of ``--repeats`` steps)
+  and, with ``both``, predicts it on the same one-host cluster calibrated here
+  (:func:`runtime.calibrate`, then :func:`runtime.calibrate.calibrate_distributed` on each
+  started cluster).  On one host there is no network card: the tasks share its cores and
+  its memory, and the ps processes serve every read and update.
 
     python -m experiments.ps_sharding --help
 """
@@ -22,23 +30,87 @@ from experiments.report import print_table, results_parser, save_table
 from experiments.workloads import data_parallel_step
 
 
+def _workload(strategy, ps, workers, width, layers, batch):
+    return data_parallel_step(workers=workers, ps_tasks=ps, batch=batch, layers=layers,
+                              width=width, ps_strategy=strategy)
+
+
+def _link_figures(trace) -> dict:
+    links = {n: b for n, b in trace.link_busy_time.items()
+             if n.startswith(("network:", "memcpy:"))}
+    busiest = max(links.values(), default=0.0)
+    return {"busiest_link_busy_ms": busiest * 1e3,
+            "busiest_link_share": busiest / trace.step_time if trace.step_time else 0.0,
+            "bytes_moved": sum(t.bytes for t in trace.transfers)}
+
+
 def sweep(ps_counts: list[int], worker_counts: list[int], width: int, layers: int,
           batch: int, network_gbps: float, strategies: list[str]) -> pd.DataFrame:
+    """Simulated: one host per task, linked by ``network_gbps`` cards."""
     rows = []
     cases = [(s, p, w) for s in strategies for p in ps_counts for w in worker_counts]
     for strategy, ps, workers in tqdm(cases, desc="cases", disable=len(cases) < 4):
-        wl = data_parallel_step(workers=workers, ps_tasks=ps, batch=batch, layers=layers,
-                                width=width, ps_strategy=strategy)
+        wl = _workload(strategy, ps, workers, width, layers, batch)
         cluster = Cluster.from_spec(wl.cluster_spec, network_bandwidth=network_gbps * 1e9 / 8)
         placement = placers.SimplePlacer().place(wl.graph, cluster)
         trace = sim.simulate(wl.graph, placement, cluster, fetches=wl.fetches)
-        ps_links = {n: b for n, b in trace.link_busy_time.items() if n.startswith("network:")}
-        busiest = max(ps_links.values(), default=0.0)
-        rows.append({"strategy": strategy, "ps_tasks": ps, "workers": workers, "sim_step_ms": trace.step_time * 1e3,
-                     "busiest_nic_busy_ms": busiest * 1e3,
-                     "busiest_nic_share": busiest / trace.step_time if trace.step_time else 0.0,
-                     "bytes_moved": sum(t.bytes for t in trace.transfers)})
+        rows.append({"strategy": strategy, "ps_tasks": ps, "workers": workers,
+                     "sim_step_ms": trace.step_time * 1e3, **_link_figures(trace)})
     return pd.DataFrame(rows)
+
+
+def sweep_runtime(ps_counts: list[int], worker_counts: list[int], width: int, layers: int,
+                  batch: int, strategies: list[str], *, predict_too: bool = True,
+                  repeats: int = 5, quick: bool = False) -> pd.DataFrame:
+    """Measured on server processes here (and, with ``predict_too``, predicted on the
+    calibrated one-host cluster of the same tasks)."""
+    import runtime
+    from experiments.backends import measure, predict
+    from runtime.calibrate import calibrate, calibrate_distributed
+    cpu = None
+    rows = []
+    cases = [(s, p, w) for s in strategies for p in ps_counts for w in worker_counts]
+    for strategy, ps, workers in tqdm(cases, desc="cases", disable=len(cases) < 2):
+        wl = _workload(strategy, ps, workers, width, layers, batch)
+        spec = wl.cluster_spec
+        cluster = Cluster.from_spec(spec, hosts={task: "localhost" for task in spec.tasks()},
+                                    cpu_cores=_cores())
+        row = {"strategy": strategy, "ps_tasks": ps, "workers": workers}
+        with runtime.LocalCluster({"ps": ps, "worker": workers}) as local:
+            placement = placers.SimplePlacer().place(wl.graph, cluster)
+            if predict_too:
+                if cpu is None:  # the devices' figures: once, in this process
+                    cpu = calibrate(Cluster.this_machine(), quick=True).devices[0]
+                cluster = _with_cpu_figures(cluster, cpu)
+                cluster, _ = calibrate_distributed(cluster, local, quick=quick)
+                trace = predict(wl, placement, cluster)
+                row.update({"sim_step_ms": trace.step_time * 1e3, **_link_figures(trace)})
+            m = measure(wl, placement, local, repeats=repeats)
+            row["real_step_ms"] = m.step_time * 1e3
+            row["real_median_ms"] = m.median * 1e3
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if "sim_step_ms" in frame:
+        frame["rel_error"] = (frame.sim_step_ms - frame.real_step_ms) / frame.real_step_ms
+    return frame
+
+
+def _cores() -> int:
+    import os
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _with_cpu_figures(cluster: Cluster, cpu) -> Cluster:
+    """Every CPU device of ``cluster`` with the rates measured on ``cpu``."""
+    for d in cluster.devices:
+        if d.is_cpu:
+            cluster = cluster.replace_device(d.name, peak_flops=cpu.peak_flops,
+                                             intra_op_speedup=cpu.intra_op_speedup,
+                                             mem_bandwidth=cpu.mem_bandwidth)
+    return cluster
 
 
 def main(argv=None) -> pd.DataFrame:
@@ -51,12 +123,24 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--strategies", nargs="+", default=["round_robin", "greedy"],
                         choices=["round_robin", "greedy"], help="replica_device_setter's ps_strategy")
     parser.add_argument("--network-gbps", type=float, default=10.0,
-                        help="each host's network card, Gbit/s")
+                        help="each host's network card, Gbit/s (the sim backend)")
+    parser.add_argument("--backend", choices=["sim", "runtime", "both"], default="sim",
+                        help="simulate one host per task (sim), or run the tasks as processes "
+                             "on this machine (runtime; both: also predict that one-host cluster)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per case (runtime)")
+    parser.add_argument("--quick", action="store_true", help="quick calibration (runtime)")
     args = parser.parse_args(argv)
-    frame = sweep(args.ps, args.workers, args.width, args.layers, args.batch, args.network_gbps,
-                  args.strategies)
-    print_table(frame, f"synchronous data-parallel step, {args.layers} layers of {args.width}, "
-                       f"{args.network_gbps:g} Gbit/s per host (simulated)")
+    shape = f"synchronous data-parallel step, {args.layers} layers of {args.width}"
+    if args.backend == "sim":
+        frame = sweep(args.ps, args.workers, args.width, args.layers, args.batch,
+                      args.network_gbps, args.strategies)
+        print_table(frame, f"{shape}, {args.network_gbps:g} Gbit/s per host (simulated)")
+    else:
+        frame = sweep_runtime(args.ps, args.workers, args.width, args.layers, args.batch,
+                              args.strategies, predict_too=args.backend == "both",
+                              repeats=args.repeats, quick=args.quick)
+        print_table(frame, f"{shape}, tasks as processes on this machine (measured"
+                           + (" and predicted)" if args.backend == "both" else ")"))
     print(f"saved {save_table(frame, 'ps_sharding', args.out)}")
     return frame
 

@@ -30,13 +30,32 @@ def test_ps_sharding_spreads_network_load(tmp_path):
     frame = ps_sharding.main(["--ps", "1", "4", "--workers", "2", "--width", "256",
                               "--layers", "4", "--strategies", "greedy", "--out", str(tmp_path)])
     one, four = (frame[frame.ps_tasks == n].iloc[0] for n in (1, 4))
-    assert four.busiest_nic_busy_ms < one.busiest_nic_busy_ms
+    assert four.busiest_link_busy_ms < one.busiest_link_busy_ms
     assert four.sim_step_ms < one.sim_step_ms
+
+
+def test_ps_sharding_on_both_backends(tmp_path):
+    frame = ps_sharding.main(["--backend", "both", "--ps", "1", "2", "--workers", "1",
+                              "--width", "64", "--layers", "2", "--strategies", "greedy",
+                              "--repeats", "1", "--quick", "--out", str(tmp_path)])
+    assert list(frame.ps_tasks) == [1, 2]
+    assert (frame.real_step_ms > 0).all() and (frame.sim_step_ms > 0).all()
+    assert frame.rel_error.notna().all()
+    assert len(pd.read_csv(tmp_path / "ps_sharding.csv")) == 2
 
 
 def test_threads_sweep_more_threads_help_a_branchy_graph(tmp_path):
     from experiments import threads
     frame = threads.main(["--workloads", "inception", "--inter", "1", "2", "--intra", "1",
-                          "--out", str(tmp_path)])
+                          "--backend", "sim", "--cores", "2", "--out", str(tmp_path)])
     one, two = frame.sim_step_ms.tolist()
     assert two < one
+
+
+def test_threads_sweep_on_both_backends(tmp_path):
+    from experiments import threads
+    frame = threads.main(["--workloads", "mlp", "--inter", "1", "2", "--intra", "1",
+                          "--repeats", "1", "--out", str(tmp_path)])
+    assert (frame.real_step_ms > 0).all() and (frame.sim_step_ms > 0).all()
+    assert {"real_speedup", "sim_speedup", "rel_error"} <= set(frame.columns)
+    assert len(pd.read_csv(tmp_path / "threads.csv")) == 2
