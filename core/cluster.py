@@ -296,7 +296,16 @@ class Device:
     card of a GPU); a multithreaded kernel runs ``intra_op_speedup`` times faster (it is
     a measured or assumed figure, not ``intra_op_threads``).  ``op_overhead`` is the
     fixed launch/dispatch cost of every op.  ``inter_op_threads`` ops run at once.
+    ``kernel_costs`` holds calibrated figures per op type, ``{type: (fixed, factor)}``: a
+    kernel of that type takes ``fixed`` seconds more (the call, argument checks, the
+    output's allocation: what it takes on a tiny input) and its roofline time scaled by
+    ``factor`` (how far the kernel is from the device's peak rates); a type it lacks takes
+    the entry ``"*"`` if there is one, else ``(0, 1)``.  See
+    :class:`core.costs.StaticCostModel`.
 
+    >>> d = Cluster.single_host().devices[0].replace_kernel_costs({"Add": (2e-6, 1.5)})
+    >>> d.kernel_cost("Add"), d.kernel_cost("Mul")
+    ((2e-06, 1.5), (0.0, 1.0))
     >>> d = Cluster.single_host(gpus=1).device("/job:localhost/replica:0/task:0/gpu:0")
     >>> d.name, d.task_name, d.spec.device_type
     ('/job:localhost/replica:0/task:0/device:GPU:0', '/job:localhost/replica:0/task:0', 'GPU')
@@ -315,10 +324,34 @@ class Device:
     intra_op_threads: int
     intra_op_speedup: float
     op_overhead: float
+    kernel_costs: tuple = ()
 
     def __post_init__(self):
         if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
             object.__setattr__(self, "device_type", self.device_type.upper())
+        items = self.kernel_costs
+        try:
+            if isinstance(items, Mapping):
+                items = [(k, *v) for k, v in items.items()]
+            items = tuple(sorted((str(k), fixed, factor) for k, fixed, factor in items))
+        except (TypeError, ValueError):
+            raise InvalidCluster(f"kernel_costs must map op types to (fixed seconds, roofline "
+                                 f"factor), not {self.kernel_costs!r}", self.name) from None
+        object.__setattr__(self, "kernel_costs", items)
+
+    def kernel_cost(self, op_type: str) -> tuple[float, float]:
+        """``(fixed seconds, roofline factor)`` of ``op_type``'s kernel here."""
+        table = self.__dict__.get("_kernel_table")
+        if table is None:  # a dict once per device: the cost models ask per op
+            table = {k: (fixed, factor) for k, fixed, factor in self.kernel_costs}
+            object.__setattr__(self, "_kernel_table", table)
+        cost = table.get(op_type)
+        return table.get("*", (0.0, 1.0)) if cost is None else cost
+
+    def replace_kernel_costs(self, costs: Mapping[str, tuple]) -> "Device":
+        """A copy with ``costs`` merged into ``kernel_costs``."""
+        table = {k: (fixed, factor) for k, fixed, factor in self.kernel_costs}
+        return replace(self, kernel_costs={**table, **costs})
 
     @property
     def spec(self) -> DeviceSpec:
@@ -679,6 +712,9 @@ class Cluster:
         if not _is_number(d.intra_op_speedup) or d.intra_op_speedup < 1:
             raise InvalidCluster(f"intra_op_speedup must be >= 1, not {d.intra_op_speedup!r}", d.name)
         _non_negative(d.name, "op_overhead", d.op_overhead)
+        for op_type, fixed, factor in d.kernel_costs:
+            _non_negative(d.name, f"kernel_costs[{op_type!r}] fixed seconds", fixed)
+            _positive(d.name, f"kernel_costs[{op_type!r}] factor", factor)
 
     # -- copies with changes ------------------------------------------------------------------
     def replace_device(self, name: "str | Device", **changes) -> "Cluster":
@@ -708,7 +744,9 @@ class Cluster:
             "nvlink": self._nvlink,
             "hosts": [asdict(h) for h in self._hosts],
             "tasks": [asdict(t) for t in self._tasks],
-            "devices": [asdict(d) for d in self._devices],
+            "devices": [{**asdict(d), "kernel_costs": {k: [fixed, factor] for k, fixed, factor
+                                                       in d.kernel_costs}}
+                        for d in self._devices],
             "links": [asdict(l) for l in self._links.values()],
         }
 
@@ -969,10 +1007,11 @@ def _list(data: Mapping, key: str) -> list:
 
 
 # Record fields a cluster file may leave out (added after the format's first version).
-_ADDED_FIELDS = {"step_overhead", "part_overhead"}
+_ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),
+               "tuple": (dict, tuple),
                "bool": (bool,)}
 
 

@@ -64,10 +64,12 @@ class CostModel:
 class StaticCostModel(CostModel):
     """Roofline estimates from the op table and the device's rates.
 
-    ``time = overhead + max(flops / rate, bytes / memory bandwidth)`` where ``rate`` is
-    the device's single-thread ``peak_flops``, times its ``intra_op_speedup`` when the op's
-    kernel is multithreaded.  Ops with neither flops nor bytes (``NoOp``, ``Variable``)
-    cost the overhead alone.
+    ``time = op_overhead + fixed + factor * max(flops / rate, bytes / memory bandwidth)``
+    where ``rate`` is the device's single-thread ``peak_flops``, times its
+    ``intra_op_speedup`` when the op's kernel is multithreaded, and ``(fixed, factor)``
+    is the device's calibrated cost of the op type's kernel
+    (:meth:`core.cluster.Device.kernel_cost`; ``(0, 1)`` when not calibrated).  Ops with
+    neither flops nor bytes (``NoOp``, ``Variable``) cost the overheads alone.
     """
 
     def op_time(self, op: Operation, device) -> float:
@@ -78,7 +80,11 @@ class StaticCostModel(CostModel):
         moved = op_def.bytes_read(ins, op.attrs) + op_def.bytes_written(outs, op.attrs)
         rate = device.peak_flops * (device.intra_op_speedup if op_def.multithreaded else 1.0)
         bandwidth = device.mem_bandwidth
-        return device.op_overhead + max(flops / rate, moved / bandwidth)
+        roofline = max(flops / rate, moved / bandwidth)
+        if device.kernel_costs:
+            fixed, factor = device.kernel_cost(op.type)
+            return device.op_overhead + fixed + factor * roofline
+        return device.op_overhead + roofline
 
 
 class MeasuredCostModel(CostModel):

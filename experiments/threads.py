@@ -107,7 +107,7 @@ def main(argv=None) -> pd.DataFrame:
     else:
         cluster, where = Cluster.this_machine(), "this machine"
         if "sim" in backends and not args.no_calibrate:
-            from runtime import calibrate
+            from runtime.calibrate import calibrate
             cluster = calibrate(cluster, quick=True)
     frame = sweep(args.workloads, args.inter, args.intra, cluster, backends, args.repeats)
     print_table(frame, f"step time vs thread pools on {where} (speedups against the first "

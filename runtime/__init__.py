@@ -16,6 +16,9 @@ session first runs, and the gRPC backend only for ``grpc://`` targets.
 - the errors (:mod:`runtime.errors`).
 """
 
+# Eagerly, so that ``runtime.calibrate`` stays the function: importing the submodule
+# ``runtime.calibrate`` after a lazy lookup would rebind the name to the module.
+from runtime.calibrate import calibrate
 from runtime.config import SessionConfig
 from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
                             LabRuntimeError, NotFound, OpError, Unavailable)
@@ -28,7 +31,7 @@ __all__ = ["Session", "InteractiveSession", "SessionConfig", "Executor", "StepRe
 
 _LAZY = {"Session": "runtime.session", "InteractiveSession": "runtime.session",
          "Executor": "runtime.executor", "StepResult": "runtime.executor",
-         "LocalDevices": "runtime.local_devices", "calibrate": "runtime.calibrate",
+         "LocalDevices": "runtime.local_devices",
          "Server": "runtime.server", "LocalCluster": "runtime.launcher",
          "RemoteSession": "runtime.remote"}
 

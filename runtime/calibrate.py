@@ -22,8 +22,8 @@ network link                  kept (a gRPC measurement may be added by the gRPC 
 ============================  ==============================================================
 
 :func:`calibrate_distributed` adds what a distributed step costs on a started
-:class:`runtime.LocalCluster`, measured from outside the runtime (wall-clock medians of
-``Session.run`` on tiny graphs):
+:class:`runtime.LocalCluster`, measured from outside the runtime (the fastest wall-clock
+step of ``Session.run`` on tiny graphs, of several):
 
 ============================  ==============================================================
 figure                        measured by
@@ -266,16 +266,17 @@ def _measure_gpu(index: int, quick: bool) -> dict:
 # ======================================================================================
 
 def _timed_runs(session, fetches, repeats: int, warmup: int = 3) -> float:
-    """Median wall-clock seconds of ``session.run(fetches)`` over ``repeats`` runs."""
-    import statistics
+    """The fastest wall-clock seconds of ``session.run(fetches)`` over ``repeats`` runs:
+    the undisturbed step (other load on the machine only ever adds time), as the
+    experiments measure steps."""
     for _ in range(warmup):
         session.run(fetches)
-    times = []
+    best = float("inf")
     for _ in range(repeats):
         t0 = perf_counter()
         session.run(fetches)
-        times.append(perf_counter() - t0)
-    return statistics.median(times)
+        best = min(best, perf_counter() - t0)
+    return best
 
 
 def _cpu(job: str, task: int) -> str:
@@ -283,7 +284,7 @@ def _cpu(job: str, task: int) -> str:
 
 
 def _step_time(local_cluster, build, master, repeats: int) -> float:
-    """Median step time of the graph ``build()`` returns as ``(graph, fetches)``."""
+    """The fastest step time of the graph ``build()`` returns as ``(graph, fetches)``."""
     import runtime
     graph, fetches = build()
     with runtime.Session(local_cluster.target(*master), graph=graph) as session:
@@ -306,9 +307,10 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
 
     A step runs one tiny op (a scalar constant and an Identity) on each involved task:
     the master's task alone, then the master with 1, 2, ... other tasks.
-    ``step_overhead`` is the master-alone median; ``part_overhead`` the least-squares
+    ``step_overhead`` is the master-alone step; ``part_overhead`` the least-squares
     slope of the step time per extra task (intercept held at the master-alone time).
-    ``samples`` maps the number of other tasks to the median step seconds.
+    ``samples`` maps the number of other tasks to the step seconds (fastest of
+    ``repeats``).
     """
     import core as tf
     master = tuple(master)

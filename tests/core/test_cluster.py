@@ -474,3 +474,24 @@ def test_json_round_trip_property(cluster):
             assert all(cluster.links[link.name] == link for link in route)
             assert (route == ()) == (a.name == b.name or (a.job, a.task) == (b.job, b.task)
                                      and a.is_cpu and b.is_cpu)
+
+
+def test_kernel_costs_round_trip_and_are_checked():
+    import json
+
+    from core.cluster import InvalidCluster
+    c = Cluster.single_host()
+    d = c.devices[0]
+    c2 = c.replace_device(d.name, kernel_costs={"Add": (1e-5, 2.0), "*": (2e-6, 1.5)})
+    back = Cluster.from_dict(json.loads(json.dumps(c2.to_dict())))
+    assert back == c2 and hash(back) == hash(c2)
+    dev = back.devices[0]
+    assert dev.kernel_cost("Add") == (1e-5, 2.0) and dev.kernel_cost("Mul") == (2e-6, 1.5)
+    assert c.devices[0].kernel_cost("Add") == (0.0, 1.0)
+    old = c.to_dict()  # a file written before kernel costs existed still loads
+    del old["devices"][0]["kernel_costs"]
+    assert Cluster.from_dict(old) == c
+    with pytest.raises(InvalidCluster, match="factor"):
+        c.replace_device(d.name, kernel_costs={"Add": (1e-5, 0.0)})
+    with pytest.raises(InvalidCluster, match="kernel_costs"):
+        c.replace_device(d.name, kernel_costs={"Add": 1e-5})

@@ -82,3 +82,14 @@ def test_measured_dispatch_overheads_go_into_the_cluster():
     profiled = m.with_overheads(C)
     assert [d.op_overhead for d in profiled.devices] == pytest.approx([0.5e-3, 0.5e-3])
     assert MeasuredCostModel.from_traces([Trace(ops=recs)]).with_overheads(C) is C
+
+
+def test_static_adds_the_calibrated_kernel_cost_of_the_op_type():
+    g = graph()
+    mm = g.get_operation_by_name("mm")
+    plain = StaticCostModel().op_time(mm, W)
+    roofline = plain - W.op_overhead
+    w2 = W.replace_kernel_costs({"MatMul": (3e-6, 2.0), "*": (1e-6, 1.0)})
+    assert StaticCostModel().op_time(mm, w2) == pytest.approx(W.op_overhead + 3e-6 + 2 * roofline)
+    a = g.get_operation_by_name("a")  # Const: the "*" entry
+    assert StaticCostModel().op_time(a, w2) == pytest.approx(StaticCostModel().op_time(a, W) + 1e-6)

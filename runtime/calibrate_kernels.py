@@ -1,0 +1,127 @@
+"""Calibration of the fixed cost of each op type's kernel.
+
+A roofline (``flops / rate``, ``bytes / bandwidth``) says nothing about small tensors,
+where calling a kernel costs more than its arithmetic: the call from Python into the
+compiled kernel, argument checks, the output's allocation.  On graphs of many small ops
+(the recurrent and transformer workloads) that fixed cost is most of the step; and on
+mid-sized tensors a simple kernel runs well below the device's peak rates.  So
+:func:`measure_kernel_costs` measures, per op type, a fixed cost and a factor on the
+roofline: one graph holding every CPU op type (forward, gradients and updates) runs
+traced in an in-process session, on tiny and on mid-sized tensors (the trace times the
+kernel call alone).  The same traces give the executor's work between kernels, per op
+(:func:`core.costs.dispatch_gaps`: on a graph with a real workload's fan-in and fan-out
+it is several times what a chain of Identity ops shows).  :func:`with_kernel_costs`
+writes both into a cluster's CPU devices (``Device.kernel_costs`` and ``op_overhead``),
+where :class:`core.costs.StaticCostModel` reads them.
+
+>>> costs, dispatch = measure_kernel_costs(calibrate(quick=True).devices[0])  # doctest: +SKIP
+>>> costs["Add"]                                                                # doctest: +SKIP
+(1.1e-05, 2.3)
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+import core as tf
+from core.cluster import Cluster
+from core.costs import dispatch_gaps
+
+__all__ = ["kernel_calibration_graph", "measure_kernel_costs", "with_kernel_costs"]
+
+
+def kernel_calibration_graph(n: int = 8, seed: int = 0):
+    """``(graph, init, fetches)``: a small training step on ``n x n`` tensors that uses
+    every CPU op type of :mod:`core.ops` the builders make (with its gradients)."""
+    rng = np.random.default_rng(seed)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(rng.standard_normal((n, n)).astype(np.float32), name="x")
+        w = tf.Variable(rng.standard_normal((n, n)).astype(np.float32) * 0.1, name="w")
+        b = tf.Variable(np.zeros(n, np.float32), name="b")
+        h = tf.matmul(x, w) + b
+        r, t, s = tf.relu(h), tf.tanh(h), tf.sigmoid(h)
+        c = tf.slice(tf.concat([r, t], axis=1), [0, 0], [n, n])
+        c = tf.reshape(tf.reshape(tf.transpose(c), [n * n]), [n, n])
+        d = tf.softmax(c) - s
+        e = tf.negative(tf.multiply(d, d)) + tf.broadcast_to(b, [n, n])
+        loss = tf.reduce_mean(tf.square(e)) + tf.reduce_sum(t)
+        gw, gb = tf.gradients(loss, [w, b])
+        step = tf.group(tf.assign_sub(w, 0.01 * gw), tf.assign_sub(b, 0.01 * gb),
+                        tf.assign_add(b, tf.constant(np.zeros(n, np.float32))))
+        init = tf.global_variables_initializer()
+    return g, init, [step]
+
+
+def _traced_steps(n: int, steps: int, config):
+    import runtime
+    graph, init, fetches = kernel_calibration_graph(n)
+    with runtime.Session(graph=graph, config=config) as session:
+        session.run(init)
+        for _ in range(2):
+            session.run(fetches)
+        return graph, [session.run(fetches, trace=True)[1] for _ in range(steps)]
+
+
+def _median_by_type(traces, value) -> dict[str, float]:
+    samples: dict[str, list[float]] = {}
+    for trace in traces:
+        for rec in trace.ops:
+            v = value(rec)
+            if v is not None:
+                samples.setdefault(rec.type, []).append(v)
+    return {op_type: statistics.median(v) for op_type, v in sorted(samples.items())}
+
+
+def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 128,
+                         config=None) -> tuple[dict[str, tuple[float, float]], float]:
+    """``(kernel_costs, dispatch)`` of this machine's CPU kernels for ``device`` (a
+    :class:`core.cluster.Device` whose rates are already calibrated).
+
+    :func:`kernel_calibration_graph` runs ``steps`` traced steps on ``small`` and on
+    ``large`` square tensors in an in-process session.  Per op type, ``fixed`` is the
+    median kernel time on the small tensors and ``factor`` the median over its ops on the
+    large ones of ``(time - fixed) / roofline`` (the roofline on ``device``'s rates; ops
+    whose roofline is below half the fixed cost are left out, and a type without any
+    takes the ``"*"`` factor).  The entry ``"*"`` (the medians over the types)
+    stands for types the graph lacks.  ``dispatch`` is the median gap between kernels on
+    the small graph (:func:`core.costs.dispatch_gaps`).
+    """
+    from dataclasses import replace
+
+    from core.costs import StaticCostModel
+    bare = replace(device, op_overhead=0.0, kernel_costs=())
+    roofline = StaticCostModel()
+    graph, traces = _traced_steps(small, steps, config)
+    fixed = _median_by_type(traces, lambda rec: rec.end - rec.start)
+    dispatch = dispatch_gaps(traces, graph).get("CPU", 0.0)
+    graph, traces = _traced_steps(large, steps, config)
+
+    def factor(rec):
+        model = roofline.op_time(graph.get_operation_by_name(rec.op), bare)
+        # Only ops whose roofline is not lost in the fixed cost say anything of the factor.
+        if rec.type not in fixed or model < 0.5 * max(fixed[rec.type], 1e-6):
+            return None
+        return max(0.1, (rec.end - rec.start - fixed[rec.type]) / model)
+
+    factors = _median_by_type(traces, factor)
+    default = (statistics.median(fixed.values()),
+               statistics.median(factors.values()) if factors else 1.0)
+    costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
+    costs["*"] = default
+    return costs, dispatch
+
+
+def with_kernel_costs(cluster: Cluster, costs: dict[str, tuple[float, float]],
+                      dispatch: float | None = None) -> Cluster:
+    """``cluster`` with ``costs`` as every CPU device's ``kernel_costs`` (and
+    ``dispatch``, when given, as its ``op_overhead``)."""
+    for device in cluster.devices:
+        if device.is_cpu:
+            changes = {"kernel_costs": costs}
+            if dispatch is not None:
+                changes["op_overhead"] = dispatch
+            cluster = cluster.replace_device(device.name, **changes)
+    return cluster
