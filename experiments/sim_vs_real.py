@@ -2,13 +2,13 @@
 
 The cluster is the runtime's own (1 ps and 2 workers as server processes on this
 machine, all on one host with its real cores).  It is calibrated first: the devices'
-rates by :func:`runtime.calibrate` (micro-benchmarks in this process), then the fixed
-costs of a distributed step by :func:`runtime.calibrate.calibrate_distributed` (tiny
-graphs on a :class:`runtime.LocalCluster`: step and RunGraph overheads per task, the
-latency and bandwidth of a tensor crossing processes), then each op type's kernel cost
-(fixed, and a factor on the roofline) and the executor's dispatch cost per op by
-:func:`runtime.calibrate_kernels.measure_kernel_costs` (a traced graph of every op type
-on tiny and on mid-sized tensors).  Each workload is then placed by every placer, predicted by the simulator and
+rates, each op type's kernel cost (fixed, and a factor on the roofline) and the
+executor's dispatch cost per op by :func:`runtime.calibrate` (micro-benchmarks in this
+process; :func:`runtime.calibrate_kernels.measure_kernel_costs` traces a graph of every
+op type on tiny and on mid-sized tensors), then the fixed costs of a distributed step by
+:func:`runtime.calibrate.calibrate_distributed` (tiny graphs on a
+:class:`runtime.LocalCluster`: step and RunGraph overheads per task, the latency and
+bandwidth of a tensor crossing processes).  Each workload is then placed by every placer, predicted by the simulator and
 measured on a fresh LocalCluster: all placements side by side, in rounds (the order
 rotating), so that a change in the machine's load hits every placement alike.
 
@@ -68,7 +68,6 @@ from experiments.backends import measure_placements, predict, runtime_cluster_sp
 from experiments.compare_placers import WORKLOADS
 from experiments.report import print_table, results_parser, save_table
 from runtime.calibrate import calibrate, calibrate_distributed
-from runtime.calibrate_kernels import measure_kernel_costs, with_kernel_costs
 
 __all__ = ["main", "run", "loopback_cluster", "summarise", "ranking_agreement"]
 
@@ -210,15 +209,15 @@ def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACER
     env = {"OPENBLAS_NUM_THREADS": str(blas_threads)} if blas_threads else {}
     config = server_config(threads)
     base = loopback_cluster(threads)
-    cluster = calibrate(base, quick=quick)
-    kernels, dispatch = measure_kernel_costs(cluster.devices[0], 5 if quick else 20)
+    cluster = calibrate(base, quick=quick)  # with the kernel costs and dispatch per op
     counts = runtime_cluster_spec(cluster)
     with runtime.LocalCluster(counts, env=env, config=config) as local:
         cluster, figures = calibrate_distributed(cluster, local, quick=quick)
-    # The dispatch cost per op measured between kernels of a graph with a workload's
-    # fan-in and fan-out, rather than calibrate_distributed's chain of Identity ops.
-    cluster = with_kernel_costs(cluster, kernels, dispatch)
-    figures["chain_op_overhead"], figures["op_overhead"] = figures["op_overhead"], dispatch
+    # The dispatch cost per op: measured between the kernels of a graph with a workload's
+    # fan-in and fan-out (calibrate's kernel costs), not along calibrate_distributed's
+    # chain of Identity ops.
+    figures["chain_op_overhead"] = figures["op_overhead"]
+    figures["op_overhead"] = cluster.devices[0].op_overhead
     rows, loop_rows = [], []
     for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
         w = WORKLOADS[wname]()

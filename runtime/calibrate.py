@@ -13,7 +13,11 @@ figure                        measured by
 ``mem_bandwidth``             :func:`measure_memory_bandwidth`: a large Add (reads two
                               arrays, writes one)
 ``op_overhead``               :func:`measure_op_overhead`: a chain of tiny ops through the
-                              :class:`~runtime.executor.Executor` (dispatch included)
+                              :class:`~runtime.executor.Executor` (dispatch included); with
+                              ``kernel_costs``, the median gap between kernels of a traced
+                              graph of every op type instead
+``kernel_costs``              :func:`runtime.calibrate_kernels.measure_kernel_costs`: per op
+                              type, the kernel's fixed cost and a factor on the roofline
 memcpy link (bandwidth,       :func:`measure_memcpy`: a large array copy in host memory
 latency)                      (tasks on one host exchange tensors through it), and a tiny one
 pcie link                     :func:`measure_pcie`: ``to_device`` / ``copy_to_host``, only
@@ -52,6 +56,7 @@ True
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from time import perf_counter
 from typing import Iterable
 
@@ -177,11 +182,16 @@ def measure_pcie(gpu_index: int = 0, nbytes: int = 64 << 20,
 
 
 def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None = None,
-              quick: bool = False, path: str | os.PathLike | None = None) -> Cluster:
+              quick: bool = False, kernel_costs: bool = True,
+              path: str | os.PathLike | None = None) -> Cluster:
     """``cluster`` (default: :meth:`Cluster.this_machine`) with its devices' and links'
     figures measured on this machine; saved as JSON to ``path`` when given.
 
     ``quick`` uses small sizes and few repeats (about a second; for tests).
+    ``kernel_costs`` also measures each op type's kernel cost on the CPUs and the
+    executor's dispatch cost per op between kernels
+    (:func:`runtime.calibrate_kernels.measure_kernel_costs`; that dispatch figure replaces
+    the chain of tiny ops' ``op_overhead``).
     """
     from runtime import kernels
     cluster = cluster if cluster is not None else Cluster.this_machine()
@@ -206,6 +216,11 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
                     "op_overhead": measure_op_overhead(
                         ops=50 if quick else 200, repeat=repeat),
                 }
+                if kernel_costs:
+                    from runtime.calibrate_kernels import measure_kernel_costs
+                    costs, dispatch = measure_kernel_costs(
+                        replace(d, **cpu_figures), steps=3 if quick else 20)
+                    cpu_figures.update(kernel_costs=costs, op_overhead=dispatch)
             cluster = cluster.replace_device(d.name, **cpu_figures)
         elif _real_gpu():
             if d.index not in gpu_figures:
@@ -407,8 +422,8 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     :class:`runtime.LocalCluster` ``local_cluster``, all on one host) with the fixed
     costs of a distributed step measured on it: every task's ``step_overhead`` and
     ``part_overhead``, the ``memcpy:<host>`` link's latency and bandwidth (what a tensor
-    crossing processes costs), and every CPU's ``op_overhead`` (the server's dispatch
-    cost per op).  ``figures`` holds the measurements and their samples."""
+    crossing processes costs), and the ``op_overhead`` of every CPU not calibrated with
+    kernel costs (the server's dispatch cost per op along a chain of tiny ops).  ``figures`` holds the measurements and their samples."""
     master = tuple(master or cluster.master)
     repeats = 5 if quick else 15
     step, part, step_samples = measure_step_overheads(local_cluster, master, repeats)
@@ -421,7 +436,6 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
             local_cluster, src, master, sizes, repeats)
     dispatch = measure_dispatch_overhead(local_cluster, master,
                                          (1, 50) if quick else (1, 100, 300), repeats)
-    from dataclasses import replace
     tasks = [replace(t, step_overhead=step, part_overhead=part) for t in cluster.tasks]
     links = cluster.links
     if latency is not None:
@@ -429,7 +443,10 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
             name = f"memcpy:{host}"
             if name in links:
                 links[name] = replace(links[name], latency=latency, bandwidth=bandwidth)
-    devices = [replace(d, op_overhead=dispatch) if d.is_cpu else d for d in cluster.devices]
+    # A device calibrated with kernel costs keeps its dispatch figure (measured between
+    # the kernels of a realistic graph; a chain of Identity ops shows less).
+    devices = [replace(d, op_overhead=dispatch) if d.is_cpu and not d.kernel_costs else d
+               for d in cluster.devices]
     out = Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink)
     if path is not None:
         out.save(path)
