@@ -5,7 +5,7 @@ Each workload is placed with every placer on one cluster, and the report gives, 
 time placing took, the step time the cost model estimates and, with the ``sim`` backend,
 the step time and peak memory the simulator predicts; with the ``runtime`` backend, the
 measured step (the fastest of the repeats, placements timed side by side in rounds; the
-median beside it) and peak memory.  The best placement per workload (by the last
+median beside it) and peak memory (the largest, and per device in MiB).  The best placement per workload (by the last
 step-time column) is marked.
 
     python -m experiments.compare_placers --help
@@ -27,7 +27,8 @@ from core.costs import StaticCostModel, tensor_bytes
 from core.graph import ops_needed
 from core.placement import transfers
 from experiments.backends import measure_placements, predict, runtime_cluster_spec
-from experiments.report import print_table, results_parser, save_table, short_device
+from experiments.report import (per_device_MiB, print_table, results_parser, save_table,
+                                short_device)
 from experiments.workloads import (data_parallel_step, inception_training_step,
                                    mlp_training_step, random_layered_dag, rnn_training_step,
                                    transformer_training_step)
@@ -106,6 +107,7 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
             trace = predict(w, p, cluster, cost_model)
             row["sim_step_ms"] = trace.step_time * 1e3
             row["sim_peak_MiB"] = max(trace.peak_memory.values(), default=0) / 2**20
+            row["sim_peak_MiB_per_device"] = per_device_MiB(trace.peak_memory)
         rows.append(row)
     if "runtime" in backends:
         # Side by side, in rounds: a change in the machine's load hits every placer alike.
@@ -115,6 +117,7 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
             row["real_step_ms"] = m.step_time * 1e3
             row["real_median_ms"] = m.median * 1e3
             row["real_peak_MiB"] = max(m.trace.peak_memory.values(), default=0) / 2**20
+            row["real_peak_MiB_per_device"] = per_device_MiB(m.trace.peak_memory)
     return rows
 
 
@@ -164,8 +167,10 @@ def main(argv=None) -> pd.DataFrame:
             parser.error(f"--backend {args.backend} runs the cluster on this machine: use "
                          f"--cluster {' or '.join(RUNNABLE_CLUSTERS)}, or --backend sim")
     frame = compare(args.workloads, cluster, backends, args.repeats)
-    print_table(frame, f"placers on {args.cluster} ({len(cluster.devices)} devices); "
-                       "est: the cost model's estimate; sim: the simulator's; real: measured")
+    shown = frame.drop(columns=[c for c in frame if c.endswith("_per_device") and "MiB" in c])
+    print_table(shown, f"placers on {args.cluster} ({len(cluster.devices)} devices); "
+                       "est: the cost model's estimate; sim: the simulator's; real: measured "
+                       "(the peak memory per device is in the CSV)")
     print(f"saved {save_table(frame, 'compare_placers', args.out)}")
     return frame
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["RESULTS_DIR", "save_table", "print_table", "results_parser", "short_device"]
+__all__ = ["RESULTS_DIR", "save_table", "print_table", "results_parser", "short_device",
+           "per_device_MiB"]
 
 RESULTS_DIR = Path("results")
 
@@ -16,6 +17,11 @@ def short_device(name: str) -> str:
     """``/job:worker/replica:0/task:1/device:CPU:0`` -> ``worker:1/CPU:0``."""
     parts = dict(p.split(":", 1) for p in name.strip("/").split("/"))
     return f"{parts['job']}:{parts['task']}/{parts['device']}"
+
+
+def per_device_MiB(peaks: dict) -> str:
+    """``{device: bytes}`` as ``"worker:0/CPU:0=1.5, ps:0/CPU:0=0.25"`` (MiB, by device)."""
+    return ", ".join(f"{short_device(d)}={b / 2**20:.3g}" for d, b in sorted(peaks.items()))
 
 
 def save_table(frame: pd.DataFrame, name: str, out_dir: Path | str | None = None) -> Path:

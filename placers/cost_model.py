@@ -24,8 +24,8 @@ everything on one device, so the placer also estimates, with the same model
 (:func:`estimate_step_time`), every placement that puts all free groups on one device,
 and returns the best.  By its own cost model it is therefore never worse than one device.
 Each estimate also pays the fixed costs of a distributed step (the master's step overhead
-and a part overhead per other task involved, :class:`core.cluster.Task`), so among equal
-placements the master's own task wins.
+and a part overhead per other task involved, :class:`core.cluster.Task`), and among equal
+estimates the placement with fewer tasks besides the master's wins.
 
 >>> from experiments.workloads import random_layered_dag
 >>> from core.cluster import Cluster
@@ -332,7 +332,8 @@ class CostModelPlacer(BasePlacer):
             return best
 
         devices, makespan = model.schedule(choose)
-        best_devices, best_time = devices, makespan + _fixed_costs(model, devices)
+        best_devices = devices
+        best_key = (makespan + _fixed_costs(model, devices), _remote_tasks(model, devices))
         if self.single_device_guard:
             fixed = {g.index for g in constraints.groups if g.fixed is not None}
             feasible_sets = {g: set(ks) for g, ks in feasible.items()}
@@ -341,14 +342,23 @@ class CostModelPlacer(BasePlacer):
                        else devices[i] for i in range(len(model.ops))]
                 if not _groups_consistent(alt, group_of) or not _fits(model, alt, capacity):
                     continue
-                t = _estimate(model, alt)
-                if t < best_time:
-                    best_devices, best_time = alt, t
-        self.estimated_step_time = best_time
+                key = (_estimate(model, alt), _remote_tasks(model, alt))
+                if key < best_key:
+                    best_devices, best_key = alt, key
+        self.estimated_step_time = best_key[0]
         chosen = {}
         for i, op in enumerate(model.ops):
             chosen.setdefault(group_of[i], model.devices[best_devices[i]])
         return chosen
+
+
+def _remote_tasks(model: _Model, devices: list[int]) -> int:
+    """How many tasks other than the master's have an op: among placements of equal
+    estimates, fewer is better (each is one more call per step, even when the cluster's
+    figures do not say what it costs)."""
+    master = model.cluster.master
+    tasks = {(model.devices[k].job, model.devices[k].task) for k in set(devices)}
+    return len(tasks - {tuple(master)}) if master is not None else len(tasks)
 
 
 def _groups_consistent(devices: list[int], group_of: list[int]) -> bool:

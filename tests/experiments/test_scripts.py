@@ -15,6 +15,9 @@ def test_compare_placers_marks_a_best_row(tmp_path, capsys):
     assert best.real_step_ms == frame.real_step_ms.min()
     saved = pd.read_csv(tmp_path / "compare_placers.csv")
     assert len(saved) == len(frame)
+    simple = frame[frame.placer == "simple"].iloc[0]  # all on the master's CPU
+    assert simple.real_peak_MiB_per_device.startswith("worker:0/CPU:0=")
+    assert "worker:0/CPU:0=" in simple.sim_peak_MiB_per_device
     assert "placers on ps_workers" in capsys.readouterr().out
 
 
