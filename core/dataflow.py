@@ -42,14 +42,15 @@ True
 from __future__ import annotations
 
 import heapq
-from itertools import chain
+from functools import cached_property
+from itertools import chain, count, repeat
 from operator import attrgetter
 from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
 from core.costs import tensor_bytes as _default_tensor_bytes
-from core.graph import Operation, Tensor, topological_order
+from core.graph import Graph, Operation, Tensor, topological_order
 from core.ops import get_op_def
 from core.placement import Placement
 
@@ -92,6 +93,9 @@ class Progress(NamedTuple):
 _op_of = attrgetter("op")
 _value_index = attrgetter("value_index")
 _spec_of = attrgetter("dtype", "shape")
+_controls_of = attrgetter("_control_inputs")
+_attrs_of = attrgetter("attrs")
+_outputs_of = attrgetter("outputs")
 
 
 class _Nested:
@@ -115,11 +119,11 @@ class _Nested:
         return value
 
 
-def _csr(group, values, size: int) -> tuple[list, list]:
-    """``(ptr, flat)`` lists for ``values`` grouped by ``group`` (ascending, ``0..size-1``)."""
+def _csr(group, values, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ptr, flat)`` arrays for ``values`` grouped by ``group`` (ascending, ``0..size-1``)."""
     ptr = np.zeros(size + 1, np.int64)
     np.cumsum(np.bincount(group, minlength=size), out=ptr[1:])
-    return ptr.tolist(), np.asarray(values, dtype=np.int64).tolist()
+    return ptr, np.asarray(values, dtype=np.int64)
 
 
 def _placed_devices(names: list[str], placement) -> list[str]:
@@ -138,14 +142,172 @@ def _placed_devices(names: list[str], placement) -> list[str]:
     return found
 
 
-def _tensor_sizes(tensors: list[Tensor], tensor_bytes) -> list[int]:
-    """``tensor_bytes`` of each tensor.  The default depends only on (dtype, shape), and
-    a graph has few distinct ones: size one tensor of each."""
-    if tensor_bytes is not _default_tensor_bytes:
-        return list(map(tensor_bytes, tensors))
-    specs = list(map(_spec_of, tensors))
-    size = {spec: tensor_bytes(t) for spec, t in dict(zip(specs, tensors)).items()}
-    return list(map(size.__getitem__, specs))
+def first_ids(keys: list) -> np.ndarray:
+    """For each key, the position of the first key equal to it: an id per distinct key,
+    found with no Python call per item (``dict.setdefault`` mapped over the keys).
+
+    >>> first_ids(["a", "b", "a"]).tolist()
+    [0, 1, 0]
+    """
+    first: dict = {}
+    return np.fromiter(map(first.setdefault, keys, count()), np.int64, len(keys))
+
+
+class _OpArrays:
+    """What a plan reads of a list of ops, as flat arrays made with one C-level pass
+    (``map``, ``attrgetter``, ``dict.setdefault``) per field, never a Python loop.
+
+    ``ops``, ``names``, ``types``: lists; ``n_out``, ``n_in``, ``n_ctrl``: counts per op;
+    ``tensor_base``: first output tensor of each op; ``tensors``: the output tensors,
+    op by op; ``spec``: for each, an id of its (dtype, shape); ``in_op``, ``in_index``: producer
+    (position in ``ops``, -1 if outside) and output index of each data input, op by op
+    and slot by slot; ``ctrl_op``: position of each control input (-1 if outside);
+    ``persistent``, ``aliasing``: per op, from the op table.
+    """
+
+    def __init__(self, ops: list):
+        n = len(ops)
+        self.ops = ops
+        self.names = [op.name for op in ops]
+        self.types = types = [op.type for op in ops]
+        outputs = [op.outputs for op in ops]
+        self.n_out = np.fromiter(map(len, outputs), np.int64, n)
+        self.tensor_base = np.zeros(n, np.int64)
+        np.cumsum(self.n_out[:-1], out=self.tensor_base[1:])
+        self.tensors = list(chain.from_iterable(outputs))  # output tensors, op by op
+        self.spec = first_ids(list(map(_spec_of, self.tensors)))
+        self.default_sizes = None  # tensor_bytes of each output tensor, made on first use
+        inputs = [op.inputs for op in ops]
+        self.n_in = np.fromiter(map(len, inputs), np.int64, n)
+        flat_in = list(chain.from_iterable(inputs))
+        self.pos = pos = dict(zip(ops, range(n)))
+        self.in_op = np.fromiter(map(pos.get, map(_op_of, flat_in), repeat(-1)), np.int64,
+                                 len(flat_in))
+        self.in_index = np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
+        # Control inputs are rare: skip the pass when no op has one.
+        if any(map(_controls_of, ops)):
+            controls = list(map(_controls_of, ops))
+            self.n_ctrl = np.fromiter(map(len, controls), np.int64, n)
+            self.ctrl_op = np.fromiter(map(pos.get, chain.from_iterable(controls), repeat(-1)),
+                                       np.int64, int(self.n_ctrl.sum()))
+        else:
+            self.n_ctrl, self.ctrl_op = np.zeros(n, np.int64), np.zeros(0, np.int64)
+        type_id = first_ids(types)  # the op table is read once per type
+        persistent, aliasing = np.zeros(n, bool), np.zeros(n, bool)
+        for i in np.unique(type_id).tolist():
+            op_def = get_op_def(types[i])
+            persistent[i], aliasing[i] = op_def.persistent, bool(op_def.ref_inputs)
+        self.persistent, self.aliasing = persistent[type_id], aliasing[type_id]
+        self.parent, self.attr_ids = None, None
+
+    def attribute_ids(self) -> np.ndarray:
+        """For each op, an id of its attributes among the ops of its type: equal ids
+        for equal attribute items (in order); an op with an unhashable attribute (a
+        Const's value) gets an id of its own.  Made on first use (and kept)."""
+        if self.attr_ids is None:
+            if self.parent is not None:
+                view, sel = self.parent
+                self.attr_ids = view.attribute_ids()[sel]
+            else:
+                self.attr_ids = _attribute_ids(self.ops, first_ids(self.types))
+        return self.attr_ids
+
+    def sizes(self, tensor_bytes) -> np.ndarray:
+        """``tensor_bytes`` of each output tensor.  The default depends only on (dtype,
+        shape), so it is called once per distinct ``spec`` (and kept)."""
+        if self.tensors is None:  # a selection: its ops' outputs
+            self.tensors = list(chain.from_iterable(map(_outputs_of, self.ops)))
+        tensors = self.tensors
+        if tensor_bytes is not _default_tensor_bytes:
+            return np.array(list(map(tensor_bytes, tensors)), dtype=np.int64)
+        if self.default_sizes is None:
+            _, first, which = np.unique(self.spec, return_index=True, return_inverse=True)
+            sizes = np.array([tensor_bytes(tensors[t]) for t in first.tolist()], dtype=np.int64)
+            self.default_sizes = sizes[which.reshape(-1)]
+        return self.default_sizes
+
+    def select(self, sel: np.ndarray, ops: list) -> "_OpArrays":
+        """The arrays of ``ops``, which are ``self.ops[sel]`` (positions renumbered)."""
+        out = object.__new__(_OpArrays)
+        n = len(sel)
+        new_pos = np.full(len(self.ops) + 1, -1, np.int64)  # index -1 stays -1
+        new_pos[sel] = np.arange(n)
+        sel_list = sel.tolist()
+        out.ops = ops
+        out.names = list(map(self.names.__getitem__, sel_list))
+        out.types = list(map(self.types.__getitem__, sel_list))
+        out.n_out, out.n_in, out.n_ctrl = self.n_out[sel], self.n_in[sel], self.n_ctrl[sel]
+        out.tensor_base = np.zeros(n, np.int64)
+        np.cumsum(out.n_out[:-1], out=out.tensor_base[1:])
+        tensors = _ranges(self.tensor_base[sel], out.n_out)
+        out.spec, out.tensors = self.spec[tensors], None
+        out.default_sizes = None if self.default_sizes is None else self.default_sizes[tensors]
+        in_base = np.concatenate([[0], np.cumsum(self.n_in)[:-1]]).astype(np.int64)
+        edges = _ranges(in_base[sel], out.n_in)
+        out.in_op, out.in_index = new_pos[self.in_op[edges]], self.in_index[edges]
+        ctrl_base = np.concatenate([[0], np.cumsum(self.n_ctrl)[:-1]]).astype(np.int64)
+        out.ctrl_op = new_pos[self.ctrl_op[_ranges(ctrl_base[sel], out.n_ctrl)]]
+        out.persistent, out.aliasing = self.persistent[sel], self.aliasing[sel]
+        out.parent, out.attr_ids = (self, sel), None
+        return out
+
+
+def _attribute_ids(ops: list, type_of: np.ndarray) -> np.ndarray:
+    """:meth:`_OpArrays.attribute_ids` of ``ops``; ``type_of``: an id of each op's type."""
+    ids = np.zeros(len(ops), np.int64)
+    order = np.argsort(type_of, kind="stable")
+    bounds = np.flatnonzero(np.diff(type_of[order])) + 1
+    for group in np.split(order, bounds):
+        items = list(map(tuple, map(dict.items, map(_attrs_of, map(ops.__getitem__,
+                                                                      group.tolist())))))
+        try:
+            ids[group] = first_ids(items)
+        except TypeError:  # some value is unhashable: key by key
+            first: dict = {}
+            local = []
+            for pos, item in enumerate(items):
+                try:
+                    local.append(first.setdefault(item, pos))
+                except TypeError:
+                    local.append(pos)
+            ids[group] = local
+    return ids
+
+
+def unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending: ``np.unique`` by a sort.  (numpy 2.3's
+    ``np.unique`` without extra outputs hashes instead, ~30 times slower on 100k
+    distinct integers.)
+
+    >>> unique(np.array([3, 1, 3])).tolist()
+    [1, 3]
+    """
+    values = np.sort(values)
+    if len(values) > 1:
+        values = values[np.concatenate([[True], values[1:] != values[:-1]])]
+    return values
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The concatenation of ``range(s, s + l)`` for each start and length."""
+    ends = np.cumsum(lengths)
+    return np.repeat(starts - ends + lengths, lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
+def _op_arrays(ops: list) -> _OpArrays:
+    """The arrays of ``ops``.  For ops of one :class:`core.graph.Graph` they come from a
+    view of the whole graph kept with it until its next change (``graph.version``), so
+    simulating one graph under many placements pulls it into arrays once."""
+    graph = getattr(ops[0], "graph", None) if ops else None
+    if not isinstance(graph, Graph):
+        return _OpArrays(ops)
+    view = graph.cached_view("core.dataflow", _OpArrays)
+    if ops == view.ops:
+        return view
+    sel = np.fromiter(map(view.pos.get, ops, repeat(-1)), np.int64, len(ops))
+    if len(sel) and sel.min() < 0:  # not all from the graph as it is
+        return _OpArrays(ops)
+    return view.select(sel, ops)
 
 
 class StepPlan:
@@ -173,12 +335,15 @@ class StepPlan:
     ``transfer_tensor``, ``transfer_src``, ``transfer_dst`` (device indices),
     ``transfer_consumers``, ``buffer_device``, ``buffer_bytes`` (memory: 0 for an output
     that aliases its input, as an ``Assign``'s), ``resident`` (buffers held from the
-    start: outputs of persistent ops), ``held`` (fetched tensors' buffers).
+    start: outputs of persistent ops), ``held`` (fetched tensors' buffers), and for
+    cost models ``op_types``, ``tensor_spec`` (an id per distinct (dtype, shape)),
+    ``op_attr_ids`` (see there, made on first use).
 
     The per-op and per-transfer lists of lists (``op_pred_ops``, ``op_pred_transfers``,
     ``op_inputs``, ``op_outputs``, ``op_dead_outputs``, ``op_succ``, ``op_sends``,
     ``transfer_consumers``) are also kept flat, as ``csr_<name> = (ptr, flat)`` (item
     ``i`` is ``flat[ptr[i]:ptr[i + 1]]``); the lists are made on first access.
+    ``csr_op_input_tensors`` has each op's data inputs, slot by slot (tensor indices).
     """
 
     def __init__(self):  # use build()
@@ -205,9 +370,12 @@ class StepPlan:
         an op without a device, before anything runs.  ``tensor_bytes(tensor)`` sizes
         the tensors (default: :func:`core.costs.tensor_bytes`).
 
-        How: one pass over the ops pulls the graph into flat integer arrays (an edge
-        list); everything else (transfers, dependencies, buffers, reverse edges) is
-        numpy on those arrays.  A plain-Python loop per op and edge cost ~13 us/op.
+        How: one C-level pass per field pulls the ops into flat integer arrays (an
+        edge list, :class:`_OpArrays`); everything else (transfers, dependencies,
+        buffers, reverse edges) is numpy on those arrays.  A plain-Python loop per op
+        and edge cost ~13 us/op.  Ops of a :class:`core.graph.Graph` are read from
+        arrays of the whole graph kept with it until it changes, so planning the same
+        graph again (another placement, other fetches) skips that pass.
         """
         self = cls()
         ops = list(graph_ops)
@@ -224,10 +392,14 @@ class StepPlan:
         ops = _topological(ops)
         self.ops = ops
         n = len(ops)
-        self.op_names = names = [op.name for op in ops]
-        self.op_index = index = dict(zip(names, range(n)))
-        if len(index) != n:
-            raise DataflowError("two ops of the step share a name")
+        self._arrays = arrays = _op_arrays(ops)
+        self.op_names = names = arrays.names
+        if not isinstance(getattr(ops[0], "graph", None) if ops else None, Graph):
+            # A Graph's ops have distinct names; for other op-like objects, check now
+            # (else op_index is made on first use).
+            self.op_index = index = dict(zip(names, range(n)))
+            if len(index) != n:
+                raise DataflowError("two ops of the step share a name")
 
         # Devices: canonical names from the placement, sorted.
         op_device_name = _placed_devices(names, placement)
@@ -238,19 +410,14 @@ class StepPlan:
         n_dev = len(self.devices)
         op_range = np.arange(n, dtype=np.int64)
 
-        # Tensors and their sizes.
-        outputs = [op.outputs for op in ops]
-        n_out = np.fromiter(map(len, outputs), np.int64, n)
-        tensor_base = np.zeros(n, np.int64)
-        np.cumsum(n_out[:-1], out=tensor_base[1:])
+        # Tensors: their specs (an id per (dtype, shape)) and sizes.
+        self.op_types = arrays.types
+        n_out, tensor_base = arrays.n_out, arrays.tensor_base
         tensor_op = np.repeat(op_range, n_out)
         n_tensors = len(tensor_op)
-        tbytes = np.array(_tensor_sizes(list(chain.from_iterable(outputs)), tensor_bytes),
-                          dtype=np.int64)
-        op_defs = {t: get_op_def(t) for t in {op.type for op in ops}}
-        types = [op.type for op in ops]
-        persistent = np.array([op_defs[t].persistent for t in types], dtype=bool)
-        aliasing = np.array([bool(op_defs[t].ref_inputs) for t in types], dtype=bool)
+        spec = arrays.spec
+        tbytes = arrays.sizes(tensor_bytes)
+        persistent, aliasing = arrays.persistent, arrays.aliasing
         # An output that aliases a ref input (Assign's output is the variable) takes no
         # new memory.
         own_bytes = tbytes.copy()
@@ -258,18 +425,13 @@ class StepPlan:
         resident = np.flatnonzero(persistent[tensor_op])
 
         # Data edges, one per (consumer, input slot), in consumer then input order.
-        inputs = [op.inputs for op in ops]
-        n_in = np.fromiter(map(len, inputs), np.int64, n)
-        flat_in = list(chain.from_iterable(inputs))
-        pos = dict(zip(ops, range(n)))
-        try:
-            prod = np.fromiter(map(pos.__getitem__, map(_op_of, flat_in)), np.int64,
-                               len(flat_in))
-        except KeyError:  # cannot happen for _needed sets; keep the error clear
+        n_in, prod = arrays.n_in, arrays.in_op
+        if len(prod) and prod.min() < 0:  # cannot happen for _needed sets; keep the error clear
+            pos = set(ops)
             op, t = next((op, t) for op in ops for t in op.inputs if t.op not in pos)
-            raise DataflowError(f"op {op.name!r} reads {t.name!r}, which is not in the step") from None
+            raise DataflowError(f"op {op.name!r} reads {t.name!r}, which is not in the step")
         cons = np.repeat(op_range, n_in)
-        tid = tensor_base[prod] + np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
+        tid = tensor_base[prod] + arrays.in_index
         cross = dev[prod] != dev[cons]
 
         # Transfers: one per (tensor, destination device), numbered as found: by first
@@ -287,23 +449,20 @@ class StepPlan:
         n_transfers = len(transfer_tensor)
 
         # Control edges.
-        controls = [op._control_inputs for op in ops]
-        n_ctrl = np.fromiter(map(len, controls), np.int64, n)
-        try:
-            ctrl_prod = np.fromiter(map(pos.__getitem__, chain.from_iterable(controls)),
-                                    np.int64, int(n_ctrl.sum()))
-        except KeyError:
+        n_ctrl, ctrl_prod = arrays.n_ctrl, arrays.ctrl_op
+        if len(ctrl_prod) and ctrl_prod.min() < 0:
+            pos = set(ops)
             op, c = next((op, c) for op in ops for c in op._control_inputs if c not in pos)
-            raise DataflowError(f"op {op.name!r} waits for {c.name!r}, which is not in the step") from None
+            raise DataflowError(f"op {op.name!r} waits for {c.name!r}, which is not in the step")
         ctrl_cons = np.repeat(op_range, n_ctrl)
 
         # Dependencies: distinct ops (same-device data inputs, control inputs) and
-        # distinct transfers, ascending per op (np.unique sorts the (op, pred) keys).
+        # distinct transfers, ascending per op (unique sorts the (op, pred) keys).
         same = ~cross
-        pred_key = np.unique(np.concatenate([cons[same] * n + prod[same],
+        pred_key = unique(np.concatenate([cons[same] * n + prod[same],
                                              ctrl_cons * n + ctrl_prod]))
         pred_cons, pred_op = pred_key // n, pred_key % n
-        xpred_key = np.unique(cons[cross] * max(n_transfers, 1) + edge_transfer)
+        xpred_key = unique(cons[cross] * max(n_transfers, 1) + edge_transfer)
         xpred_cons, xpred_transfer = xpred_key // max(n_transfers, 1), xpred_key % max(n_transfers, 1)
 
         # Buffers read: distinct per op, in input order (first occurrence).
@@ -318,44 +477,86 @@ class StepPlan:
         # fetched tensors are held to the end.
         refs = (np.bincount(read_buf, minlength=n_buffers)
                 + np.bincount(transfer_tensor, minlength=n_buffers)).astype(np.int64)
-        held = sorted({int(tensor_base[index[t.op.name]]) + t.value_index for t in held_tensors})
+        held = sorted({int(tensor_base[self.op_index[t.op.name]]) + t.value_index for t in held_tensors})
         refs[resident] += _HELD
         refs[np.array(held, dtype=np.int64)] += _HELD
 
-        # Flat (CSR) forms; the lists of lists are made on first use (_Nested).
-        self.csr_op_pred_ops = _csr(pred_cons, pred_op, n)
-        self.csr_op_pred_transfers = _csr(xpred_cons, xpred_transfer, n)
-        self.csr_op_inputs = _csr(read_cons, read_buf, n)
+        # Everything as lists (what the simulator's handlers index, fast), and as the
+        # numpy arrays they came from (what set-up code computes with: array()).  The
+        # per-op lists of lists are made from the flat (CSR) forms on first use (_Nested).
         by_producer = np.lexsort((pred_cons, pred_op))
-        self.csr_op_succ = _csr(pred_op[by_producer], pred_cons[by_producer], n)
         by_transfer = np.lexsort((xpred_cons, xpred_transfer))
-        self.csr_transfer_consumers = _csr(xpred_transfer[by_transfer], xpred_cons[by_transfer],
-                                           n_transfers)
         sender = tensor_op[transfer_tensor]
         by_sender = np.argsort(sender, kind="stable")
-        self.csr_op_sends = _csr(sender[by_sender], by_sender, n)
         # Outputs allocated when the op starts (resident ones exist from the start), and
         # outputs nobody reads, freed as soon as the op ends.
         allocated = np.flatnonzero(~persistent[tensor_op])
-        self.csr_op_outputs = _csr(tensor_op[allocated], allocated, n)
         dead = np.flatnonzero(refs[:n_tensors] == 0)
-        self.csr_op_dead_outputs = _csr(tensor_op[dead], dead, n)
-
+        self._np = columns = {
+            "csr_op_pred_ops": _csr(pred_cons, pred_op, n),
+            "csr_op_pred_transfers": _csr(xpred_cons, xpred_transfer, n),
+            "csr_op_inputs": _csr(read_cons, read_buf, n),
+            "csr_op_succ": _csr(pred_op[by_producer], pred_cons[by_producer], n),
+            "csr_transfer_consumers": _csr(xpred_transfer[by_transfer], xpred_cons[by_transfer],
+                                           n_transfers),
+            "csr_op_sends": _csr(sender[by_sender], by_sender, n),
+            "csr_op_outputs": _csr(tensor_op[allocated], allocated, n),
+            "csr_op_dead_outputs": _csr(tensor_op[dead], dead, n),
+            "csr_op_input_tensors": (np.concatenate([[0], np.cumsum(n_in)]).astype(np.int64), tid),
+            "op_device": dev,
+            "tensor_base": tensor_base,
+            "tensor_op": tensor_op,
+            "tensor_bytes": tbytes,
+            "tensor_spec": spec,
+            "transfer_tensor": transfer_tensor,
+            "transfer_dst": transfer_dst,
+            "transfer_src": dev[sender],
+            "resident": resident,
+            "buffer_refs": refs,
+            "buffer_device": np.concatenate([dev[tensor_op], transfer_dst]),
+            "buffer_bytes": np.concatenate([own_bytes, tbytes[transfer_tensor]]),
+            "initial_pending": (np.bincount(pred_cons, minlength=n)
+                                + np.bincount(xpred_cons, minlength=n)),
+        }
+        for name, value in columns.items():
+            if name == "op_device":
+                continue  # already a list
+            if name.startswith("csr_"):
+                setattr(self, name, (value[0].tolist(), value[1].tolist()))
+            else:
+                setattr(self, name, value.tolist())
+        self.held = held
         self.n_ops, self.n_tensors, self.n_transfers = n, n_tensors, n_transfers
-        self.tensor_base = tensor_base.tolist()
-        self.tensor_op = tensor_op.tolist()
-        self.tensor_bytes = tbytes.tolist()
-        self.transfer_tensor = transfer_tensor.tolist()
-        self.transfer_dst = transfer_dst.tolist()
-        self.transfer_src = dev[tensor_op[transfer_tensor]].tolist()
-        self.resident, self.held = resident.tolist(), held
-        self.buffer_refs = refs.tolist()
-        self.buffer_device = np.concatenate([dev[tensor_op], transfer_dst]).tolist()
-        self.buffer_bytes = np.concatenate([own_bytes, tbytes[transfer_tensor]]).tolist()
-        self.buffer_tensor = np.concatenate([np.arange(n_tensors), transfer_tensor]).tolist()
-        self.initial_pending = (np.bincount(pred_cons, minlength=n)
-                                + np.bincount(xpred_cons, minlength=n)).tolist()
         return self
+
+    def array(self, name: str):
+        """The list attribute ``name`` as an int64 numpy array (a ``csr_`` one as its
+        ``(ptr, flat)`` pair of arrays), for set-up code that computes with numpy: kept
+        from :meth:`build`, so no conversion back from the list."""
+        value = self._np.get(name)
+        if value is None:
+            attr = getattr(self, name)
+            value = (tuple(np.asarray(a, dtype=np.int64) for a in attr) if name.startswith("csr_")
+                     else np.asarray(attr, dtype=np.int64))
+            self._np[name] = value
+        return value
+
+    @cached_property
+    def op_index(self) -> dict[str, int]:
+        """Op name -> op index."""
+        return dict(zip(self.op_names, range(len(self.op_names))))
+
+    @cached_property
+    def op_attr_ids(self) -> np.ndarray:
+        """For each op, an id of its attributes among the ops of its type (equal ids:
+        equal attribute items; an op with an unhashable attribute has an id of its
+        own).  Made on first use, and kept with the graph's other arrays."""
+        return self._arrays.attribute_ids()
+
+    @cached_property
+    def buffer_tensor(self) -> list[int]:
+        """The tensor each buffer holds (buffer ``n_tensors + k`` holds transfer ``k``'s)."""
+        return list(range(self.n_tensors)) + self.transfer_tensor
 
     # -- names ---------------------------------------------------------------------------
     def tensor_name(self, t: int) -> str:

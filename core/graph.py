@@ -189,6 +189,7 @@ class Graph:
         self._consumers: dict[str, list[Operation]] = {}
         self._collections: dict[str, list] = {}
         self._version = 0
+        self._views: dict = {}  # cached_view's, for one version
         self._lock = threading.RLock()
         # Building scopes; each a stack, innermost last.
         self._device_stack: list = []
@@ -231,6 +232,20 @@ class Graph:
     def version(self) -> int:
         """Grows whenever an op or a control edge is added (sessions use it to re-place)."""
         return self._version
+
+    def cached_view(self, key: str, make):
+        """``make(ops)`` of this graph's ops (creation order), made once per
+        :attr:`version` and kept with the graph: a derived view (such as the flat arrays
+        :class:`core.dataflow.StepPlan` reads) that adding an op or a control edge
+        invalidates.  ``key`` names the view."""
+        with self._lock:
+            views = self._views
+            if views.get(None) != self._version:
+                views.clear()
+                views[None] = self._version
+            if key not in views:
+                views[key] = make(list(self._ops))
+            return views[key]
 
     # -- collections -------------------------------------------------------------------
     def add_to_collection(self, key: str, value) -> None:

@@ -4,11 +4,16 @@ Starts the servers with :class:`runtime.launcher.LocalCluster` (all on 127.0.0.1
 host) and measures, with a client session opened on ``/job:worker/task:0``:
 
 1. ``tiny step``: seed 000's graph (``a`` a variable on ps, ``b = a + 2`` on worker 0,
-   ``c = a + b`` on worker 1), fetch ``c``: ms per step.
+   ``c = a + b`` on worker 1), fetch ``c``: ms per step; with the servers' defaults
+   between processes of one host (``local``: steps as messages on local Unix-socket
+   connections, small tensors pushed on them) and by gRPC only, as between hosts
+   (``grpc``: ``local_sockets=False``, steps as messages on open gRPC streams, small
+   tensors pushed on an open gRPC stream).
 2. ``transfer``: a 64 MiB float32 variable on ps read by worker 1 (which slices one
-   element of it, so the step is the transfer), over the socket (chunked stream) and
-   through shared memory (the servers' default between tasks of one host): GB/s of
-   the whole step, and of the transfer record in the trace.
+   element of it, so the step is the transfer), through shared memory (``shm``, the
+   servers' default between tasks of one host) and over the socket (``socket``: a
+   chunked gRPC stream, on the gRPC-only cluster): GB/s of the whole step, and of the
+   transfer record in the trace.
 3. ``mlp``: ``experiments.workloads.mlp_forward`` (8 layers of 1024x1024 matmul + relu,
    batch 1024, 17.2 GFLOP) on worker 0, fetching the output: ms and GFLOP/s.
 
@@ -100,12 +105,7 @@ def measure_ours(repeats: int, warmup: int, batch: int, skip_mlp: bool) -> list[
     spec = {"ps": 1, "worker": 2}
     with LocalCluster(spec) as cluster:
         target = cluster.target("worker", 0)
-        g, init, c = tiny_graph()
-        with Session(target, graph=g) as sess:
-            sess.run(init)
-            med, best = _median_ms(lambda: sess.run(c), repeats * 20, warmup * 20)
-        rows.append({"benchmark": "tiny step", "transport": "socket", "unit": "ms",
-                     "value": med, "best": best, "ms": med})
+        rows.append(_tiny(target, "local", repeats, warmup))
         rows += _transfer(cluster, "shm", repeats, warmup)
         if not skip_mlp:
             g, init, h, flops = mlp_graph(batch)
@@ -114,9 +114,20 @@ def measure_ours(repeats: int, warmup: int, batch: int, skip_mlp: bool) -> list[
                 med, best = _median_ms(lambda: sess.run(h), repeats, warmup)
             rows.append({"benchmark": "mlp", "transport": "-", "unit": "ms", "value": med,
                          "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9})
-    with LocalCluster(spec, shm=False) as cluster:
+    # gRPC only, as between hosts: no local calls, no shared memory.
+    with LocalCluster(spec, shm=False, local_sockets=False) as cluster:
+        rows.append(_tiny(cluster.target("worker", 0), "grpc", repeats, warmup))
         rows += _transfer(cluster, "socket", repeats, warmup)
     return rows
+
+
+def _tiny(target: str, transport: str, repeats: int, warmup: int) -> dict:
+    g, init, c = tiny_graph()
+    with Session(target, graph=g) as sess:
+        sess.run(init)
+        med, best = _median_ms(lambda: sess.run(c), repeats * 20, warmup * 20)
+    return {"benchmark": "tiny step", "transport": transport, "unit": "ms", "value": med,
+            "best": best, "ms": med}
 
 
 def _transfer(cluster, transport: str, repeats: int, warmup: int) -> list[dict]:

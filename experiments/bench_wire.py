@@ -10,7 +10,14 @@ tensor (64 MiB by default) from this process to it and back with each transport:
   view mode (no copy out of the segment).
 
 Each timing is the caller's wall time of the whole call, encoding and decoding
-included; the table reports the best of ``--repeats`` and the median. Run::
+included; the table reports the best of ``--repeats`` and the median.
+
+A second table times one small call (a ``RunStep`` the master answers at once) to a
+server process in the three ways the runtime can make it: a plain unary gRPC call, a
+message on an open bidirectional stream (``runtime.wire.StreamCaller``: how steps go
+between hosts) and a message on a local Unix-socket connection
+(``runtime.wire.LocalCaller``: between processes of one host), with the CPU time both
+processes spend per call. Run::
 
     python -m experiments.bench_wire            # 64 MiB, best of 5
     python -m experiments.bench_wire --mib 16 --repeats 3
@@ -88,11 +95,59 @@ def run(mib: int = 64, repeats: int = 5, *, check: bool = True) -> tuple[pd.Data
     return pd.DataFrame(rows), ping
 
 
+def call_round_trips(calls: int = 2000) -> pd.DataFrame:
+    """Median wall time and CPU per call (both processes) of a small call to a server
+    process, per transport (see the module docstring)."""
+    import os
+
+    from runtime.launcher import LocalCluster
+    from runtime.protos import master_pb2, master_pb2_grpc
+
+    def cpu(pid: int) -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    request = master_pb2.RunStepRequest(session_handle="no such session")
+    rows = []
+    with LocalCluster({"worker": 1}) as cluster:
+        address = cluster.address("worker", 0)
+        pid = cluster.processes[("worker", 0)].pid
+        channel = wire.create_channel(address)
+        stub = master_pb2_grpc.MasterStub(channel)
+        stream = wire.StreamCaller(stub.RunSteps, address=address, method="Master.RunSteps")
+        local = wire.LocalCaller(address, "Master.RunStep", master_pb2.RunStepResponse.FromString,
+                                 wire.StreamCaller(stub.RunSteps, address=address,
+                                                   method="Master.RunSteps"))
+        ways = {"unary gRPC call": lambda: stub.RunStep(request, timeout=5),
+                "gRPC stream message": lambda: stream.call(request, 5),
+                "local connection": lambda: local.call(request, 5)}
+        try:
+            for name, call in ways.items():
+                assert call().error.type == "NotFound"
+                times = time_calls(call, 200)
+                server0, client0 = cpu(pid), time.process_time()
+                times = time_calls(call, calls)
+                rows.append({"transport": name, "us median": statistics.median(times) * 1e6,
+                             "us best": min(times) * 1e6,
+                             "client CPU us": (time.process_time() - client0) / calls * 1e6,
+                             "server CPU us": (cpu(pid) - server0) / calls * 1e6})
+            if local.fallback._open:
+                raise RuntimeError("the local calls went by gRPC (no local listener?)")
+        finally:
+            stream.close()
+            local.close()
+            channel.close()
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=64, help="tensor size in MiB")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per method")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "bench_wire.csv")
+    parser.add_argument("--skip-calls", action="store_true",
+                        help="do not time the small calls (unary, stream, local)")
     args = parser.parse_args(argv)
 
     print(f"moving a {args.mib} MiB float32 tensor between two processes "
@@ -105,6 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False)
     print(f"wrote {args.out}")
+    if not args.skip_calls:
+        calls = call_round_trips()
+        with pd.option_context("display.float_format", "{:.0f}".format, "display.width", 120):
+            print("\none small call to a server process (a RunStep answered at once):")
+            print(calls.to_string(index=False))
+        path = args.out.with_name(args.out.stem + "_calls.csv")
+        calls.to_csv(path, index=False)
+        print(f"wrote {path}")
     return 0
 
 

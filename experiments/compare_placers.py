@@ -59,6 +59,10 @@ WORKLOADS = {
     "transformer": lambda: transformer_training_step(),
     "data_parallel": lambda: data_parallel_step(workers=2, ps_tasks=1),
     "random_dag_1k": lambda: Workload("random_dag_1k", random_layered_dag(1000), []),
+    # Model-parallel sizes: ops of a millisecond or more, so that splitting a model over
+    # one-core tasks can pay for the tensors it moves (``sim_vs_real --threads 1``).
+    "rnn_large": lambda: rnn_training_step(batch=32, hidden=1024, steps=8, layers=2),
+    "inception_large": lambda: inception_training_step(batch=64, width=1024, blocks=2),
 }
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 BACKENDS = ("sim", "runtime")

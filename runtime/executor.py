@@ -103,7 +103,7 @@ from core.graph import Operation, topological_order
 from core.ops import get_op_def
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
-                            LabRuntimeError, OpError)
+                            LabRuntimeError, OpError, Unavailable)
 from runtime.local_devices import LocalDevices
 from runtime.variables import VariableStore
 
@@ -589,16 +589,19 @@ class _Step:
 
     # -- running ops -------------------------------------------------------------------
     def run_op(self, slot: int, i: int, cheap_only: bool = False) -> None:
-        """Pool entry point: run op ``i`` and, inline, ready ops of the same device
-        (``cheap_only``: only cheap ones, queueing the first other one)."""
+        """Pool entry point: run op ``i`` and, inline, the ready ops of the same device
+        that it makes ready (``cheap_only``: only cheap ones, queueing the others)."""
         try:
-            while i is not None:
+            work = [i]
+            nodes = self.xp.nodes
+            while work:
                 if self.aborted:
                     return
-                i = self._run_one(slot, i)
-                if cheap_only and i is not None and not self.xp.nodes[i].cheap:
-                    self.xp.nodes[i].device.pool.submit(self.run_op, i)
-                    return
+                i = work.pop()
+                if cheap_only and not nodes[i].cheap:
+                    nodes[i].device.pool.submit(self.run_op, i)
+                    continue
+                work.extend(self._run_one(slot, i))
         except BaseException as e:  # noqa: BLE001 - a pool thread must never die
             self.fail(e)
 
@@ -643,12 +646,12 @@ class _Step:
                     store.setdefault(node.init_var, outs[0])
         except LabRuntimeError as e:
             self.fail(e)
-            return None
+            return ()
         except Exception as e:  # noqa: BLE001
             err = OpError(node.name, dev.name, f"{type(e).__name__}: {e}")
             err.__cause__ = e
             self.fail(err)
-            return None
+            return ()
         base = node.out_base
         for k in range(node.n_out):
             vals[base + k] = outs[k]
@@ -658,7 +661,7 @@ class _Step:
         sends: list = []
         with self.lock:
             if self.aborted:
-                return None
+                return ()
             if self.trace and not node.forward:
                 self._alloc_outputs(i, node, t0)
             self._progress(self.state.op_finished(i), t1, ready, sends)
@@ -821,6 +824,9 @@ class _Step:
                     and shares_variable(value, self.ex.variables)):
                 value = value.copy()
             self.send(name, value, dst)
+        except Unavailable as e:  # the peer is gone: that, not this op, is what failed
+            self.fail(e)
+            return False
         except Exception as e:  # noqa: BLE001
             err = OpError(producer, "", f"sending {name} to {dst} failed: {type(e).__name__}: {e}")
             err.__cause__ = e
@@ -924,43 +930,44 @@ class _Step:
     # -- scheduling ------------------------------------------------------------------------
     def _run_ready(self, ready: list) -> None:
         """From a thread that is no pool's (the step's caller, a recv helper), which
-        would only wait otherwise: queue ``ready`` ops on their devices' pools but run
-        the last one here, in a free slot of its device's pool (a thread handoff costs
-        more than a small op; TensorFlow's executor runs ready ops inline likewise)."""
+        would only wait otherwise: run the cheap ``ready`` ops here, in a free slot of
+        their device's pool, and queue the others on their pools (a thread handoff
+        costs more than a small op; TensorFlow's executor runs cheap ops inline too)."""
         if self.aborted or not ready:
             return
         nodes = self.xp.nodes
-        # Only a cheap op: a big one goes to the pool, whose threads keep the kernels'
+        # Only cheap ops: a big one goes to the pool, whose threads keep the kernels'
         # own thread teams (BLAS, numba's) warm; a new calling thread starts new ones.
-        k = next((k for k in range(len(ready) - 1, -1, -1) if nodes[ready[k]].cheap), None)
-        if k is None:
-            self._dispatch(ready, None)
-            return
-        j = ready.pop(k)
-        self._dispatch(ready, None)
-        pool = nodes[j].device.pool
-        slot = pool.try_slot()
-        if slot is None:  # the pool is busy: its next free thread takes it
-            pool.submit(self.run_op, j)
-            return
-        try:
-            self.run_op(slot, j, cheap_only=True)
-        finally:
-            pool.release(slot)
+        cheap = [j for j in ready if nodes[j].cheap]
+        if len(cheap) < len(ready):
+            self._dispatch([j for j in ready if not nodes[j].cheap], None)
+        for device in {nodes[j].device for j in cheap}:
+            mine = [j for j in cheap if nodes[j].device is device]
+            slot = device.pool.try_slot()
+            if slot is None:  # the pool is busy: its free threads take them
+                self._dispatch(mine, None)
+                continue
+            try:
+                for j in mine:
+                    self.run_op(slot, j, cheap_only=True)
+            finally:
+                device.pool.release(slot)
 
-    def _dispatch(self, ready: list, here):
-        """Queue ``ready`` ops on their devices' pools; return one to run inline on
-        ``here`` (this thread's device), if any."""
+    def _dispatch(self, ready: list, here) -> list:
+        """Queue ``ready`` ops on their devices' pools; return those to run inline on
+        ``here`` (this thread's device): its cheap ones and one other."""
         if self.aborted:
-            return None
-        inline = None
+            return []
+        inline = []
+        other = False
         nodes = self.xp.nodes
         for j in ready:
-            dev = nodes[j].device
-            if inline is None and dev is here:
-                inline = j
+            node = nodes[j]
+            if node.device is here and (node.cheap or not other):
+                other = other or not node.cheap
+                inline.append(j)
             else:
-                dev.pool.submit(self.run_op, j)
+                node.device.pool.submit(self.run_op, j)
         return inline
 
 

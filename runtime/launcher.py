@@ -98,6 +98,9 @@ class LocalCluster:
         config: a :class:`runtime.config.SessionConfig` or dict for every server.
         hardware: a calibrated Cluster JSON path for every server's master.
         shm: let same-host tasks hand large tensors over through shared memory.
+        local_sockets: let the servers take step-path calls (RunStep, RunGraph) and
+            pushed tensors from same-host processes on Unix sockets (``False``: gRPC
+            only, as between hosts).
         start_timeout: seconds for all servers to answer.
         env: extra environment variables for the server processes.
 
@@ -108,12 +111,13 @@ class LocalCluster:
     """
 
     def __init__(self, spec: Mapping | None = None, *, config=None, hardware=None,
-                 shm: bool = True, start_timeout: float = 60.0, env: Mapping | None = None,
-                 attempts: int = 3, start: bool = True):
+                 shm: bool = True, local_sockets: bool = True, start_timeout: float = 60.0,
+                 env: Mapping | None = None, attempts: int = 3, start: bool = True):
         self._request = dict(spec or {"ps": 1, "worker": 2})
         self._config = config
         self._hardware = hardware
         self._shm = shm
+        self._local_sockets = local_sockets
         self._start_timeout = start_timeout
         self._env = dict(env or {})
         self._attempts = attempts
@@ -191,6 +195,8 @@ class LocalCluster:
             args += ["--hardware", str(self._hardware)]
         if not self._shm:
             args.append("--no-shm")
+        if not self._local_sockets:
+            args.append("--no-local-sockets")
         env = dict(os.environ)
         env.update(self._env)
         root = str(Path(__file__).resolve().parents[1])

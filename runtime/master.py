@@ -18,11 +18,16 @@ makes that server its master:
    the new nodes, their placement and the partition, in one ``RegisterGraph`` call. A
    worker that restarted answers ``UnknownPartition``; the master registers again from
    node 0 and retries (its variables are gone: reading one raises FailedPrecondition).
-4. **Run.** ``RunGraph`` goes to every involved worker at once (the master's own part
-   runs in-process, without an RPC); workers push tensors directly to each other. The
-   first failure aborts the step on every other worker and is the answer at once (a
-   dead peer breaks its RunGraph call with UNAVAILABLE), so nobody waits for a dead
-   peer; the error names the task. Fetched values come back inline.
+4. **Run.** A ``RunGraph`` request goes to every involved worker at once: on a local
+   connection to a worker of the same host, else as a message on a ``RunGraphs`` stream
+   that stays open between steps (``WorkerClient.run_graphs``: :class:`runtime.wire.
+   LocalCaller`, :class:`runtime.wire.StreamCaller`; the master's own part runs
+   in-process, without an RPC); workers push tensors directly to each other. The first
+   failure aborts the step on every other worker and is the answer at once (a dead
+   peer breaks its connection or stream), so nobody waits for a dead peer; the error
+   names the task. An answer that does not come within the step's deadline (plus
+   :data:`RPC_MARGIN`) is a DeadlineExceeded naming the task, and its connection or
+   stream is closed. Fetched values come back inline.
 """
 
 from __future__ import annotations
@@ -383,15 +388,11 @@ class MasterService(master_pb2_grpc.MasterServicer):
         first_error: list = []
         lock = threading.Lock()
         involved = [p.task for p in sig.parts]
-        # Set when a RunGraph's reply was handled or the step failed: the wait below
+        # Set when a RunGraph's answer was handled or the step failed: the wait below
         # wakes on either.
         changed = threading.Event()
-        handled = [0]  # RunGraph replies whose done callback ran to its end
-
-        def finished() -> None:
-            with lock:
-                handled[0] += 1
-            changed.set()
+        answered: list = []    # parts whose answer (or failure) was handled
+        restarted: list = []   # (part, request) of workers that forgot the partition
 
         def fail(err: BaseException) -> None:
             with lock:
@@ -401,8 +402,31 @@ class MasterService(master_pb2_grpc.MasterServicer):
             changed.set()
             self._abort(step_id, involved, err)
 
-        # Remote parts first (asynchronous calls), then this task's part in this thread.
-        calls = []
+        def on_answer(p: _TaskPart, client, request, reply, error) -> None:
+            # On the stream's reader thread: must not raise.
+            try:
+                if error is not None:
+                    if isinstance(error, wire.PeerUnavailable):
+                        self.peers.reset(client.address, client)
+                    fail(transport_error(error, task_name(*p.task)))
+                elif reply.error.type == UNKNOWN_PARTITION:
+                    with lock:
+                        restarted.append((p, request))
+                elif reply.error.type:
+                    fail(error_from_proto(reply.error))
+                else:
+                    with lock:
+                        results[p.task] = reply
+            except BaseException as err:  # noqa: BLE001
+                fail(err)
+            finally:
+                with lock:
+                    answered.append(p)
+                changed.set()
+
+        # Remote parts first (messages on open streams), then this task's part in this
+        # thread.
+        calls = []  # (part, abandon)
         local = None
         for p in sig.parts:
             if p.task == self.task:
@@ -410,8 +434,14 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 continue
             try:
                 self._register(sess, p, sig.node_count, deadline=deadline)
-                calls.append((p, self._start_remote(sess, p, step_id, feeds_by_name, trace,
-                                                    timeout, deadline, fail, finished)))
+                request = worker_pb2.RunGraphRequest(
+                    session_handle=sess.handle, partition_handle=p.handle, step_id=step_id,
+                    feeds=[feeds_by_name[n] for n in p.feeds], trace=trace, timeout=timeout)
+                client = self.peers.get(self._address[p.task])
+                calls.append((p, client.run_graphs.call_async(
+                    request, lambda reply, error, p=p, client=client, request=request:
+                    on_answer(p, client, request, reply, error),
+                    max(0.001, deadline - time.monotonic()))))
             except BaseException as err:  # noqa: BLE001
                 fail(err)
                 break
@@ -435,25 +465,31 @@ class MasterService(master_pb2_grpc.MasterServicer):
         # must not hold the client until the deadline).
         while True:
             changed.clear()
-            if first_error or handled[0] >= len(calls):
+            if first_error or len(answered) >= len(calls):
                 break
             if not changed.wait(max(0.0, deadline - time.monotonic())):
-                break  # past the deadline: _finish_remote reports it
-        for p, (fut, request) in calls:
+                break
+        if not first_error and len(answered) < len(calls):
+            # Past the deadline: give up the calls still unanswered (an answer that
+            # raced in is handled by its callback; wait for those).
+            late = [p for p, abandon in calls if p not in answered and abandon()]
+            if late:
+                p = late[0]
+                fail(transport_error(wire.DeadlineExceeded(
+                    self._address[p.task], "Worker.RunGraphs", grpc.StatusCode.DEADLINE_EXCEEDED,
+                    "no answer", timeout + RPC_MARGIN), task_name(*p.task)))
+            while not first_error and len(answered) < len(calls) - len(late):
+                changed.clear()
+                changed.wait(1.0)
+        for p, request in restarted:
             if first_error:
                 break
             try:
-                reply = self._finish_remote(sess, p, sig, fut, request, deadline)
-                if reply is not None:
-                    results[p.task] = reply
+                results[p.task] = self._run_again(sess, p, sig, request, deadline)
             except BaseException as err:  # noqa: BLE001
                 fail(err)
         if not first_error and any(p.task not in results for p in sig.parts):
-            # A failed reply whose callback has not reported yet (past the deadline).
-            changed.wait(max(0.0, deadline - time.monotonic()) + 1.0)
-            if not first_error:
-                first_error.append(errors.DeadlineExceeded(
-                    f"step {step_id} ran past its deadline of {timeout} s"))
+            fail(errors.DeadlineExceeded(f"step {step_id} ran past its deadline of {timeout} s"))
         if first_error:
             raise first_error[0]
 
@@ -476,63 +512,14 @@ class MasterService(master_pb2_grpc.MasterServicer):
             response.stats.CopyFrom(stats)
         return response
 
-    def _start_remote(self, sess, p: _TaskPart, step_id: int, feeds_by_name, trace: bool,
-                      timeout: float, deadline: float, fail, finished):
-        """Call RunGraph on ``p``'s worker without waiting; ``fail`` hears of an error as
-        soon as it happens (so the other tasks are aborted at once), then
-        ``finished()`` that the reply was handled."""
-        request = worker_pb2.RunGraphRequest(
-            session_handle=sess.handle, partition_handle=p.handle, step_id=step_id,
-            feeds=[feeds_by_name[n] for n in p.feeds], trace=trace, timeout=timeout)
-        address = self._address[p.task]
-        client = self.peers.get(address)
-        name = task_name(*p.task)
-        started = time.perf_counter()
-
-        def done(fut) -> None:
-            try:
-                report(fut)
-            finally:
-                finished()
-
-        def report(fut) -> None:
-            try:
-                reply = fut.result()
-            except grpc.RpcError as err:
-                if err.code() == grpc.StatusCode.UNAVAILABLE:
-                    self.peers.reset(address, client)
-                fail(transport_error(wire.translate_rpc_error(
-                    err, address, "Worker.RunGraph", time.perf_counter() - started), name))
-                return
-            except BaseException as err:  # noqa: BLE001 - cancelled
-                fail(err)
-                return
-            if reply.error.type and reply.error.type != UNKNOWN_PARTITION:
-                fail(error_from_proto(reply.error))
-
-        fut = client.stub.RunGraph.future(request, timeout=max(0.001, deadline - time.monotonic()),
-                                          wait_for_ready=False)
-        fut.add_done_callback(done)
-        return fut, request
-
-    def _finish_remote(self, sess, p: _TaskPart, sig: _Signature, fut, request, deadline: float):
-        """Wait for a RunGraph started by :meth:`_start_remote`; retry once on a worker
-        that restarted (registering the graph again). None when it failed (already
-        reported)."""
-        try:
-            reply = fut.result()
-        except BaseException:  # noqa: BLE001 - reported by the done callback
-            return None
-        if reply.error.type != UNKNOWN_PARTITION:
-            return None if reply.error.type else reply
-        # The worker restarted: register again from node 0 and run its part again.
+    def _run_again(self, sess, p: _TaskPart, sig: _Signature, request, deadline: float):
+        """Run ``p`` again on a worker that restarted (it answered UnknownPartition),
+        registering the graph with it from node 0 first."""
         address = self._address[p.task]
         self._register(sess, p, sig.node_count, fresh=True, deadline=deadline)
         client = self.peers.get(address)
         try:
-            reply = wire.call_rpc(client.stub.RunGraph, request, address=address,
-                                  method="Worker.RunGraph",
-                                  timeout=max(0.001, deadline - time.monotonic()))
+            reply = client.run_graphs.call(request, max(0.001, deadline - time.monotonic()))
         except wire.TransportError as err:
             if isinstance(err, wire.PeerUnavailable):
                 self.peers.reset(address, client)
@@ -587,6 +574,12 @@ class MasterService(master_pb2_grpc.MasterServicer):
             return self.run_step(request)
         except BaseException as err:  # noqa: BLE001
             return master_pb2.RunStepResponse(error=error_to_proto(err, self.task_name))
+
+    def RunSteps(self, request_iterator, context):  # noqa: N802
+        # One step per message, answered in order; the stream stays open between steps
+        # (the client waits for each answer with the step's deadline).
+        for request in request_iterator:
+            yield self.RunStep(request, context)
 
     def CloseSession(self, request, context):  # noqa: N802
         self.close_session(request.session_handle)

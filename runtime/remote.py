@@ -3,9 +3,12 @@
 :class:`runtime.session.Session` hands every call of a ``Session("grpc://host:port")``
 to a :class:`RemoteSession`; the server at that address is the session's master.
 Opening the session sends the graph as it stands (``CreateSession``); each run is one
-``RunStep`` RPC that also carries the ops added to the graph since the last call, the
-feeds, and gets back the fetched values inline, the placement of newly placed ops, and,
-when asked, every task's trace records, merged here into one :class:`core.trace.Trace`.
+``RunStepRequest`` message, on a local connection when the master is a server of this
+host (:class:`runtime.wire.LocalCaller`) or else on a ``RunSteps`` stream that stays
+open between runs (:class:`runtime.wire.StreamCaller`), with the run's deadline on the
+answer. It also carries the ops added to the graph since the last call, the feeds,
+and gets back the fetched values inline, the placement of newly placed ops, and, when
+asked, every task's trace records, merged here into one :class:`core.trace.Trace`.
 Errors raised on a server come back as the same :mod:`runtime.errors` class (or
 ``core.placement.PlacementError``); a server that cannot be reached is
 :class:`runtime.errors.Unavailable`, within the call's deadline.
@@ -93,6 +96,12 @@ class RemoteSession:
         self._placement: Placement | None = None
         self._channel = wire.create_channel(self.address)
         self._stub = master_pb2_grpc.MasterStub(self._channel)
+        # Steps as messages on a connection or stream that stays open: a message costs
+        # a fraction of a call's set-up on both sides (runtime.wire.StreamCaller).
+        self._steps = wire.LocalCaller(
+            self.address, "Master.RunStep", master_pb2.RunStepResponse.FromString,
+            wire.StreamCaller(self._stub.RunSteps, address=self.address,
+                              method="Master.RunSteps"))
         self._connect_timeout = min(self.config.operation_timeout, 10.0) + RPC_MARGIN
         try:
             ops = graph.get_operations()
@@ -112,6 +121,8 @@ class RemoteSession:
 
     def _call(self, method: str, request, timeout: float):
         try:
+            if method == "RunStep":
+                return self._steps.call(request, timeout)
             return wire.call_rpc(getattr(self._stub, method), request, address=self.address,
                                  method=f"Master.{method}", timeout=timeout)
         except wire.PeerUnavailable as err:
@@ -176,6 +187,7 @@ class RemoteSession:
         if self._closed:
             return
         self._closed = True
+        self._steps.close()
         try:
             self._call("CloseSession", worker_pb2.CloseSessionRequest(session_handle=self.handle),
                        2.0)
@@ -186,6 +198,7 @@ class RemoteSession:
     def __del__(self):
         try:
             if not self._closed:
+                self._steps.close()  # its local connections and the server's threads
                 self._channel.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass

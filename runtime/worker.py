@@ -16,27 +16,31 @@ Every :class:`runtime.server.Server` runs one :class:`WorkerService` (protocol:
 Tensors are **pushed**: when an op's output is consumed on another task, the executor's
 ``send`` callback writes a small one as one frame, from the producing thread, on the
 peer's local Unix socket (same host, :class:`runtime.wire.LocalPushListener`) or its
-open ``PushStream``; a large one is copied once (into a pooled shared-memory segment
-for a same-host peer, :mod:`runtime.shm`, whose reference alone travels) and handed to
-a pusher thread that streams it (``PushTensor``, chunked frames from
-:func:`runtime.wire.encode_frames`, no message-size limit) straight into the
-destination worker's rendezvous. Since ``send`` copies, a variable's live buffer goes
-to it without the executor's own copy. The receiving executor takes tensors from the
-rendezvous with a callback (``recv_async``): the thread that delivers a tensor goes on
-to run the cheap ops it made ready, so no helper thread waits for it.
+open ``PushStream``. A large one is copied once, at once (it may be a variable's live
+buffer): to a same-host peer into a pooled shared-memory segment whose reference alone
+travels, as one frame, and which the receiver uses in place, without a copy, handing
+the segment back when it no longer refers to the tensor (:class:`SegmentPool`,
+:meth:`SegmentMaps.lease`); to another host into the chunked frames of a
+``PushTensor`` stream (:func:`runtime.wire.encode_frames`, no message-size limit) that
+a pusher thread sends straight into the destination worker's rendezvous. The
+receiving executor takes tensors from the rendezvous with a callback (``recv_async``):
+the thread that delivers a tensor goes on to run the cheap ops it made ready, so no
+helper thread waits for it.
 
 A step that fails anywhere is aborted everywhere: the master's ``AbortStep`` wakes the
 step's pending receives and stops its executor between ops (:meth:`Rendezvous.watch`).
 Every RPC has a deadline; a dead peer is an error naming its task.
 
 The master calls :meth:`WorkerService.run_partition` directly for its own task (no RPC)
-and ``RunGraph`` for the others.
+and ``RunGraph`` for the others (on a local connection to a task of the same host,
+else as a message on an open ``RunGraphs`` stream; :class:`WorkerClient`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import secrets
 import sys
 import threading
@@ -260,13 +264,21 @@ class Rendezvous:
 #
 # Fresh memory is expensive here: the first touch of 64 MiB of new pages costs more
 # than copying 64 MiB (page faults, measured 40+ ms against 10 ms). So large tensors
-# move through memory that is reused from step to step: the sender copies into one of
-# its pooled shared-memory segments, the receiver copies out into one of its pooled
-# buffers and answers, and the sender takes the segment back. (Single-use segments,
-# runtime.shm's "receiver unlinks" handoff, remain for PushStream's smaller tensors.)
+# move through memory that is reused from step to step. To a task of the same host the
+# sender copies the tensor into one of its pooled shared-memory segments (the one copy:
+# the tensor may be a variable's live buffer) and pushes only a reference; the receiver
+# uses the tensor in place, without a copy, and marks the segment free (a flag in the
+# segment's first byte) once nothing refers to the tensor any more; the sender reuses
+# only segments so marked. A receiver that dies leaves its segments marked: they are
+# never reused, and unlinked when the pool holds too many or closes. (runtime.shm's
+# single-use "receiver unlinks" handoff is the TensorStore demo's.)
 
 #: Name prefix of pooled segments (runtime.shm's single-use ones start with "plab_").
 POOL_PREFIX = "plabpool_"
+
+#: Bytes before the tensor in a pooled segment. Byte 0 is 1 from the moment the sender
+#: hands the tensor over until the receiver no longer refers to it.
+SEGMENT_HEADER = 64
 
 
 class SegmentPool:
@@ -283,13 +295,17 @@ class SegmentPool:
         self._keep = keep
 
     def acquire(self, nbytes: int):
+        """A segment with room for ``nbytes`` after :data:`SEGMENT_HEADER` that no
+        receiver holds (its flag clear); the caller sets the flag when it hands it over."""
         from multiprocessing import resource_tracker, shared_memory
 
-        size = max(1, -(-nbytes // (1 << 20)) * (1 << 20))  # whole MiB: fewer size classes
+        # Whole MiB: fewer size classes.
+        size = -(-(nbytes + SEGMENT_HEADER) // (1 << 20)) * (1 << 20)
         with self._lock:
-            free = self._free.get(size)
-            if free:
-                return free.pop()
+            free = self._free.get(size, ())
+            for i, segment in enumerate(free):
+                if segment.buf[0] == 0:  # the last receiver let go of it
+                    return free.pop(i)
         name = f"{POOL_PREFIX}{os.getpid()}_{secrets.token_hex(6)}"
         segment = shared_memory.SharedMemory(name=name, create=True, size=size)
         # Not the resource tracker's to unlink at exit (see runtime.shm); close() does.
@@ -347,13 +363,33 @@ class BufferPool:
 
 
 class SegmentMaps:
-    """Mappings of other processes' pooled segments, opened once by name."""
+    """Mappings of other processes' pooled segments, opened once by name (at most
+    ``keep`` of them: beyond that, mappings nothing refers to are closed, e.g. those of
+    segments a sender has since unlinked, which would hold their memory otherwise)."""
 
-    def __init__(self):
+    def __init__(self, keep: int = 16):
         self._lock = threading.Lock()
         self._maps: dict[str, Any] = {}
+        self._keep = keep
+
+    def lease(self, name: str, offset: int, nbytes: int, key: str) -> np.ndarray:
+        """The tensor bytes of a pooled segment in place (no copy); the segment's flag
+        is cleared, handing it back to its sender, once the array and every view of it
+        are gone (views of it keep it as their ``base``)."""
+        import weakref
+
+        if offset < SEGMENT_HEADER:
+            raise wire.WireError(key, "shm", f"ref offset {offset} lies in the segment header")
+        mapping = self._mapping(name, offset, nbytes, key)
+        array = np.frombuffer(mapping, np.uint8, count=nbytes, offset=offset)
+        weakref.finalize(array, _release_segment, mapping)
+        return array
 
     def view(self, name: str, offset: int, nbytes: int, key: str) -> np.ndarray:
+        mapping = self._mapping(name, offset, nbytes, key)
+        return np.frombuffer(mapping, np.uint8, count=nbytes, offset=offset)
+
+    def _mapping(self, name: str, offset: int, nbytes: int, key: str):
         import mmap
 
         from runtime import shm
@@ -370,10 +406,21 @@ class SegmentMaps:
                     mapping = mmap.mmap(fd, os.fstat(fd).st_size)
                 finally:
                     os.close(fd)
+                if len(self._maps) >= self._keep:
+                    self._close_unused()
                 self._maps[name] = mapping
         if offset < 0 or offset + nbytes > len(mapping):
             raise wire.WireError(key, "shm", f"ref [{offset}, +{nbytes}) lies outside {name!r}")
-        return np.frombuffer(mapping, np.uint8, count=nbytes, offset=offset)
+        return mapping
+
+    def _close_unused(self) -> None:
+        # Under the lock. A mapping with live arrays refuses to close (BufferError).
+        for name, mapping in list(self._maps.items()):
+            try:
+                mapping.close()
+            except BufferError:
+                continue
+            del self._maps[name]
 
     def close(self) -> None:
         with self._lock:
@@ -385,10 +432,18 @@ class SegmentMaps:
                 pass
 
 
+def _release_segment(mapping) -> None:
+    try:
+        mapping[0] = 0  # see SEGMENT_HEADER
+    except ValueError:  # the mapping was closed (shutting down)
+        pass
+
+
 def decode_pooled(first, rest, buffers: BufferPool, maps: SegmentMaps) -> tuple[str, np.ndarray]:
     """Like :func:`runtime.wire.decode_keyed` for a pushed tensor (first frame, later
-    frames), but into a reused buffer; a pooled segment's tensor is copied out of it.
-    The same checks: meta on the first chunk, dtype, byte counts, order, key."""
+    frames), but into a reused buffer; a pooled segment's tensor is used in place
+    (:meth:`SegmentMaps.lease`). The same checks: meta on the first chunk, dtype, byte
+    counts, order, key."""
     header, data = wire.split_frame(first)
     key = header.key
     if not header.HasField("meta"):
@@ -400,10 +455,9 @@ def decode_pooled(first, rest, buffers: BufferPool, maps: SegmentMaps) -> tuple[
         if ref.nbytes != nbytes:
             raise wire.WireError(key, "nbytes", "ShmRef size differs from TensorMeta",
                                  expected=nbytes, got=ref.nbytes)
-        buf = buffers.acquire(nbytes)
-        buf[:] = maps.view(ref.name, ref.offset, nbytes, key)
         if next(iter(rest), None) is not None:
             raise wire.WireError(key, "chunks", "a shared-memory tensor must be a single chunk")
+        buf = maps.lease(ref.name, ref.offset, nbytes, key)
         return key, buf.view(dtype).reshape(shape)
     buf = buffers.acquire(nbytes)
     received = 0
@@ -460,6 +514,11 @@ class WorkerClient:
         self._push_stream_call = self.channel.stream_unary(
             f"/{desc.full_name}/PushStream", request_serializer=wire.serialize_frame,
             response_deserializer=worker_pb2.PushTensorResponse.FromString)
+        # RunGraph, the master's call on every step: over a local connection to a peer
+        # of this host, else as messages on open gRPC streams.
+        self.run_graphs = wire.LocalCaller(
+            address, "Worker.RunGraph", worker_pb2.RunGraphResponse.FromString,
+            wire.StreamCaller(self.stub.RunGraphs, address=address, method="Worker.RunGraphs"))
         self._stream: _PushStream | None = None
         self._stream_lock = threading.Lock()
         self._local: wire.LocalPushSender | None = None
@@ -495,6 +554,7 @@ class WorkerClient:
             return self._local
 
     def close(self) -> None:
+        self.run_graphs.close()
         with self._stream_lock:
             if self._stream is not None:
                 self._stream.close()
@@ -776,17 +836,29 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 # (the frame is a copy: a variable's buffer may change afterwards).
                 self._push(dst_task, key, value, deadline, sends)
                 return
-            # Large: copy it now, once (into a pooled shared-memory segment for a
-            # same-host peer; else out of a variable's live buffer, which could change
-            # while the stream reads it), and let a pusher thread make the call.
+            # Large: copy it now, once (a variable's live buffer could change once send
+            # returns). To a same-host peer the copy goes into a pooled shared-memory
+            # segment and only a reference travels, from here; else the copy is the
+            # stream's frames themselves (made anyway), streamed by a pusher thread.
             arr = wire.as_wire_array(value, key)
+            staged = time.perf_counter()  # the copy is part of the transfer
             segment = self._stage_in_segment(dst_task, arr)
-            if segment is None and shares_variable(arr, self.variables):
-                # Into a reused buffer: fresh pages cost more than the copy (see below).
-                copy = self.buffers.acquire(arr.nbytes)
-                np.copyto(copy, arr.reshape(-1).view(np.uint8))
-                arr = copy.view(arr.dtype).reshape(arr.shape)
-            fut = self._pushers.submit(self._push, dst_task, key, arr, deadline, sends, segment)
+            if segment is not None:
+                self._push(dst_task, key, arr, deadline, sends, segment, start=staged)
+                return
+            if not shares_variable(arr, self.variables):
+                fut = self._pushers.submit(self._push, dst_task, key, arr, deadline, sends)
+            else:
+                # Copied into the frames here, before send returns, while the pusher
+                # already streams the first ones.
+                frames: queue.SimpleQueue = queue.SimpleQueue()
+                fut = self._pushers.submit(self._push, dst_task, key, arr, deadline, sends,
+                                           None, iter(frames.get, None), staged)
+                try:
+                    for frame in wire.encode_frames(arr, key):
+                        frames.put(frame)
+                finally:
+                    frames.put(None)  # the stream ends (early: the receiver refuses it)
             fut.add_done_callback(on_pushed)
             pushes.append(fut)
 
@@ -819,26 +891,34 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 or not self._same_host(dst_task)):
             return None
         segment = self.segments.acquire(arr.nbytes)
-        target = np.frombuffer(segment.buf, np.uint8, count=arr.nbytes)
+        target = np.frombuffer(segment.buf, np.uint8, count=arr.nbytes, offset=SEGMENT_HEADER)
         np.copyto(target, arr.reshape(-1).view(np.uint8))
         del target
+        segment.buf[0] = 1  # held by the receiver until it lets go (SegmentMaps.lease)
         return segment
 
     def _push(self, dst_task: tuple[str, int], key: str, value: np.ndarray, deadline: float,
-              sends: list, segment=None) -> None:
-        """Send ``value`` into ``dst_task``'s rendezvous under ``key``: small tensors as
-        one message on the open PushStream, large ones as a chunked PushTensor call, or
-        a reference to ``segment`` (from :meth:`_stage_in_segment`, holding the value)."""
-        start = time.perf_counter()
+              sends: list, segment=None, frames=None, start: float | None = None) -> None:
+        """Send ``value`` into ``dst_task``'s rendezvous under ``key``: a small tensor,
+        or a reference to ``segment`` (from :meth:`_stage_in_segment`, holding the
+        value), as one frame on the peer's local socket (same host) or its open
+        PushStream; a large tensor as a chunked PushTensor call (of ``frames`` when
+        already encoded). ``start``: when the transfer began (its copy), for the trace."""
+        start = time.perf_counter() if start is None else start
         address = self._address_of[dst_task]
         client = self.peers.get(address)
         arr = wire.as_wire_array(value, key)
         if segment is None:
             segment = self._stage_in_segment(dst_task, arr)
-        if arr.nbytes <= wire.DEFAULT_CHUNK_BYTES and segment is None:
-            # Small: one frame on the peer's local socket (same host) or its open stream.
+        if segment is not None or arr.nbytes <= wire.DEFAULT_CHUNK_BYTES:
             try:
-                frame = next(wire.encode_frames(arr, key))
+                if segment is not None:
+                    frame = tensor_pb2.TensorChunk(
+                        key=key, meta=wire.make_meta(arr), offset=0,
+                        shm=tensor_pb2.ShmRef(name=segment.name, offset=SEGMENT_HEADER,
+                                              nbytes=arr.nbytes)).SerializeToString()
+                else:
+                    frame = next(wire.encode_frames(arr, key))
                 local = client.local_sender() if self._same_host(dst_task) else None
                 if local is not None:
                     try:
@@ -856,14 +936,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 self.peers.reset(address, client)
                 raise errors.Unavailable(task_name(*dst_task),
                                          f"pushing {key!r} to {address} failed: {err}") from None
+            finally:
+                if segment is not None:  # reused once the receiver let go (its flag)
+                    self.segments.release(segment)
         else:
-            if segment is not None:
-                # Send the pooled segment's ref; take it back once the receiver
-                # answered (it copied the tensor out).
-                frames = iter([tensor_pb2.TensorChunk(
-                    key=key, meta=wire.make_meta(arr), offset=0,
-                    shm=tensor_pb2.ShmRef(name=segment.name, offset=0, nbytes=arr.nbytes))])
-            else:
+            if frames is None:
                 frames = wire.encode_frames(arr, key)
             remaining = max(0.001, deadline - time.monotonic())
             try:
@@ -873,9 +950,6 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 if isinstance(err, wire.PeerUnavailable):
                     self.peers.reset(address, client)
                 raise transport_error(err, task_name(*dst_task)) from None
-            finally:
-                if segment is not None:
-                    self.segments.release(segment)
         parts = key.split(";")
         sends.append((parts[1], parts[2], start, time.perf_counter()))
 
@@ -914,6 +988,12 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         finally:
             self.rendezvous.finish_step(step_id)
 
+    def RunGraphs(self, request_iterator, context):  # noqa: N802
+        # One RunGraph per message, answered in order; the stream stays open between
+        # steps (the master waits for each answer with the step's deadline).
+        for request in request_iterator:
+            yield self.RunGraph(request, context)
+
     def PushTensor(self, request_iterator, context):  # noqa: N802
         try:
             it = iter(request_iterator)
@@ -932,14 +1012,19 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         received = 0
         try:
             for frame in request_iterator:
-                key, array = wire.decode_keyed((frame,), shm_copy=False)
-                self.rendezvous.put(key, array)
+                self._take_frame(frame)
                 received += 1
         except wire.WireError as err:
             wire.abort_with(context, err)
         except ValueError as err:  # a malformed key
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         return worker_pb2.PushTensorResponse(nbytes=received)
+
+    def _take_frame(self, frame) -> None:
+        """A tensor pushed as one frame (its bytes, or a pooled segment's reference)
+        into the rendezvous; raises WireError (the frame is refused)."""
+        key, array = decode_pooled(frame, (), self.buffers, self.segment_maps)
+        self.rendezvous.put(key, array)
 
     def AbortStep(self, request, context):  # noqa: N802
         from runtime.graph_codec import error_from_proto
@@ -960,13 +1045,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         if self._local_listener is not None:
             return True
 
-        def deliver(frame) -> None:
-            key, array = wire.decode_keyed((frame,), shm_copy=False)
-            self.rendezvous.put(key, array)
-
         try:
             self._local_listener = wire.LocalPushListener(
-                self._address_of[(self.job, self.task)], deliver)
+                self._address_of[(self.job, self.task)], self._take_frame)
         except (OSError, KeyError, TypeError):  # no abstract sockets here, no address
             return False
         return True
@@ -989,7 +1070,8 @@ def add_worker_to_server(service: WorkerService, server: grpc.Server) -> None:
     handlers = {}
     for method in descriptor.methods:
         make = {(False, False): grpc.unary_unary_rpc_method_handler,
-                (True, False): grpc.stream_unary_rpc_method_handler}[
+                (True, False): grpc.stream_unary_rpc_method_handler,
+                (True, True): grpc.stream_stream_rpc_method_handler}[
             (method.client_streaming, method.server_streaming)]
         request_cls = getattr(worker_pb2, method.input_type.name, None) or getattr(
             tensor_pb2, method.input_type.name)

@@ -2,7 +2,9 @@
 
 A graph of 100k ops has a handful of distinct (op type, device, tensor specs,
 attributes) signatures, and :class:`core.costs.StaticCostModel` depends only on those,
-so it is called once per signature (its roofline arithmetic costs ~5 us an op).  Other
+so it is called once per signature (its roofline arithmetic costs ~5 us an op); the
+signatures are found by numpy over the plan's integer ids of types, tensor specs and
+attributes (a Python tuple per op as the key cost ~1 us an op).  Other
 cost models (a measured model keys by op name) are called for every op.  Transfer times
 are memoised per (source device, destination device, bytes) for every model, as the
 base :meth:`core.costs.CostModel.transfer_time` depends only on bytes and route.
@@ -25,19 +27,15 @@ True
 from __future__ import annotations
 
 import math
-from functools import partial
-from operator import attrgetter
 
 import numpy as np
 
 from core.costs import CostModel, StaticCostModel
+from core.dataflow import first_ids, unique
 from core.ops import get_op_def
 from sim.errors import InvalidCost
 
 __all__ = ["op_durations", "multithreaded", "transfer_durations"]
-
-_spec_of = attrgetter("dtype", "shape")
-_specs = partial(map, _spec_of)
 
 
 def _valid(t) -> bool:
@@ -47,7 +45,7 @@ def _valid(t) -> bool:
 def op_durations(plan, devices, cost_model: CostModel) -> list[float]:
     """``cost_model.op_time(op, device)`` of every op of ``plan`` on its device (a list
     of floats, op order).  Raises :class:`sim.InvalidCost` for a negative, infinite or
-    non-numeric time."""
+    non-numeric time (the first such op, in op order)."""
     ops, op_device = plan.ops, plan.op_device
     op_time = cost_model.op_time
     if type(cost_model) is not StaticCostModel:
@@ -56,25 +54,58 @@ def op_durations(plan, devices, cost_model: CostModel) -> list[float]:
             if not _valid(t):
                 raise InvalidCost(op.name, devices[d].name, t)
         return [float(t) for t in times]
-    # The signature of each op, built with C-level maps (no Python call per op).
-    # Attributes keep their insertion order: two orders of equal attributes only cost
-    # a second computation.
-    keys = zip(map(attrgetter("type"), ops), op_device,
-               map(tuple, map(_specs, map(attrgetter("inputs"), ops))),
-               map(tuple, map(_specs, map(attrgetter("outputs"), ops))),
-               map(tuple, map(dict.items, map(attrgetter("attrs"), ops))))
-    memo: dict = {}
-    out = []
-    append = out.append
-    for key, op in zip(keys, ops):
-        try:
-            t = memo[key]
-        except KeyError:
-            t = memo[key] = _checked(op, devices[key[1]], op_time)
-        except TypeError:  # an unhashable attribute (a Const's value): no memo
-            t = _checked(op, devices[key[1]], op_time)
-        append(t)
-    return out
+    # One call per signature, for its first op (in op order, so that the first op with
+    # an invalid time is the one named).
+    same = _same_signature(plan)
+    times = np.zeros(plan.n_ops)
+    for i in unique(same).tolist():
+        times[i] = _checked(ops[i], devices[op_device[i]], op_time)
+    return times[same].tolist()
+
+
+def _same_signature(plan) -> np.ndarray:
+    """For each op, the first op with the same (type, device, input specs, output specs,
+    attributes): what :class:`core.costs.StaticCostModel` depends on.
+
+    The parts are small integers (``plan.tensor_spec``: an id per (dtype, shape);
+    ``plan.op_attr_ids``), packed into one int64 key per op by numpy, with the keys
+    made dense again whenever the next part could overflow them.
+    """
+    n = plan.n_ops
+    if not n:
+        return np.zeros(0, np.int64)
+    _, type_of = np.unique(first_ids(plan.op_types), return_inverse=True)
+    type_of = type_of.reshape(-1)
+    _, spec = np.unique(plan.array("tensor_spec"), return_inverse=True)
+    spec = spec.reshape(-1)
+    n_specs = int(spec.max()) + 1 if len(spec) else 1
+    key = _pack(type_of, plan.array("op_device"), len(plan.devices))
+    key = _pack(key, plan.op_attr_ids, n)
+    # Input and output specs, slot by slot, for the ops that have that slot: their new
+    # keys are shifted past every current key, so they cannot meet an op without it,
+    # and ops with as many slots go through the same steps, so theirs stay comparable.
+    for ptr, tensors in (plan.array("csr_op_input_tensors"), _output_tensors(plan)):
+        slots = np.diff(ptr)
+        specs = spec[tensors]
+        for slot in range(int(slots.max())):
+            has = np.flatnonzero(slots > slot)
+            top = int(key.max())
+            key[has] = _pack(key[has], specs[ptr[has] + slot], n_specs) + (top + 1)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first[inverse.reshape(-1)]
+
+
+def _pack(key: np.ndarray, part: np.ndarray, size: int) -> np.ndarray:
+    """``key * size + part`` (``0 <= part < size``), the keys made dense first if that
+    could overflow."""
+    if (int(key.max()) + 1) * size >= 2**61:
+        key = np.unique(key, return_inverse=True)[1].reshape(-1)
+    return key * size + part
+
+
+def _output_tensors(plan) -> tuple[np.ndarray, np.ndarray]:
+    """The outputs of each op as ``(ptr, tensors)`` (they are consecutive tensors)."""
+    return np.append(plan.array("tensor_base"), plan.n_tensors), np.arange(plan.n_tensors)
 
 
 def _checked(op, device, op_time) -> float:
@@ -87,10 +118,12 @@ def _checked(op, device, op_time) -> float:
 def multithreaded(plan, devices) -> list[bool]:
     """Whether each op's kernel spreads over its device's host cores (a multithreaded
     kernel on a CPU device with more than one intra-op thread)."""
-    spread = [dev.is_cpu and dev.intra_op_threads > 1 for dev in devices]
-    types = list(map(attrgetter("type"), plan.ops))
-    by_type = {t: get_op_def(t).multithreaded for t in set(types)}
-    return [spread[d] and by_type[t] for t, d in zip(types, plan.op_device)]
+    spread = np.array([dev.is_cpu and dev.intra_op_threads > 1 for dev in devices], dtype=bool)
+    first = first_ids(plan.op_types)  # the table is read once per op type
+    kernel = np.zeros(plan.n_ops, bool)
+    for i in np.unique(first).tolist():
+        kernel[i] = get_op_def(plan.op_types[i]).multithreaded
+    return (kernel[first] & spread[plan.array("op_device")]).tolist()
 
 
 def transfer_durations(plan, routes: dict, cost_model: CostModel) -> list[float]:
@@ -99,9 +132,8 @@ def transfer_durations(plan, routes: dict, cost_model: CostModel) -> list[float]
     m = plan.n_transfers
     if not m:
         return []
-    src = np.asarray(plan.transfer_src, dtype=np.int64)
-    dst = np.asarray(plan.transfer_dst, dtype=np.int64)
-    nbytes = np.asarray(plan.tensor_bytes, dtype=np.int64)[np.asarray(plan.transfer_tensor)]
+    src, dst = plan.array("transfer_src"), plan.array("transfer_dst")
+    nbytes = plan.array("tensor_bytes")[plan.array("transfer_tensor")]
     n_dev = len(plan.devices)
     # Distinct (route, bytes): compute each once.
     sizes, size_id = np.unique(nbytes, return_inverse=True)

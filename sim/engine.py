@@ -4,11 +4,15 @@ Shape: no SimPy process per op.  The "what runs next" logic is that of the state
 machine :class:`core.dataflow.StepState` (its counters are driven inline here, on the
 plan's flat arrays: a method call and a ``Progress`` per event cost a fifth of the
 run); devices, hosts and links are small resources (:mod:`sim.pools`,
-:mod:`sim.links`) granted synchronously inside event callbacks; the only scheduled
-events are the ends of ops and of transfers (one light :class:`_End` event each, pushed
-on the environment's heap with SimPy's own key).  That keeps the cost per op to about
-one SimPy event.  Everything before time 0 (plan, durations, routes) is numpy over the
-plan's arrays, and the trace's records are made on first access (:meth:`Trace.lazy`).
+:mod:`sim.links`) granted synchronously inside event callbacks (a link in the static
+order by a countdown per transfer, no scan of its route); the only scheduled events are
+the ends of ops and of transfers (one light :class:`_End` event each, pushed on the
+environment's heap with SimPy's own key).  That keeps the cost per op to about one
+SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is numpy
+over the plan's arrays; the placement-independent part of the plan (the graph pulled
+into arrays) is kept with the graph until it changes (``Graph.cached_view``), so the
+same graph under other placements skips it; and the trace's records are made on first
+access (:meth:`Trace.lazy`).
 
 Rules of the model (the semantics page, "Parallel execution", "GPU memory", "Clusters
 of servers"):
@@ -40,7 +44,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL
 
 from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
@@ -50,7 +54,7 @@ from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
 from sim.durations import multithreaded, op_durations, transfer_durations
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
-from sim.links import LinkQueue, static_transfer_order
+from sim.links import link_successors, static_transfer_order
 from sim.memory import device_capacity
 from sim.pools import HostCores, InterOpPool, rescale_speedup, slowdown_table
 
@@ -135,22 +139,22 @@ def _resolve_fetches(graph, fetches):
     return out
 
 
-class _End(Event):
+class _End:
     """The end of an op or a transfer, put straight on the environment's heap.
 
     ``env.step`` pops ``(time, priority, id, event)``, runs ``event.callbacks`` and
-    checks ``event._ok``; a ``Timeout`` does the same but its constructor (an
-    ``Event.__init__``, a delay check, ``env.schedule``) was a third of the cost of an
-    event.  Here the entry is pushed with SimPy's own key (``NORMAL`` priority, the
-    environment's id counter), so ties keep SimPy's order; ``callbacks`` is one shared
-    list per kind of event (``env.step`` only reads it, then sets the attribute to None).
+    checks ``event._ok``, and that is all an event needs to be here; a ``Timeout`` does
+    the same but its constructor (an ``Event.__init__``, a delay check,
+    ``env.schedule``) was a third of the cost of an event.  The entry is pushed with
+    SimPy's own key (``NORMAL`` priority, the environment's id counter), so ties keep
+    SimPy's order; ``callbacks`` is one shared list per kind of event (``env.step`` only
+    reads it, then sets the attribute to None); ``_value`` is the op or transfer index.
+    Made with ``object.__new__`` and two attribute stores: calling a class with a
+    Python ``__init__`` costs twice as much.
     """
 
+    __slots__ = ("callbacks", "_value")
     _ok = True
-
-    def __init__(self, callbacks: list, value: int):
-        self.callbacks = callbacks
-        self._value = value
 
 
 class _Simulation:
@@ -212,35 +216,49 @@ class _Simulation:
         self.multi = multithreaded(plan, self.devices)
         # Bytes each op allocates when it starts: its outputs' buffers, summed per op
         # with a cumulative sum over the flat per-op lists.
-        ptr, outs = plan.csr_op_outputs
-        sizes = np.asarray(plan.buffer_bytes, dtype=np.int64)[np.asarray(outs, dtype=np.int64)]
+        ptr, outs = plan.array("csr_op_outputs")
+        sizes = plan.array("buffer_bytes")[outs]
         total = np.concatenate([[0], np.cumsum(sizes)])
-        ptr = np.asarray(ptr, dtype=np.int64)
         self.op_alloc = (total[ptr[1:]] - total[ptr[:-1]]).tolist()
 
     def _setup_transfers(self):
         plan, cluster = self.plan, self.cluster
+        m, n_dev = plan.n_transfers, len(plan.devices)
+        # Routes per distinct (source, destination) pair, in transfer order (numpy finds
+        # the pairs; cluster.route is called once per pair).
+        pair_key = plan.array("transfer_src") * n_dev + plan.array("transfer_dst")
+        keys, first, pair_of = np.unique(pair_key, return_index=True, return_inverse=True)
         routes: dict[tuple[int, int], tuple] = {}       # (src, dst) -> links
-        route_ids: dict[tuple[int, int], tuple] = {}    # (src, dst) -> link indices
+        route_ids: list[tuple[int, ...]] = [()] * len(keys)  # pair -> link indices
         link_index: dict[str, int] = {}
         self.link_names: list[str] = []
-        pairs = list(zip(plan.transfer_src, plan.transfer_dst))
-        for pair in dict.fromkeys(pairs):  # distinct, in transfer order
+        for p in np.argsort(first, kind="stable").tolist():  # links numbered as met
+            pair = divmod(int(keys[p]), n_dev)
             links = routes[pair] = cluster.route(self.device_names[pair[0]],
                                                  self.device_names[pair[1]])
             for link in links:
                 if link.name not in link_index:
                     link_index[link.name] = len(self.link_names)
                     self.link_names.append(link.name)
-            route_ids[pair] = tuple(link_index[link.name] for link in links)
-        self.transfer_links: list[tuple[int, ...]] = list(map(route_ids.__getitem__, pairs))
+            route_ids[p] = tuple(link_index[link.name] for link in links)
+        pair_of = pair_of.reshape(-1)
+        self.transfer_links: list[tuple[int, ...]] = list(map(route_ids.__getitem__,
+                                                              pair_of.tolist()))
         self.transfer_durations = transfer_durations(plan, routes, self.cost_model)
-        self.links = [LinkQueue() for _ in self.link_names]
         self.static = self.config.link_order == "static"
-        if self.static:
-            for k in static_transfer_order(plan, self.durations):
-                for l in self.transfer_links[k]:
-                    self.links[l].order.append(k)
+        n_links = len(self.link_names)
+        # The static order (see sim.links): what each transfer waits for before it
+        # starts (being sent, and each link of its route offering itself), and the
+        # transfer each link offers itself to after it.  Links start free, offering
+        # themselves to the first transfer of their queue.
+        self.need, self.next_on_links = [1] * m, [()] * m
+        if self.static and m:
+            first, self.next_on_links = link_successors(
+                static_transfer_order(plan, self.durations), route_ids, pair_of)
+            route_len = np.fromiter(map(len, route_ids), np.int64, len(route_ids))
+            self.need = need = (route_len[pair_of] + 1).tolist()
+            for k in first:
+                need[k] -= 1
 
     # -- running ----------------------------------------------------------------------------
     def run(self) -> Trace:
@@ -249,10 +267,13 @@ class _Simulation:
         The event handlers are closures over local lists (``StepState``'s counters and
         the resources, inlined): a closure reads its variables as fast as locals, where
         ``self.x`` is a dictionary look-up, and the handlers run ~230k times at 100k ops.
+        Memory bookkeeping is written out where it happens (a call per allocation was a
+        tenth of the run).
         """
         plan, config = self.plan, self.config
         self.env = env = simpy.Environment()
         queue, next_id = env._queue, env._eid.__next__
+        new_event = object.__new__  # an _End without a Python __init__ call (see _End)
         n, m, n_tensors = plan.n_ops, plan.n_transfers, plan.n_tensors
 
         # What the run records (the trace's columns).
@@ -267,6 +288,7 @@ class _Simulation:
         record_memory = mem_records.append
         self.in_use = in_use = [0] * len(self.devices)
         capacity = self.capacity
+        out_of_memory = self._out_of_memory  # raises unless config.record_oom
 
         # StepState's counters (see core.dataflow), driven inline.
         pending = list(plan.initial_pending)
@@ -286,29 +308,7 @@ class _Simulation:
         pool_free = [pool.free for pool in self.pools]
         pool_waiting = [pool.waiting for pool in self.pools]
         transfer_links, transfer_time = self.transfer_links, self.transfer_durations
-        static = self.static
-        link_busy = [False] * len(self.links)
-        link_order = [q.order for q in self.links]
-        link_next = [0] * len(self.links)
-        link_heap = [q.heap for q in self.links]
-        x_ready = bytearray(m)
-
-        # -- memory (sim.memory) --
-        def alloc(d, nbytes, op, tensor):
-            use = in_use[d] + nbytes
-            if use > capacity[d]:
-                self._out_of_memory(d, nbytes, op, tensor)  # raises unless record_oom
-            in_use[d] = use
-            record_memory((d, env._now, use))
-
-        def free(buffers):
-            now = env._now
-            for b in buffers:
-                nbytes = buffer_bytes[b]
-                if nbytes:
-                    d = buffer_device[b]
-                    in_use[d] -= nbytes
-                    record_memory((d, now, in_use[d]))
+        n_links = len(self.link_names)
 
         # -- ops: threads, cores (sim.pools) --
         start_at = self.start_at
@@ -316,7 +316,9 @@ class _Simulation:
         def ready(i):
             d = op_device[i]
             if env._now < start_at[d]:  # the task's part has not started yet
-                heappush(queue, (start_at[d], NORMAL, next_id(), _End(part_started, i)))
+                event = new_event(_End)
+                event.callbacks, event._value = part_started, i
+                heappush(queue, (start_at[d], NORMAL, next_id(), event))
                 return
             free_slots = pool_free[d]
             if free_slots and not pool_waiting[d]:
@@ -325,23 +327,20 @@ class _Simulation:
                 heappush(pool_waiting[d], (env._now, i))
 
         def take_thread(i, slot):
-            host = host_of[op_device[i]]
+            d = op_device[i]
+            host = host_of[d]
             if host is None:
                 start(i, slot, 0)
             elif host.free and not host.waiting:
-                start(i, slot, take_cores(i, host))
+                # One core, or as many as the intra-op pool for a multithreaded kernel
+                # (at most the free ones).
+                cores = intra[d] if multi[i] else 1
+                if cores > host.free:
+                    cores = host.free
+                host.free -= cores
+                start(i, slot, cores)
             else:
                 heappush(host.waiting, (env._now, i, slot))
-
-        def take_cores(i, host):
-            if multi[i]:
-                k = intra[op_device[i]]
-                if k > host.free:
-                    k = host.free
-            else:
-                k = 1
-            host.free -= k
-            return k
 
         serial = self.config.serial_dispatch
         task_of = self.task_of
@@ -364,20 +363,29 @@ class _Simulation:
             op_thread[i] = slot
             op_cores[i] = cores
             nbytes = op_alloc[i]
-            if nbytes:
-                alloc(d, nbytes, i, None)
-            heappush(queue, (now + duration, NORMAL, next_id(), _End(op_ended, i)))
+            if nbytes:  # its outputs' buffers
+                use = in_use[d] + nbytes
+                if use > capacity[d]:
+                    out_of_memory(d, nbytes, i, None)
+                in_use[d] = use
+                record_memory((d, now, use))
+            event = new_event(_End)
+            event.callbacks, event._value = op_ended, i
+            heappush(queue, (now + duration, NORMAL, next_id(), event))
 
         def op_done(event):
             i = event._value
-            op_end[i] = env._now
+            now = env._now
+            op_end[i] = now
             # StepState.op_finished: successors' counts, buffers released.
             now_ready = []
-            for j in succ[succ_ptr[i]:succ_ptr[i + 1]]:
-                left = pending[j] - 1
-                pending[j] = left
-                if not left:
-                    now_ready.append(j)
+            lo, hi = succ_ptr[i], succ_ptr[i + 1]
+            if lo != hi:  # (ops with no successor on their device skip the slice)
+                for j in succ[lo:hi]:
+                    left = pending[j] - 1
+                    pending[j] = left
+                    if not left:
+                        now_ready.append(j)
             freed = dead[dead_ptr[i]:dead_ptr[i + 1]]
             for b in reads[read_ptr[i]:read_ptr[i + 1]]:
                 left = refs[b] - 1
@@ -387,17 +395,27 @@ class _Simulation:
             if freed:
                 if len(freed) > 1:
                     freed.sort()
-                free(freed)
+                for b in freed:
+                    nbytes = buffer_bytes[b]
+                    if nbytes:
+                        d = buffer_device[b]
+                        in_use[d] -= nbytes
+                        record_memory((d, now, in_use[d]))
             # Freed resources are handed out before newly ready ops queue.
             d = op_device[i]
             cores = op_cores[i]
             if cores:
                 host = host_of[d]
-                host.free += cores
+                free_cores = host.free + cores
                 waiting = host.waiting
-                while host.free and waiting:
+                while free_cores and waiting:
                     _, j, slot = heappop(waiting)
-                    start(j, slot, take_cores(j, host))
+                    got = intra[op_device[j]] if multi[j] else 1  # as in take_thread
+                    if got > free_cores:
+                        got = free_cores
+                    free_cores -= got
+                    start(j, slot, got)
+                host.free = free_cores
             free_slots = pool_free[d]
             heappush(free_slots, op_thread[i])
             for j in now_ready:
@@ -409,39 +427,43 @@ class _Simulation:
                 send(k)
 
         # -- transfers (sim.links) --
-        # Each link order has its own three helpers, chosen once here rather than
-        # tested on every call: whether a transfer can start (it heads the queue of
-        # every link of its route, all free), taking its links, and, when it ends,
-        # starting what now heads the links it freed.
-        if static:
-            def queue_transfer(k, links):
-                x_ready[k] = 1
+        # A transfer starts when it was sent and every link of its route is free with
+        # it at the head of the link's queue.  Each link order has its own two helpers,
+        # chosen once here: sending a transfer, and handing on the links of one that
+        # ended.
+        if self.static:
+            # Countdowns: need[k] counts what transfer k still waits for (being sent,
+            # and each link of its route offering itself).  When a transfer ends, each
+            # link of its route offers itself to the transfer after it in that link's
+            # queue (next_on_links).  need[k] = -1 marks k started.
+            need = list(self.need) + [1 << 60]  # the last entry: "no next transfer"
+            next_on_links = self.next_on_links
 
-            def can_start(k):
-                for l in transfer_links[k]:
-                    if link_busy[l] or link_order[l][link_next[l]] != k:
-                        return False
-                return True
+            def send(k):
+                left = need[k] - 1
+                need[k] = left
+                if not left:
+                    need[k] = -1
+                    start_transfer(k)
 
-            def take_links(links):
-                for l in links:
-                    link_busy[l] = True
-                    link_next[l] += 1
-
-            def release_links(links):
-                for l in links:
-                    link_busy[l] = False
-                for l in links:
-                    order, head = link_order[l], link_next[l]
-                    if head < len(order):
-                        k = order[head]
-                        if x_ready[k] and can_start(k):
-                            start_transfer(k)
+            def release_links(k):
+                following = next_on_links[k]
+                startable = False
+                for j in following:
+                    left = need[j] - 1
+                    need[j] = left
+                    if not left:
+                        startable = True
+                if startable:
+                    # Start them in the order of their first link in this route, as a
+                    # scan of the freed links would.
+                    for j in following:
+                        if not need[j]:
+                            need[j] = -1
+                            start_transfer(j)
         else:
-            def queue_transfer(k, links):
-                key = (env._now, k)
-                for l in links:
-                    heappush(link_heap[l], key)
+            link_busy = [False] * n_links
+            link_heap = [[] for _ in range(n_links)]  # (ready time, transfer)
 
             def can_start(k):
                 for l in transfer_links[k]:
@@ -454,51 +476,63 @@ class _Simulation:
                     link_busy[l] = True
                     heappop(link_heap[l])
 
-            def release_links(links):
+            def send(k):
+                links = transfer_links[k]
+                key = (env._now, k)
+                for l in links:
+                    heappush(link_heap[l], key)
+                if can_start(k):
+                    take_links(links)
+                    start_transfer(k)
+
+            def release_links(k):
+                links = transfer_links[k]
                 for l in links:
                     link_busy[l] = False
                 for l in links:
                     if link_heap[l]:
-                        k = link_heap[l][0][1]
-                        if can_start(k):
-                            start_transfer(k)
-
-        def send(k):
-            links = transfer_links[k]
-            if links:
-                queue_transfer(k, links)
-                if can_start(k):
-                    start_transfer(k)
-            else:
-                start_transfer(k)
+                        j = link_heap[l][0][1]
+                        if can_start(j):
+                            take_links(transfer_links[j])
+                            start_transfer(j)
 
         def start_transfer(k):
-            take_links(transfer_links[k])
-            nbytes = buffer_bytes[n_tensors + k]
-            if nbytes:
-                t = transfer_tensor[k]
-                alloc(transfer_dst[k], nbytes, tensor_op[t], t)
             now = env._now
+            nbytes = buffer_bytes[n_tensors + k]
+            if nbytes:  # the received copy's buffer
+                d = transfer_dst[k]
+                use = in_use[d] + nbytes
+                if use > capacity[d]:
+                    t = transfer_tensor[k]
+                    out_of_memory(d, nbytes, tensor_op[t], t)
+                in_use[d] = use
+                record_memory((d, now, use))
             x_start[k] = now
-            heappush(queue, (now + transfer_time[k], NORMAL, next_id(), _End(transfer_ended, k)))
+            event = new_event(_End)
+            event.callbacks, event._value = transfer_ended, k
+            heappush(queue, (now + transfer_time[k], NORMAL, next_id(), event))
 
         def transfer_done(event):
             k = event._value
-            x_end[k] = env._now
-            # StepState.transfer_done: consumers' counts, the source buffer's reference.
-            now_ready = []
+            now = env._now
+            x_end[k] = now
+            # StepState.transfer_done: the source buffer's reference, consumers' counts
+            # (the buffer is freed before any consumer starts, as StepState reports it).
+            t = transfer_tensor[k]
+            left = refs[t] - 1
+            refs[t] = left
+            if not left:
+                nbytes = buffer_bytes[t]
+                if nbytes:
+                    d = buffer_device[t]
+                    in_use[d] -= nbytes
+                    record_memory((d, now, in_use[d]))
             for j in consumers[consumer_ptr[k]:consumer_ptr[k + 1]]:
                 left = pending[j] - 1
                 pending[j] = left
                 if not left:
-                    now_ready.append(j)
-            t = transfer_tensor[k]
-            refs[t] -= 1
-            if not refs[t]:
-                free((t,))
-            for j in now_ready:
-                ready(j)
-            release_links(transfer_links[k])
+                    ready(j)
+            release_links(k)
 
         def part_start(event):
             ready(event._value)
@@ -507,8 +541,14 @@ class _Simulation:
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
-                if buffer_bytes[b]:
-                    alloc(buffer_device[b], buffer_bytes[b], tensor_op[b], None)
+                nbytes = buffer_bytes[b]
+                if nbytes:
+                    d = buffer_device[b]
+                    use = in_use[d] + nbytes
+                    if use > capacity[d]:
+                        out_of_memory(d, nbytes, tensor_op[b], None)
+                    in_use[d] = use
+                    record_memory((d, env._now, use))
             for i in [i for i, p in enumerate(pending) if p == 0]:
                 ready(i)
             env.run()

@@ -34,30 +34,24 @@ The order (``SimConfig.link_order``):
   earlier to another link, where it overtakes a critical transfer (an example is in
   ``tests/sim/test_links.py``).
 
->>> queue = LinkQueue()
->>> queue.busy, queue.order, queue.next
-(False, [], 0)
+How the engine runs the static order: each transfer counts down what it still waits
+for (being sent, and each link of its route *offering* itself); a link offers itself
+to the next transfer of its order when it becomes free, so the count reaches zero
+exactly when the transfer is sent, heads every queue of its route, and all those links
+are free.
+
+Transfer 0 crosses links 0 and 1, transfer 1 link 1 only; served 1 first: link 0 starts
+with 0, link 1 with 1, then 0 (2 stands for "no next"):
+
+>>> link_successors([1, 0], routes=[(0, 1), (1,)], route_of=np.array([0, 1]))
+([0, 1], [[2, 2], [0]])
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LinkQueue", "static_transfer_order"]
-
-
-class LinkQueue:
-    """One link's state: ``busy``; for the static order, ``order`` (transfer indices in
-    service order) and ``next`` (position of the next to serve); for the ready order,
-    ``heap`` of ``(ready time, transfer index)``."""
-
-    __slots__ = ("busy", "order", "next", "heap")
-
-    def __init__(self):
-        self.busy = False
-        self.order: list[int] = []
-        self.next = 0
-        self.heap: list = []
+__all__ = ["static_transfer_order", "link_successors"]
 
 
 def static_transfer_order(plan, durations: list[float]) -> list[int]:
@@ -73,10 +67,9 @@ def static_transfer_order(plan, durations: list[float]) -> list[int]:
         return []
     # Each op's predecessors as one flat list: the ops it waits for on its device and
     # the producers of the transfers it waits for (numpy merges the two flat forms).
-    op_ptr, op_preds = (np.asarray(a, dtype=np.int64) for a in plan.csr_op_pred_ops)
-    x_ptr, x_preds = (np.asarray(a, dtype=np.int64) for a in plan.csr_op_pred_transfers)
-    tensor_op = np.asarray(plan.tensor_op, dtype=np.int64)
-    producer = tensor_op[np.asarray(plan.transfer_tensor, dtype=np.int64)]
+    op_ptr, op_preds = plan.array("csr_op_pred_ops")
+    x_ptr, x_preds = plan.array("csr_op_pred_transfers")
+    producer = plan.array("tensor_op")[plan.array("transfer_tensor")]
     owner = np.concatenate([np.repeat(np.arange(n), np.diff(op_ptr)),
                             np.repeat(np.arange(n), np.diff(x_ptr))])
     preds = np.concatenate([op_preds, producer[x_preds]])
@@ -91,3 +84,38 @@ def static_transfer_order(plan, durations: list[float]) -> list[int]:
         finish[i] = (max(map(get, preds[a:b])) if a != b else 0.0) + durations[i]
     keys = np.asarray(finish)[producer]
     return np.argsort(keys, kind="stable").tolist()  # stable: ties by transfer index
+
+
+def link_successors(order, routes: list[tuple[int, ...]], route_of: np.ndarray
+                    ) -> tuple[list[int], list[list[int]]]:
+    """The queues of the static order, as what the engine's countdowns need: the first
+    transfer of each link's queue (each link crossed by some transfer, in link order),
+    and for each transfer, the transfer after it in the queue of each link of its route
+    (in route order; ``len(route_of)``, a transfer that never starts, after the last).
+
+    ``order``: transfer indices in service order; ``routes``: the distinct routes, as
+    link indices; ``route_of``: the route of each transfer.  Numpy lists the (transfer,
+    link) pairs in ``order`` and groups them by link with a stable sort.
+    """
+    m = len(route_of)
+    order = np.asarray(order, dtype=np.int64)
+    route_len = np.fromiter(map(len, routes), np.int64, len(routes))
+    flat_routes = np.fromiter((l for r in routes for l in r), np.int64, int(route_len.sum()))
+    route_start = np.cumsum(route_len) - route_len
+    length = route_len[route_of[order]]
+    owner = np.repeat(order, length)  # the transfer of each (transfer, link) pair
+    slot = np.arange(len(owner)) - np.repeat(np.cumsum(length) - length, length)
+    link = flat_routes[route_start[route_of[owner]] + slot]
+    by_link = np.argsort(link, kind="stable")
+    link, owner, slot = link[by_link], owner[by_link], slot[by_link]
+    same_link = link[1:] == link[:-1]
+    after = np.full(len(owner), m, np.int64)
+    after[:-1][same_link] = owner[1:][same_link]
+    first = owner[np.concatenate([[True], ~same_link])] if len(owner) else owner
+    # Per transfer, in route order (its pairs are consecutive, transfer by transfer).
+    pairs = route_len[route_of]
+    start = np.cumsum(pairs) - pairs
+    flat = np.empty(len(owner), np.int64)
+    flat[start[owner] + slot] = after
+    flat, bounds = flat.tolist(), (start + pairs).tolist()
+    return first.tolist(), [flat[a:b] for a, b in zip(start.tolist(), bounds)]

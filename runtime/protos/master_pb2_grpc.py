@@ -46,6 +46,11 @@ class MasterStub:
                 request_serializer=master__pb2.RunStepRequest.SerializeToString,
                 response_deserializer=master__pb2.RunStepResponse.FromString,
                 _registered_method=True)
+        self.RunSteps = channel.stream_stream(
+                '/placement_lab.Master/RunSteps',
+                request_serializer=master__pb2.RunStepRequest.SerializeToString,
+                response_deserializer=master__pb2.RunStepResponse.FromString,
+                _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/placement_lab.Master/CloseSession',
                 request_serializer=worker__pb2.CloseSessionRequest.SerializeToString,
@@ -74,6 +79,15 @@ class MasterServicer:
 
     def RunStep(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunSteps(self, request_iterator, context):
+        """Steps as messages on a stream that stays open between steps: each request is
+        answered by the next response, in order, one step at a time per stream. The client
+        waits for each answer with the step's deadline and cancels the stream if it passes.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -107,6 +121,11 @@ def add_MasterServicer_to_server(servicer, server):
             ),
             'RunStep': grpc.unary_unary_rpc_method_handler(
                     servicer.RunStep,
+                    request_deserializer=master__pb2.RunStepRequest.FromString,
+                    response_serializer=master__pb2.RunStepResponse.SerializeToString,
+            ),
+            'RunSteps': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunSteps,
                     request_deserializer=master__pb2.RunStepRequest.FromString,
                     response_serializer=master__pb2.RunStepResponse.SerializeToString,
             ),
@@ -178,6 +197,33 @@ class Master:
             request,
             target,
             '/placement_lab.Master/RunStep',
+            master__pb2.RunStepRequest.SerializeToString,
+            master__pb2.RunStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunSteps(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/placement_lab.Master/RunSteps',
             master__pb2.RunStepRequest.SerializeToString,
             master__pb2.RunStepResponse.FromString,
             options,

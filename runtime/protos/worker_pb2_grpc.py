@@ -50,6 +50,11 @@ class WorkerStub:
                 request_serializer=worker__pb2.RunGraphRequest.SerializeToString,
                 response_deserializer=worker__pb2.RunGraphResponse.FromString,
                 _registered_method=True)
+        self.RunGraphs = channel.stream_stream(
+                '/placement_lab.Worker/RunGraphs',
+                request_serializer=worker__pb2.RunGraphRequest.SerializeToString,
+                response_deserializer=worker__pb2.RunGraphResponse.FromString,
+                _registered_method=True)
         self.PushTensor = channel.stream_unary(
                 '/placement_lab.Worker/PushTensor',
                 request_serializer=tensor__pb2.TensorChunk.SerializeToString,
@@ -89,6 +94,13 @@ class WorkerServicer:
 
     def RunGraph(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunGraphs(self, request_iterator, context):
+        """RunGraph as messages on a stream that stays open between steps (see above).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -135,6 +147,11 @@ def add_WorkerServicer_to_server(servicer, server):
             ),
             'RunGraph': grpc.unary_unary_rpc_method_handler(
                     servicer.RunGraph,
+                    request_deserializer=worker__pb2.RunGraphRequest.FromString,
+                    response_serializer=worker__pb2.RunGraphResponse.SerializeToString,
+            ),
+            'RunGraphs': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunGraphs,
                     request_deserializer=worker__pb2.RunGraphRequest.FromString,
                     response_serializer=worker__pb2.RunGraphResponse.SerializeToString,
             ),
@@ -238,6 +255,33 @@ class Worker:
             request,
             target,
             '/placement_lab.Worker/RunGraph',
+            worker__pb2.RunGraphRequest.SerializeToString,
+            worker__pb2.RunGraphResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunGraphs(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/placement_lab.Worker/RunGraphs',
             worker__pb2.RunGraphRequest.SerializeToString,
             worker__pb2.RunGraphResponse.FromString,
             options,

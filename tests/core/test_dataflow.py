@@ -127,3 +127,65 @@ def test_any_event_order_keeps_the_counters_right(placed, rnd):
     got = {(plan.tensor_name(plan.transfer_tensor[k]), plan.devices[plan.transfer_dst[k]])
            for k in range(plan.n_transfers)}
     assert got == want
+
+
+def _plan_fields(plan):
+    names = ["op_names", "op_device", "tensor_base", "tensor_op", "tensor_bytes",
+             "transfer_tensor", "transfer_src", "transfer_dst", "buffer_refs",
+             "buffer_device", "buffer_bytes", "resident", "held", "initial_pending",
+             "op_types", "csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_inputs",
+             "csr_op_succ", "csr_op_sends", "csr_op_outputs", "csr_op_dead_outputs",
+             "csr_transfer_consumers", "csr_op_input_tensors"]
+    out = {name: getattr(plan, name) for name in names}
+    # Ids are compared only for which items share them (attribute ids within a type).
+    out["tensor_spec"] = [plan.tensor_spec.index(s) for s in plan.tensor_spec]
+    attrs = list(zip(plan.op_types, plan.op_attr_ids.tolist()))
+    out["op_attr_ids"] = [attrs.index(a) for a in attrs]
+    return out
+
+
+@given(placed_graphs(), st.randoms(use_true_random=False))
+def test_plans_from_the_graphs_cached_arrays_equal_fresh_ones(placed, rnd):
+    """A plan reads a Graph's ops through arrays kept with the graph; a plan of the same
+    ops as plain objects (no graph) must be the same, for the whole graph and for the
+    part some fetches need."""
+    g, cluster, placement = placed
+    ops = g.get_operations()
+    fetches = rnd.sample(ops, k=min(len(ops), 2))
+
+    class Plain:  # the same op, not of a Graph: read without the cache
+        def __init__(self, op):
+            self.__dict__.update(op.__dict__)
+            self.graph = None
+
+    for wanted in (None, fetches):
+        cached = StepPlan.build(ops, placement, wanted)
+        again = StepPlan.build(ops, placement, wanted)  # from the kept arrays
+        assert _plan_fields(again) == _plan_fields(cached)
+        names = {op.name for op in cached.ops}
+        plain = {op.name: Plain(op) for op in ops if op.name in names}
+        for op in plain.values():  # rewire the copies to each other
+            op.inputs = [type(t)(plain[t.op.name], t.value_index, t.dtype, t.shape)
+                         for t in op.inputs]
+            op._control_inputs = [plain[c.name] for c in op._control_inputs]
+            op.outputs = tuple(type(t)(op, t.value_index, t.dtype, t.shape) for t in op.outputs)
+        fresh = StepPlan.build([plain[op.name] for op in cached.ops], placement)
+        want = _plan_fields(cached)
+        if wanted is not None:  # a fetched tensor is held; these plans fetch ops only
+            assert want["held"] == []
+        assert _plan_fields(fresh) == want
+
+
+def test_the_graphs_cached_arrays_follow_its_changes():
+    g, e = diamond()
+    place = {op.name: CPU0 for op in g.get_operations()}
+    plan = StepPlan.build(g.get_operations(), Placement(place))
+    with g.as_default():
+        f = tf.identity(g.get_operation_by_name("d").outputs[0], name="f")
+    place["f"] = CPU1
+    plan = StepPlan.build(g.get_operations(), Placement(place))
+    assert plan.op_names[-1] == "f" and plan.n_transfers == 1
+    g.get_operation_by_name("b").add_control_input(g.get_operation_by_name("c"))
+    plan = StepPlan.build(g.get_operations(), Placement(place))
+    assert plan.op_pred_ops[plan.op_index["b"]] == [plan.op_index["a"], plan.op_index["c"]]
+    del e, f

@@ -273,6 +273,73 @@ def test_uninitialised_variable_is_failed_precondition_naming_it(cluster):
     _good_run(cluster.target("worker", 0))
 
 
+def test_concurrent_runs_of_one_session_each_get_their_own_answer(cluster):
+    # Steps in flight at once share the open connections (one call each, several
+    # connections from the pool) and the workers' rendezvous (keyed by step).
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:worker/task:0"):
+            x = tf.placeholder(tf.float32, (2,), name="x")
+        with tf.device("/job:ps/task:0"):
+            w = tf.Variable(np.float32(3.0), name="w_concurrent")
+            y = x * w
+        with tf.device("/job:worker/task:1"):
+            z = y + 1.0
+    with Session(cluster.target("worker", 0), graph=g) as sess:
+        sess.run(w.initializer)
+        failures: list = []
+
+        def run(k: int) -> None:
+            try:
+                for i in range(40):
+                    v = np.array([k, i], np.float32)
+                    np.testing.assert_array_equal(sess.run(z, {x: v}), v * 3.0 + 1.0)
+            except Exception as e:  # noqa: BLE001
+                failures.append(e)
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not failures, failures[0]
+        assert not any(t.is_alive() for t in threads)
+
+
+@pytest.mark.parametrize("local_sockets", [True, False], ids=["local-sockets", "grpc-only"])
+def test_worker_killed_between_steps_is_unavailable_and_rejoins_the_session(local_sockets):
+    # Steps and small tensors go by local connections (same host) or, with
+    # local_sockets=False, by gRPC as between hosts (client -> master RunSteps, master
+    # -> worker RunGraphs streams, PushStream).
+    # Either way a worker killed between steps is an Unavailable naming it on the next
+    # step, not a hang, and the same session goes on once it is back (registered
+    # again, its variables gone).
+    with LocalCluster({"ps": 1, "worker": 2}, local_sockets=local_sockets) as c:
+        g = tf.Graph()
+        with g.as_default():
+            with tf.device("/job:ps/task:0"):
+                a = tf.Variable(3.0, name="a")
+            with tf.device("/job:worker/task:0"):
+                b = a + 2
+            with tf.device("/job:worker/task:1"):
+                k = tf.Variable(1.0, name="k")
+                out = a + b * k
+        with Session(c.target("worker", 0), graph=g,
+                     config=SessionConfig(operation_timeout=20.0)) as sess:
+            sess.run([a.initializer, k.initializer])
+            assert all(sess.run(out) == 8.0 for _ in range(20))
+            c.kill("worker", 1)
+            start = time.monotonic()
+            with pytest.raises(errors.Unavailable, match="task:1"):
+                sess.run(out)
+            assert time.monotonic() - start < 10
+            c.restart("worker", 1)
+            with pytest.raises(errors.FailedPrecondition, match="k"):
+                sess.run(out)
+            sess.run(k.initializer)
+            assert sess.run(out) == 8.0
+
+
 # ---------------------------------------------------------------------------
 # Faults (last: kills and restarts a worker)
 

@@ -469,3 +469,192 @@ def test_local_push_to_a_closed_listener_is_a_connection_error():
             sender.send(frame)
             time.sleep(0.01)
     sender.close()
+
+
+# ---------------------------------------------------------------------------
+# Calls as messages on open streams (gRPC) and on local connections
+
+def _echo(payload: bytes) -> bytes:
+    if payload == b"slow":
+        time.sleep(1.0)
+    return payload
+
+
+@pytest.fixture
+def echo_server():
+    import grpc
+
+    def calls(requests, context):
+        for request in requests:
+            yield tensor_pb2.PingReply(payload=_echo(request.payload))
+
+    server, port = wire.create_server(max_workers=16)
+    handler = grpc.stream_stream_rpc_method_handler(
+        calls, request_deserializer=tensor_pb2.PingRequest.FromString,
+        response_serializer=tensor_pb2.PingReply.SerializeToString)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("test.Echo", {"Calls": handler}),))
+    server.start()
+    yield server, f"{wire.LOCALHOST}:{port}"
+    server.stop(None)
+
+
+def _stream_caller(address: str, channel=None) -> wire.StreamCaller:
+    channel = channel or wire.create_channel(address)
+    multicallable = channel.stream_stream(
+        "/test.Echo/Calls", request_serializer=tensor_pb2.PingRequest.SerializeToString,
+        response_deserializer=tensor_pb2.PingReply.FromString)
+    return wire.StreamCaller(multicallable, address=address, method="Echo.Calls")
+
+
+def test_stream_caller_answers_concurrent_calls_in_order_on_reused_streams(echo_server):
+    from concurrent.futures import ThreadPoolExecutor
+    _, address = echo_server
+    caller = _stream_caller(address)
+    try:
+        assert caller.call(tensor_pb2.PingRequest(payload=b"a"), 5).payload == b"a"
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda i: caller.call(
+                tensor_pb2.PingRequest(payload=str(i).encode()), 5).payload, range(64)))
+        assert got == [str(i).encode() for i in range(64)]
+        assert len(caller._open) <= 8 + 1  # streams are reused, not one per call
+    finally:
+        caller.close()
+
+
+def test_stream_caller_deadline_and_dead_peer_are_errors_not_hangs(echo_server):
+    server, address = echo_server
+    caller = _stream_caller(address)
+    try:
+        start = time.monotonic()
+        with pytest.raises(wire.DeadlineExceeded):
+            caller.call(tensor_pb2.PingRequest(payload=b"slow"), 0.2)
+        assert time.monotonic() - start < 0.9
+        # The late answer is not taken for the next call's.
+        assert caller.call(tensor_pb2.PingRequest(payload=b"b"), 5).payload == b"b"
+        server.stop(None)
+        with pytest.raises(wire.PeerUnavailable):
+            caller.call(tensor_pb2.PingRequest(payload=b"c"), 5)
+    finally:
+        caller.close()
+    (port,) = _free_port_list()
+    nobody = _stream_caller(f"{wire.LOCALHOST}:{port}")
+    start = time.monotonic()
+    with pytest.raises(wire.PeerUnavailable):
+        nobody.call(tensor_pb2.PingRequest(payload=b"x"), 5)
+    assert time.monotonic() - start < 3
+    nobody.close()
+
+
+def _free_port_list():
+    from runtime.launcher import free_ports
+    return free_ports(1)
+
+
+def _local_caller(address: str, fallback_address: str | None = None) -> wire.LocalCaller:
+    fallback = _stream_caller(fallback_address or address)
+    return wire.LocalCaller(address, "Echo.Calls", tensor_pb2.PingReply.FromString, fallback)
+
+
+def _echo_listener(address: str) -> wire.LocalCallListener:
+    return wire.LocalCallListener(address, {"Echo.Calls": lambda data: tensor_pb2.PingReply(
+        payload=_echo(tensor_pb2.PingRequest.FromString(data).payload)).SerializeToString()})
+
+
+def test_local_caller_answers_calls_and_falls_back_to_grpc_without_a_listener(echo_server):
+    from concurrent.futures import ThreadPoolExecutor
+    _, grpc_address = echo_server
+    address = _local_address()
+    listener = _echo_listener(address)
+    caller = _local_caller(address, grpc_address)
+    try:
+        big = bytes(range(256)) * 20_000  # 5 MB: more than a socket buffer
+        assert caller.call(tensor_pb2.PingRequest(payload=big), 5).payload == big
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda i: caller.call(
+                tensor_pb2.PingRequest(payload=str(i).encode()), 5).payload, range(64)))
+        assert got == [str(i).encode() for i in range(64)]
+        assert not caller.fallback._open  # all local
+    finally:
+        caller.close()
+        listener.close()
+    # Nothing of this host listens at that name: the call goes by gRPC.
+    caller = _local_caller(_local_address(), grpc_address)
+    try:
+        assert caller.call(tensor_pb2.PingRequest(payload=b"g"), 5).payload == b"g"
+        assert caller.fallback._open
+    finally:
+        caller.close()
+
+
+def test_local_caller_deadline_and_dead_peer_are_errors_not_hangs(echo_server):
+    _, grpc_address = echo_server
+    address = _local_address()
+    listener = _echo_listener(address)
+    caller = _local_caller(address, grpc_address)
+    try:
+        start = time.monotonic()
+        with pytest.raises(wire.DeadlineExceeded):
+            caller.call(tensor_pb2.PingRequest(payload=b"slow"), 0.2)
+        assert time.monotonic() - start < 0.9
+        assert caller.call(tensor_pb2.PingRequest(payload=b"b"), 5).payload == b"b"
+        # The peer goes away in the middle of a call: an error at once.
+        import threading
+        threading.Timer(0.2, listener.close).start()
+        start = time.monotonic()
+        with pytest.raises(wire.PeerUnavailable):
+            caller.call(tensor_pb2.PingRequest(payload=b"slow"), 5)
+        assert time.monotonic() - start < 0.9
+    finally:
+        caller.close()
+        listener.close()
+
+
+@pytest.mark.skipif(not shm.shm_available(), reason="no /dev/shm")
+def test_pooled_segment_is_used_in_place_and_reused_only_once_the_receiver_let_go():
+    import gc
+
+    from runtime.worker import SEGMENT_HEADER, SegmentMaps, SegmentPool, decode_pooled
+    pool, maps = SegmentPool(), SegmentMaps()
+    try:
+        x = np.arange(300_000, dtype=np.float32)
+        segment = pool.acquire(x.nbytes)
+        np.frombuffer(segment.buf, np.float32, count=x.size, offset=SEGMENT_HEADER)[:] = x
+        segment.buf[0] = 1  # handed over
+        frame = tensor_pb2.TensorChunk(
+            key="a;x:0;b;1", meta=wire.make_meta(x),
+            shm=tensor_pb2.ShmRef(name=segment.name, offset=SEGMENT_HEADER, nbytes=x.nbytes))
+        key, got = decode_pooled(frame.SerializeToString(), (), None, maps)
+        pool.release(segment)
+        assert key == "a;x:0;b;1" and np.array_equal(got, x)
+        view = got[10:20]  # a view keeps the lease
+        del got
+        gc.collect()
+        assert pool.acquire(x.nbytes) is not segment  # still held by the receiver
+        del view
+        gc.collect()
+        assert segment.buf[0] == 0
+        assert pool.acquire(x.nbytes) is segment
+        with pytest.raises(wire.WireError, match="header"):
+            frame.shm.offset = 0
+            decode_pooled(frame.SerializeToString(), (), None, maps)
+    finally:
+        maps.close()
+        pool.close()
+
+
+@pytest.mark.skipif(not shm.shm_available(), reason="no /dev/shm")
+def test_segment_maps_close_unused_mappings_beyond_their_cap():
+    from runtime.worker import SEGMENT_HEADER, SegmentMaps, SegmentPool
+    pool, maps = SegmentPool(keep=8), SegmentMaps(keep=2)
+    try:
+        segments = [pool.acquire((i + 1) << 20) for i in range(4)]
+        held = maps.lease(segments[0].name, SEGMENT_HEADER, 16, "k")
+        for s in segments[1:]:
+            maps.lease(s.name, SEGMENT_HEADER, 16, "k")  # dropped at once
+        assert len(maps._maps) <= 2 and segments[0].name in maps._maps  # in use: kept
+        assert held.sum() == 0
+    finally:
+        del held
+        maps.close()
+        pool.close()
