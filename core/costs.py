@@ -123,11 +123,14 @@ class MeasuredCostModel(CostModel):
 
     @classmethod
     def from_traces(cls, traces: Iterable, fallback: CostModel | None = None, *,
-                    dispatch: bool = False, graph=None) -> "MeasuredCostModel":
-        """Median duration per (op, device), and per (op, device type), over the op
-        records of ``traces`` (:class:`core.trace.Trace` objects).  With ``dispatch``,
-        also each device's dispatch overhead (:func:`dispatch_gaps`; ``graph``, the
-        traced graph, lets it keep only the gaps before ops that were already ready)."""
+                    dispatch: bool = False, graph=None,
+                    statistic=statistics.median) -> "MeasuredCostModel":
+        """The ``statistic`` (median by default; ``min`` for the undisturbed time on a
+        shared machine) of the durations per (op, device), and per (op, device type),
+        over the op records of ``traces`` (:class:`core.trace.Trace` objects).  With
+        ``dispatch``, also each device's dispatch overhead (:func:`dispatch_gaps`;
+        ``graph``, the traced graph, lets it keep only the gaps before ops that were
+        already ready)."""
         traces = list(traces)
         samples: dict[tuple[str, str], list[float]] = {}
         typed: dict[tuple[str, str], list[float]] = {}
@@ -136,8 +139,8 @@ class MeasuredCostModel(CostModel):
                 samples.setdefault((rec.op, rec.device), []).append(rec.end - rec.start)
                 typed.setdefault((rec.op, _device_type(rec.device)), []).append(rec.end - rec.start)
         overheads = dispatch_gaps(traces, graph) if dispatch else {}
-        return cls({k: statistics.median(v) for k, v in samples.items()}, fallback,
-                   {k: statistics.median(v) for k, v in typed.items()}, dispatch, overheads)
+        return cls({k: statistic(v) for k, v in samples.items()}, fallback,
+                   {k: statistic(v) for k, v in typed.items()}, dispatch, overheads)
 
     def overhead(self, device) -> float:
         """The dispatch overhead this model charges per op on ``device``."""

@@ -17,11 +17,12 @@ simulator predicts a step on a machine that runs nothing else, and on a shared m
 other processes only ever add time, so the undisturbed step is the least of the repeats.
 
 Two cost models predict: ``static`` (the roofline on the calibrated cluster) and
-``measured`` (per-op kernel times from the traced steps of ONE profiling placement, the
-simple placer's, plus the executor's dispatch overhead between kernels measured in those
-traces, :func:`core.costs.dispatch_gaps`; applied to the other placements; the simple
-placement's own row is a replay and is left out of the summary).  The report gives each row's relative error, the median and max per
-cost model, and the ranking agreement: among pairs of placements of one workload whose
+``measured`` (per-op kernel times, the fastest over the traced steps of ONE profiling
+placement, the simple placer's, plus the executor's dispatch overhead between kernels
+measured in those traces, :func:`core.costs.dispatch_gaps`; applied to the other
+placements; the simple placement's own row is a replay and is left out of the
+summary).  The report gives each row's relative error, the median and max per cost
+model, and the ranking agreement: among pairs of placements of one workload whose
 measured times differ by more than 10%, how many the prediction orders the same way.
 
 The re-placement loop (the whitepaper's): place with static costs (cost-model placer),
@@ -169,12 +170,13 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
 
 
 def profile_cost_model(traces, graph) -> MeasuredCostModel:
-    """The measured cost model of a profiling run: each op's median kernel time over
-    ``traces`` plus the executor's dispatch overhead measured between kernels
+    """The measured cost model of a profiling run: each op's fastest kernel time over
+    ``traces`` (the undisturbed time, as the measured steps are the fastest) plus the
+    executor's dispatch overhead measured between kernels
     (:func:`core.costs.dispatch_gaps`), static estimates on the calibrated cluster for
     ops the run did not have."""
     return MeasuredCostModel.from_traces(traces, fallback=StaticCostModel(), dispatch=True,
-                                         graph=graph)
+                                         graph=graph, statistic=min)
 
 
 def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:

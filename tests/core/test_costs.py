@@ -93,3 +93,10 @@ def test_static_adds_the_calibrated_kernel_cost_of_the_op_type():
     assert StaticCostModel().op_time(mm, w2) == pytest.approx(W.op_overhead + 3e-6 + 2 * roofline)
     a = g.get_operation_by_name("a")  # Const: the "*" entry
     assert StaticCostModel().op_time(a, w2) == pytest.approx(StaticCostModel().op_time(a, W) + 1e-6)
+
+
+def test_measured_takes_the_statistic_asked_for():
+    traces = [Trace(ops=[OpRecord("mm", "MatMul", W.name, 0, 0.0, t)]) for t in (1e-3, 3e-3, 4e-3)]
+    mm = graph().get_operation_by_name("mm")
+    assert MeasuredCostModel.from_traces(traces).op_time(mm, W) == 3e-3
+    assert MeasuredCostModel.from_traces(traces, statistic=min).op_time(mm, W) == 1e-3
