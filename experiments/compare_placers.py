@@ -5,8 +5,8 @@ Each workload is placed with every placer on one cluster, and the report gives, 
 time placing took, the step time the cost model estimates and, with the ``sim`` backend,
 the step time and peak memory the simulator predicts; with the ``runtime`` backend, the
 measured step (the fastest of the repeats, placements timed side by side in rounds; the
-median beside it) and peak memory (the largest, and per device in MiB).  The best placement per workload (by the last
-step-time column) is marked.
+median beside it) and peak memory (the largest, and per device in MiB).  The best
+placement per workload (by the last step-time column) is marked.
 
     python -m experiments.compare_placers --help
 """

@@ -8,9 +8,10 @@ process; :func:`runtime.calibrate_kernels.measure_kernel_costs` traces a graph o
 op type on tiny and on mid-sized tensors), then the fixed costs of a distributed step by
 :func:`runtime.calibrate.calibrate_distributed` (tiny graphs on a
 :class:`runtime.LocalCluster`: step and RunGraph overheads per task, the latency and
-bandwidth of a tensor crossing processes).  Each workload is then placed by every placer, predicted by the simulator and
-measured on a fresh LocalCluster: all placements side by side, in rounds (the order
-rotating), so that a change in the machine's load hits every placement alike.
+bandwidth of a tensor crossing processes).  Each workload is then placed by every
+placer, predicted by the simulator and measured on a fresh LocalCluster: all placements
+side by side, in rounds (the order rotating), so that a change in the machine's load
+hits every placement alike.
 
 ``measured_ms`` is the fastest of the timed steps (``median_ms`` beside it): the
 simulator predicts a step on a machine that runs nothing else, and on a shared machine

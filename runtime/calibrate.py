@@ -423,7 +423,8 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     costs of a distributed step measured on it: every task's ``step_overhead`` and
     ``part_overhead``, the ``memcpy:<host>`` link's latency and bandwidth (what a tensor
     crossing processes costs), and the ``op_overhead`` of every CPU not calibrated with
-    kernel costs (the server's dispatch cost per op along a chain of tiny ops).  ``figures`` holds the measurements and their samples."""
+    kernel costs (the server's dispatch cost per op along a chain of tiny ops).
+    ``figures`` holds the measurements and their samples."""
     master = tuple(master or cluster.master)
     repeats = 5 if quick else 15
     step, part, step_samples = measure_step_overheads(local_cluster, master, repeats)
