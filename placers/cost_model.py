@@ -19,10 +19,14 @@ Memory: a device holds its variables for good and every other op's outputs from 
 until its last consumer is placed; a device whose capacity the op's outputs would exceed is
 skipped, and an op that fits nowhere raises :class:`core.placement.PlacementError` naming it.
 
-Safeguard (ours, not the whitepaper's): greedy list scheduling can lose to putting
-everything on one device, so the placer also estimates, with the same model
-(:func:`estimate_step_time`), every placement that puts all free groups on one device,
-and returns the best.  By its own cost model it is therefore never worse than one device.
+Beyond the whitepaper (ours): greedy list scheduling is myopic (an op goes where it
+finishes first, even when that strands its successors behind a transfer), so the placer
+also runs the same pass seeded by the graph's name scopes, the parts a person splits a
+model by: the heavy layers or towers spread over the devices, each op of one preferring
+its part's device (:func:`_scope_seeds`; graphs up to ``scope_candidates`` ops).  And
+greedy can lose to putting everything on one device, so it also estimates, with the same
+model (:func:`estimate_step_time`), every placement that puts all free groups on one
+device.  It returns the best: by its own cost model never worse than one device.
 Each estimate also pays the fixed costs of a distributed step (the master's step overhead
 and a part overhead per other task involved, :class:`core.cluster.Task`), and among equal
 estimates the placement with fewer tasks besides the master's wins.
@@ -274,82 +278,151 @@ class CostModelPlacer(BasePlacer):
         (roofline estimates from the op table and the cluster's device rates).
     check_memory : skip devices whose memory the op's outputs would exceed.
     single_device_guard : also consider all-on-one-device placements and keep the best.
+    scope_candidates : also run the earliest-finish pass seeded by the graph's name scopes
+        (layers, towers spread over the devices) on graphs of at most this many ops, and
+        keep the best (0: never).
 
     After :meth:`place`, ``estimated_step_time`` holds the model's step time of the result.
     """
 
     def __init__(self, cost_model: CostModel | None = None, check_memory: bool = True,
-                 single_device_guard: bool = True, **options):
+                 single_device_guard: bool = True, scope_candidates: int = 20_000, **options):
         super().__init__(**options)
         self.cost_model = cost_model or StaticCostModel()
         self.check_memory = check_memory
         self.single_device_guard = single_device_guard
+        self.scope_candidates = scope_candidates
         self.estimated_step_time: float | None = None
 
     def choose(self, constraints):
         model = _Model(constraints.order, constraints.cluster, self.cost_model)
         group_of = [constraints.op_group[op.name] for op in model.ops]
-        group_device: dict[int, int] = {g.index: model.dev_index[g.fixed]
-                                        for g in constraints.groups if g.fixed is not None}
+        fixed_groups = {g.index: model.dev_index[g.fixed]
+                        for g in constraints.groups if g.fixed is not None}
         feasible = {g.index: [model.dev_index[d.name] for d in g.feasible] for g in constraints.groups}
         capacity = [d.memory_bytes for d in model.devices]
-        used = [0] * len(model.devices)
         # Consumers by data edge, counted once each: when the last is placed, memory is freed.
-        remaining = [len({c for c in model.consumers[i] if any(j == i for j, _ in model.data_inputs[c])})
+        consumers = [len({c for c in model.consumers[i] if any(j == i for j, _ in model.data_inputs[c])})
                      for i in range(len(model.ops))]
-        placed_device = [-1] * len(model.ops)
 
-        def choose(i: int, finish_on) -> int:
-            g = group_of[i]
-            k = group_device.get(g)
-            need = model.out_bytes[i]
-            if k is not None:
-                candidates = [k]
-            else:
-                candidates = feasible[g]
-            best, best_end = -1, 0.0
-            for k in candidates:
-                if self.check_memory and used[k] + need > capacity[k]:
-                    continue
-                end = finish_on(i, k)
-                if best < 0 or end < best_end:
-                    best, best_end = k, end
-            if best < 0:
-                op = model.ops[i]
-                names = ", ".join(model.devices[k].name for k in candidates)
-                raise PlacementError(op.name, None, f"its outputs ({need} bytes) fit in the memory "
-                                     f"of no feasible device ({names})")
-            group_device[g] = best
-            placed_device[i] = best
-            # Memory: this op's outputs stay until its last consumer is placed.
-            used[best] += need
-            if not remaining[i] and not model.persistent[i]:
-                used[best] -= need
-            for j in {j for j, _ in model.data_inputs[i]}:
-                remaining[j] -= 1
-                if remaining[j] == 0 and not model.persistent[j]:
-                    used[placed_device[j]] -= model.out_bytes[j]
-            return best
+        def greedy(preferred=None) -> tuple[list[int], float]:
+            """One earliest-finish pass; ``preferred[i]``, when set, is op ``i``'s device
+            unless its group already has one or it is not feasible or does not fit."""
+            group_device = dict(fixed_groups)
+            used = [0] * len(model.devices)
+            remaining = list(consumers)
+            placed_device = [-1] * len(model.ops)
 
-        devices, makespan = model.schedule(choose)
-        best_devices = devices
-        best_key = (makespan + _fixed_costs(model, devices), _remote_tasks(model, devices))
+            def choose(i: int, finish_on) -> int:
+                g = group_of[i]
+                k = group_device.get(g)
+                need = model.out_bytes[i]
+                if k is not None:
+                    candidates = [k]
+                else:
+                    candidates = feasible[g]
+                    want = preferred[i] if preferred is not None else -1
+                    if want in candidates and not (self.check_memory and used[want] + need > capacity[want]):
+                        candidates = [want]
+                best, best_end = -1, 0.0
+                for k in candidates:
+                    if self.check_memory and used[k] + need > capacity[k]:
+                        continue
+                    end = finish_on(i, k)
+                    if best < 0 or end < best_end:
+                        best, best_end = k, end
+                if best < 0:
+                    op = model.ops[i]
+                    names = ", ".join(model.devices[k].name for k in candidates)
+                    raise PlacementError(op.name, None, f"its outputs ({need} bytes) fit in the memory "
+                                         f"of no feasible device ({names})")
+                group_device[g] = best
+                placed_device[i] = best
+                # Memory: this op's outputs stay until its last consumer is placed.
+                used[best] += need
+                if not remaining[i] and not model.persistent[i]:
+                    used[best] -= need
+                for j in {j for j, _ in model.data_inputs[i]}:
+                    remaining[j] -= 1
+                    if remaining[j] == 0 and not model.persistent[j]:
+                        used[placed_device[j]] -= model.out_bytes[j]
+                return best
+
+            return model.schedule(choose)
+
+        def key(devices, makespan):
+            return (makespan + _fixed_costs(model, devices), _remote_tasks(model, devices))
+
+        best_devices, makespan = greedy()
+        best_key = key(best_devices, makespan)
+        if self.scope_candidates and len(model.ops) <= self.scope_candidates:
+            for preferred in _scope_seeds(model, feasible, group_of):
+                devices, makespan = greedy(preferred)
+                if key(devices, makespan) < best_key:
+                    best_devices, best_key = devices, key(devices, makespan)
         if self.single_device_guard:
-            fixed = {g.index for g in constraints.groups if g.fixed is not None}
+            fixed = set(fixed_groups)
             feasible_sets = {g: set(ks) for g, ks in feasible.items()}
+            base = best_devices
             for k in range(len(model.devices)):
                 alt = [k if k in feasible_sets[group_of[i]] and group_of[i] not in fixed
-                       else devices[i] for i in range(len(model.ops))]
+                       else base[i] for i in range(len(model.ops))]
                 if not _groups_consistent(alt, group_of) or not _fits(model, alt, capacity):
                     continue
-                key = (_estimate(model, alt), _remote_tasks(model, alt))
-                if key < best_key:
-                    best_devices, best_key = alt, key
+                alt_key = (_estimate(model, alt), _remote_tasks(model, alt))
+                if alt_key < best_key:
+                    best_devices, best_key = alt, alt_key
         self.estimated_step_time = best_key[0]
         chosen = {}
         for i, op in enumerate(model.ops):
             chosen.setdefault(group_of[i], model.devices[best_devices[i]])
         return chosen
+
+
+def _scope_of(name: str, depth: int) -> str:
+    """An op's model part: its first ``depth`` name scopes, the gradient scope taken off
+    (``gradients/layer1/MatMul_grad/MatMul`` belongs with ``layer1/MatMul``)."""
+    parts = name.split("/")
+    if parts[0].startswith("gradients") and len(parts) > 1:
+        parts = parts[1:]
+    return "/".join(parts[:depth]) if len(parts) > depth else ""
+
+
+def _scope_seeds(model: _Model, feasible: dict, group_of: list[int]) -> list[list[int]]:
+    """Seeds for the earliest-finish pass from the graph's name scopes, the parts a
+    person splits a model by (layers, towers): for scope depths 1 and 2, the scopes
+    holding at least 5% of the work spread over the devices that can run them all,
+    heaviest first onto the least loaded (each op of such a scope then prefers its
+    scope's device; every other op chooses freely).  Empty when fewer than two scopes
+    qualify or fewer than two devices could take them."""
+    work = [model.op_time(i, 0) if 0 in feasible[group_of[i]] else 0.0
+            for i in range(len(model.ops))]
+    total = sum(work) or 1.0
+    seeds = []
+    for depth in (1, 2):
+        scope = [_scope_of(op.name, depth) for op in model.ops]
+        weight: dict[str, float] = {}
+        devices_of: dict[str, set] = {}
+        for i, s in enumerate(scope):
+            if s:
+                weight[s] = weight.get(s, 0.0) + work[i]
+                ks = set(feasible[group_of[i]])
+                devices_of[s] = devices_of[s] & ks if s in devices_of else ks
+        big = sorted((s for s in weight if weight[s] >= 0.05 * total and devices_of[s]),
+                     key=lambda s: (-weight[s], s))
+        usable = sorted(set().union(*(devices_of[s] for s in big))) if big else []
+        if len(big) < 2 or len(usable) < 2:
+            continue
+        load = {k: 0.0 for k in usable}
+        home = {}
+        for s in big:
+            k = min(sorted(devices_of[s]), key=lambda k: load[k])
+            home[s] = k
+            load[k] += weight[s]
+        seed = [home.get(s, -1) for s in scope]
+        if seed not in seeds:
+            seeds.append(seed)
+    return seeds
 
 
 def _remote_tasks(model: _Model, devices: list[int]) -> int:
