@@ -180,7 +180,7 @@ class _OpArrays:
         inputs = [op.inputs for op in ops]
         self.n_in = np.fromiter(map(len, inputs), np.int64, n)
         flat_in = list(chain.from_iterable(inputs))
-        self.pos = pos = dict(zip(ops, range(n)))
+        pos = dict(zip(ops, range(n)))  # not kept: 100k entries are ~10 MB
         self.in_op = np.fromiter(map(pos.get, map(_op_of, flat_in), repeat(-1)), np.int64,
                                  len(flat_in))
         self.in_index = np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
@@ -288,10 +288,22 @@ def unique(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def _read_only(value):
+    """``value`` (an array or a tuple of arrays), made read-only: a plan's arrays are
+    shared by everything that reads the plan."""
+    for a in value if isinstance(value, tuple) else (value,):
+        a.flags.writeable = False
+    return value
+
+
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The concatenation of ``range(s, s + l)`` for each start and length."""
     ends = np.cumsum(lengths)
-    return np.repeat(starts - ends + lengths, lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
+    total = int(ends[-1]) if len(ends) else 0
+    return np.repeat(starts - ends + lengths, lengths) + np.arange(total)
+
+
+_VIEW = "core.dataflow"  # the name of the graph's arrays (Graph.cached_view)
 
 
 def _op_arrays(ops: list) -> _OpArrays:
@@ -301,13 +313,41 @@ def _op_arrays(ops: list) -> _OpArrays:
     graph = getattr(ops[0], "graph", None) if ops else None
     if not isinstance(graph, Graph):
         return _OpArrays(ops)
-    view = graph.cached_view("core.dataflow", _OpArrays)
+    view = graph.cached_view(_VIEW, _OpArrays)
     if ops == view.ops:
         return view
-    sel = np.fromiter(map(view.pos.get, ops, repeat(-1)), np.int64, len(ops))
+    pos = dict(zip(view.ops, range(len(view.ops))))
+    sel = np.fromiter(map(pos.get, ops, repeat(-1)), np.int64, len(ops))
     if len(sel) and sel.min() < 0:  # not all from the graph as it is
         return _OpArrays(ops)
     return view.select(sel, ops)
+
+
+class _FromArray:
+    """A list attribute of a :class:`StepPlan` made from its kept numpy array on first
+    use (for the attributes only cost models read, usually as arrays)."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, plan, owner=None):
+        if plan is None:
+            return self
+        value = plan._np[self.name]
+        value = ((value[0].tolist(), value[1].tolist()) if self.name.startswith("csr_")
+                 else value.tolist())
+        plan.__dict__[self.name] = value
+        return value
+
+
+# The arrays a plan keeps from its build (StepPlan.array), and those of them that are
+# lists only on first use.
+_KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
+                "csr_op_input_tensors", "op_device", "tensor_base", "tensor_op",
+                "tensor_bytes", "tensor_spec", "transfer_tensor", "transfer_dst",
+                "transfer_src", "buffer_bytes")
+_ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
+               "csr_op_input_tensors", "tensor_spec")
 
 
 class StepPlan:
@@ -344,6 +384,8 @@ class StepPlan:
     ``transfer_consumers``) are also kept flat, as ``csr_<name> = (ptr, flat)`` (item
     ``i`` is ``flat[ptr[i]:ptr[i + 1]]``); the lists are made on first access.
     ``csr_op_input_tensors`` has each op's data inputs, slot by slot (tensor indices).
+    :meth:`array` gives an attribute as a numpy array (those set-up code reads are kept
+    from the build).
     """
 
     def __init__(self):  # use build()
@@ -358,6 +400,12 @@ class StepPlan:
     op_succ = _Nested()
     op_sends = _Nested()
     transfer_consumers = _Nested()
+    # Lists made from the kept arrays on first use (the simulator reads the arrays).
+    csr_op_pred_ops = _FromArray()
+    csr_op_pred_transfers = _FromArray()
+    csr_op_outputs = _FromArray()
+    csr_op_input_tensors = _FromArray()
+    tensor_spec = _FromArray()
 
     @classmethod
     def build(cls, graph_ops: Sequence[Operation], placement, fetches: Iterable | None = None,
@@ -460,7 +508,7 @@ class StepPlan:
         # distinct transfers, ascending per op (unique sorts the (op, pred) keys).
         same = ~cross
         pred_key = unique(np.concatenate([cons[same] * n + prod[same],
-                                             ctrl_cons * n + ctrl_prod]))
+                                          ctrl_cons * n + ctrl_prod]))
         pred_cons, pred_op = pred_key // n, pred_key % n
         xpred_key = unique(cons[cross] * max(n_transfers, 1) + edge_transfer)
         xpred_cons, xpred_transfer = xpred_key // max(n_transfers, 1), xpred_key % max(n_transfers, 1)
@@ -477,7 +525,8 @@ class StepPlan:
         # fetched tensors are held to the end.
         refs = (np.bincount(read_buf, minlength=n_buffers)
                 + np.bincount(transfer_tensor, minlength=n_buffers)).astype(np.int64)
-        held = sorted({int(tensor_base[self.op_index[t.op.name]]) + t.value_index for t in held_tensors})
+        held = sorted({int(tensor_base[self.op_index[t.op.name]]) + t.value_index
+                       for t in held_tensors})
         refs[resident] += _HELD
         refs[np.array(held, dtype=np.int64)] += _HELD
 
@@ -492,7 +541,7 @@ class StepPlan:
         # outputs nobody reads, freed as soon as the op ends.
         allocated = np.flatnonzero(~persistent[tensor_op])
         dead = np.flatnonzero(refs[:n_tensors] == 0)
-        self._np = columns = {
+        columns = {
             "csr_op_pred_ops": _csr(pred_cons, pred_op, n),
             "csr_op_pred_transfers": _csr(xpred_cons, xpred_transfer, n),
             "csr_op_inputs": _csr(read_cons, read_buf, n),
@@ -519,26 +568,30 @@ class StepPlan:
                                 + np.bincount(xpred_cons, minlength=n)),
         }
         for name, value in columns.items():
-            if name == "op_device":
-                continue  # already a list
+            if name == "op_device" or name in _ARRAY_ONLY:
+                continue  # the list is made above / on first use (_FromArray)
             if name.startswith("csr_"):
                 setattr(self, name, (value[0].tolist(), value[1].tolist()))
             else:
                 setattr(self, name, value.tolist())
+        # Keep the arrays set-up code reads (the rest are a plain list's copy: ~3 MB per
+        # 100k ops each).
+        self._np = {name: _read_only(columns[name]) for name in _KEPT_ARRAYS}
         self.held = held
         self.n_ops, self.n_tensors, self.n_transfers = n, n_tensors, n_transfers
         return self
 
     def array(self, name: str):
-        """The list attribute ``name`` as an int64 numpy array (a ``csr_`` one as its
-        ``(ptr, flat)`` pair of arrays), for set-up code that computes with numpy: kept
-        from :meth:`build`, so no conversion back from the list."""
+        """The list attribute ``name`` as a read-only int64 numpy array (a ``csr_`` one
+        as its ``(ptr, flat)`` pair of arrays), for set-up code that computes with
+        numpy: the simulator's are kept from :meth:`build`, the others are converted
+        from the list once."""
         value = self._np.get(name)
         if value is None:
             attr = getattr(self, name)
-            value = (tuple(np.asarray(a, dtype=np.int64) for a in attr) if name.startswith("csr_")
-                     else np.asarray(attr, dtype=np.int64))
-            self._np[name] = value
+            value = (tuple(np.array(a, dtype=np.int64) for a in attr) if name.startswith("csr_")
+                     else np.array(attr, dtype=np.int64))
+            self._np[name] = _read_only(value)
         return value
 
     @cached_property
@@ -717,9 +770,15 @@ def _topological(ops: list[Operation]) -> list[Operation]:
     then; any other order is checked edge by edge.
     """
     graph = ops[0].graph if ops else None
-    creation = graph is not None and (ops == graph._ops or _is_creation_order(ops, graph))
-    if creation and not any(map(attrgetter("_control_inputs"), ops)):
-        return ops  # nothing can point forward (the common case: no check per op)
+    whole = graph is not None and ops == graph._ops
+    creation = whole or (graph is not None and _is_creation_order(ops, graph))
+    if creation:
+        if whole and isinstance(graph, Graph):  # the graph's arrays know (and are kept)
+            controls = graph.cached_view(_VIEW, _OpArrays).n_ctrl.any()
+        else:
+            controls = any(map(_controls_of, ops))
+        if not controls:
+            return ops  # nothing can point forward (the common case: no check per op)
     pos = {id(op): i for i, op in enumerate(ops)}
     forward = False
     for i, op in enumerate(ops):

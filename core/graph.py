@@ -189,7 +189,8 @@ class Graph:
         self._consumers: dict[str, list[Operation]] = {}
         self._collections: dict[str, list] = {}
         self._version = 0
-        self._views: dict = {}  # cached_view's, for one version
+        self._views: dict = {}  # cached_view's, made at version _views_version
+        self._views_version = 0
         self._lock = threading.RLock()
         # Building scopes; each a stack, innermost last.
         self._device_stack: list = []
@@ -239,13 +240,11 @@ class Graph:
         :class:`core.dataflow.StepPlan` reads) that adding an op or a control edge
         invalidates.  ``key`` names the view."""
         with self._lock:
-            views = self._views
-            if views.get(None) != self._version:
-                views.clear()
-                views[None] = self._version
-            if key not in views:
-                views[key] = make(list(self._ops))
-            return views[key]
+            if self._views_version != self._version:
+                self._views, self._views_version = {}, self._version
+            if key not in self._views:
+                self._views[key] = make(list(self._ops))
+            return self._views[key]
 
     # -- collections -------------------------------------------------------------------
     def add_to_collection(self, key: str, value) -> None:

@@ -38,6 +38,7 @@ else as a message on an open ``RunGraphs`` stream; :class:`WorkerClient`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -87,6 +88,7 @@ def task_name(job: str, task: int) -> str:
     return f"/job:{job}/replica:0/task:{task}"
 
 
+@functools.lru_cache(maxsize=4096)  # on every push: parsing costs more than the push
 def task_of_device(device: str) -> tuple[str, int]:
     """``(job, task)`` of a full device name."""
     spec = DeviceSpec.from_string(device)
@@ -315,13 +317,17 @@ class SegmentPool:
         return segment
 
     def release(self, segment) -> None:
+        """Back to the pool (reused once its receiver let go). Beyond ``keep`` of a
+        size, the oldest goes: most likely one a dead receiver will never let go of
+        (unlinking it is safe: a live receiver's mapping stays valid)."""
         with self._lock:
             free = self._free.setdefault(segment.size, [])
-            if len(free) < self._keep:
-                free.append(segment)
+            free.append(segment)
+            if len(free) <= self._keep:
                 return
-            self._all.remove(segment)
-        _destroy(segment)
+            oldest = free.pop(0)
+            self._all.remove(oldest)
+        _destroy(oldest)
 
     def close(self) -> None:
         with self._lock:
@@ -702,6 +708,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self.incarnation = secrets.token_hex(8)
         self.shm_min_bytes = shm_min_bytes if shm.shm_available() else None
         self._my_host = self._host_of(job, task)
+        self._same_host_cache: dict[tuple[str, int], bool] = {}
         self._sessions: OrderedDict[str, _WorkerSession] = OrderedDict()
         self._sessions_lock = threading.Lock()
         self._max_sessions = max_sessions
@@ -882,7 +889,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         return result, sends
 
     def _same_host(self, dst_task: tuple[str, int]) -> bool:
-        return bool(self._my_host) and self._host_of(*dst_task) == self._my_host
+        same = self._same_host_cache.get(dst_task)  # asked on every push
+        if same is None:
+            same = self._same_host_cache[dst_task] = (
+                bool(self._my_host) and self._host_of(*dst_task) == self._my_host)
+        return same
 
     def _stage_in_segment(self, dst_task: tuple[str, int], arr: np.ndarray):
         """A pooled segment holding a copy of ``arr`` when it goes to a same-host peer

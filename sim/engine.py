@@ -251,9 +251,9 @@ class _Simulation:
         # starts (being sent, and each link of its route offering itself), and the
         # transfer each link offers itself to after it.  Links start free, offering
         # themselves to the first transfer of their queue.
-        self.need, self.next_on_links = [1] * m, [()] * m
+        self.need, self.next_ptr, self.next_on_links = [1] * m, [0] * (m + 1), []
         if self.static and m:
-            first, self.next_on_links = link_successors(
+            first, self.next_ptr, self.next_on_links = link_successors(
                 static_transfer_order(plan, self.durations), route_ids, pair_of)
             route_len = np.fromiter(map(len, route_ids), np.int64, len(route_ids))
             self.need = need = (route_len[pair_of] + 1).tolist()
@@ -437,7 +437,7 @@ class _Simulation:
             # link of its route offers itself to the transfer after it in that link's
             # queue (next_on_links).  need[k] = -1 marks k started.
             need = list(self.need) + [1 << 60]  # the last entry: "no next transfer"
-            next_on_links = self.next_on_links
+            next_ptr, next_on_links = self.next_ptr, self.next_on_links
 
             def send(k):
                 left = need[k] - 1
@@ -447,7 +447,7 @@ class _Simulation:
                     start_transfer(k)
 
             def release_links(k):
-                following = next_on_links[k]
+                following = next_on_links[next_ptr[k]:next_ptr[k + 1]]
                 startable = False
                 for j in following:
                     left = need[j] - 1

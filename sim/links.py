@@ -44,7 +44,7 @@ Transfer 0 crosses links 0 and 1, transfer 1 link 1 only; served 1 first: link 0
 with 0, link 1 with 1, then 0 (2 stands for "no next"):
 
 >>> link_successors([1, 0], routes=[(0, 1), (1,)], route_of=np.array([0, 1]))
-([0, 1], [[2, 2], [0]])
+([0, 1], [0, 2, 3], [2, 2, 0])
 """
 
 from __future__ import annotations
@@ -77,21 +77,29 @@ def static_transfer_order(plan, durations: list[float]) -> list[int]:
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
     ptr, preds = ptr.tolist(), preds[by_owner].tolist()
-    finish = [0.0] * n
-    get = finish.__getitem__
-    for i in range(n):
-        a, b = ptr[i], ptr[i + 1]
-        finish[i] = (max(map(get, preds[a:b])) if a != b else 0.0) + durations[i]
+    # finish[i] = the latest finish among i's predecessors + i's duration, in
+    # topological order (the one-predecessor case, the commonest, without a max()).
+    finish: list[float] = []
+    append, get = finish.append, finish.__getitem__
+    for a, b, duration in zip(ptr, ptr[1:], durations):
+        if b - a == 1:
+            append(finish[preds[a]] + duration)
+        elif a == b:
+            append(duration)
+        else:
+            append(max(map(get, preds[a:b])) + duration)
     keys = np.asarray(finish)[producer]
     return np.argsort(keys, kind="stable").tolist()  # stable: ties by transfer index
 
 
 def link_successors(order, routes: list[tuple[int, ...]], route_of: np.ndarray
-                    ) -> tuple[list[int], list[list[int]]]:
+                    ) -> tuple[list[int], list[int], list[int]]:
     """The queues of the static order, as what the engine's countdowns need: the first
     transfer of each link's queue (each link crossed by some transfer, in link order),
-    and for each transfer, the transfer after it in the queue of each link of its route
-    (in route order; ``len(route_of)``, a transfer that never starts, after the last).
+    and for each transfer ``k``, the transfer after it in the queue of each link of its
+    route (in route order; ``len(route_of)``, a transfer that never starts, after the
+    last), as ``flat[ptr[k]:ptr[k + 1]]``: returns ``(first, ptr, flat)`` (flat lists:
+    a list per transfer would be 100k small objects to allocate).
 
     ``order``: transfer indices in service order; ``routes``: the distinct routes, as
     link indices; ``route_of``: the route of each transfer.  Numpy lists the (transfer,
@@ -117,5 +125,4 @@ def link_successors(order, routes: list[tuple[int, ...]], route_of: np.ndarray
     start = np.cumsum(pairs) - pairs
     flat = np.empty(len(owner), np.int64)
     flat[start[owner] + slot] = after
-    flat, bounds = flat.tolist(), (start + pairs).tolist()
-    return first.tolist(), [flat[a:b] for a, b in zip(start.tolist(), bounds)]
+    return first.tolist(), np.append(start, len(owner)).tolist(), flat.tolist()

@@ -544,6 +544,8 @@ def test_stream_caller_deadline_and_dead_peer_are_errors_not_hangs(echo_server):
         nobody.call(tensor_pb2.PingRequest(payload=b"x"), 5)
     assert time.monotonic() - start < 3
     nobody.close()
+    with pytest.raises(wire.PeerUnavailable):  # closed (its peer was reset): an error
+        nobody.call(tensor_pb2.PingRequest(payload=b"x"), 5)
 
 
 def _free_port_list():
@@ -608,6 +610,8 @@ def test_local_caller_deadline_and_dead_peer_are_errors_not_hangs(echo_server):
     finally:
         caller.close()
         listener.close()
+    with pytest.raises(wire.PeerUnavailable):
+        caller.call(tensor_pb2.PingRequest(payload=b"c"), 5)
 
 
 @pytest.mark.skipif(not shm.shm_available(), reason="no /dev/shm")
@@ -658,3 +662,26 @@ def test_segment_maps_close_unused_mappings_beyond_their_cap():
         del held
         maps.close()
         pool.close()
+
+
+def test_local_caller_reaches_a_restarted_server_on_a_new_connection(echo_server):
+    _, grpc_address = echo_server
+    address = _local_address()
+    listener = _echo_listener(address)
+    caller = _local_caller(address, grpc_address)
+    try:
+        assert caller.call(tensor_pb2.PingRequest(payload=b"a"), 5).payload == b"a"
+        listener.close()  # the server goes; its connection is left idle in the pool
+        time.sleep(0.05)
+        listener = _echo_listener(address)  # and comes back at the same address
+        assert caller.call(tensor_pb2.PingRequest(payload=b"b"), 5).payload == b"b"
+        got: list = []
+        caller.call_async(tensor_pb2.PingRequest(payload=b"c"), lambda r, e: got.append((r, e)), 5)
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got and got[0][1] is None and got[0][0].payload == b"c"
+        assert not caller.fallback._open  # all local
+    finally:
+        caller.close()
+        listener.close()
