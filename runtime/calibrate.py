@@ -36,9 +36,10 @@ figure                        measured by
                               master's task (client RunStep round trip, master bookkeeping)
 ``Task.part_overhead``        the same with 1..n other tasks involved: the least-squares
                               slope per extra task (the master's RunGraph calls)
-memcpy link (latency,         :func:`measure_process_transfer`: a tensor made on another task
-bandwidth)                    and read on the master's, at several sizes, minus the same
-                              graph without the crossing; a least-squares line
+memcpy link (latency,         :func:`measure_process_transfer`: tensors made on another task
+bandwidth)                    and read on the master's, minus the same graph without the
+                              crossings: a chain of tiny hops between the two tasks for
+                              the latency, one tensor per size for the bandwidth
 CPU ``op_overhead``           :func:`measure_dispatch_overhead`: a chain of tiny ops on the
                               master's task, the slope per op (the server's executor)
 ============================  ==============================================================
@@ -353,14 +354,21 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
 
 
 def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
-                             sizes=(4, 64 << 10, 1 << 20, 4 << 20), repeats: int = 9
-                             ) -> tuple[float, float, dict]:
-    """``(latency s, bandwidth bytes/s, samples)`` of a tensor crossing from task ``src``
-    to the master's task on one host (gRPC stream or shared memory, as the runtime
-    chooses): for each size, the step with the tensor made on ``src`` and read on the
-    master, minus the same graph with both ops on the master (and a tiny op on ``src``,
-    so both steps involve the same tasks); the line through the smallest and the largest
-    size."""
+                             sizes=(4, 64 << 10, 1 << 20, 4 << 20), repeats: int = 9,
+                             crossings: int = 32) -> tuple[float, float, dict]:
+    """``(latency s, bandwidth bytes/s, samples)`` of tensors crossing from task ``src``
+    to the master's task on one host (stream, local socket or shared memory, as the
+    runtime chooses).
+
+    ``latency`` is what a crossing of a small tensor on the critical path adds to a
+    step: a chain of ``crossings`` tiny ops alternating between ``src`` and the master
+    (each hop a crossing, from the send to the consumer's start on the other side),
+    minus the same chain on the master alone, over ``crossings`` (one crossing alone is
+    lost in the noise of a step; independent ones overlap and measure less).  For each of
+    ``sizes``, ``samples`` holds the same difference for one tensor of that size; the
+    bandwidth is the slope between the smallest and the largest (the runtime switches
+    paths in between, so the middle sizes would bend a least-squares line).  Both steps
+    of a pair involve the same tasks (a tiny op on ``src`` in the local one)."""
     import core as tf
     src, master = tuple(src), tuple(master)
 
@@ -378,16 +386,31 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
             return g, [c, d]
         return make
 
-    samples = {}
-    for nbytes in sizes:
-        crossed = _step_time(local_cluster, build(nbytes, True), master, repeats)
-        local = _step_time(local_cluster, build(nbytes, False), master, repeats)
-        samples[nbytes] = crossed - local
-    # The line through the smallest and the largest size: the runtime switches paths
-    # (stream messages, chunked calls, shared memory) between them, and a least-squares
-    # line through the middle sizes would give small tensors a large latency.
+    def chain(crossing):
+        def make():
+            g = tf.Graph()
+            with g.as_default():
+                with tf.device(_cpu(*master)):
+                    x = tf.constant(np.float32(1.0), name="x")
+                for i in range(crossings):
+                    here = (src if i % 2 == 0 else master) if crossing else master
+                    with tf.device(_cpu(*here)):
+                        x = tf.identity(x, name=f"hop{i}")
+                with tf.device(_cpu(*master)):
+                    x = tf.identity(x, name="last")
+                with tf.device(_cpu(*src)):
+                    d = tf.identity(tf.constant(np.float32(1.0), name="t"), name="d")
+            return g, [x, d]
+        return make
+
+    def added(make_crossed, make_local, count=1):
+        crossed = _step_time(local_cluster, make_crossed, master, repeats)
+        local = _step_time(local_cluster, make_local, master, repeats)
+        return (crossed - local) / count
+
+    samples = {n: added(build(n, True), build(n, False)) for n in sizes}
+    latency = max(added(chain(True), chain(False), crossings), 1e-6)
     small, large = min(samples), max(samples)
-    latency = max(samples[small], 1e-6)
     per_byte = (samples[large] - samples[small]) / max(1, large - small)
     per_byte = max(per_byte, 1e-12)
     return latency, 1.0 / per_byte, samples
