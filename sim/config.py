@@ -31,6 +31,11 @@ class SimConfig:
         Step times are then monotone in every link's bandwidth (see :mod:`sim.links`).
         ``"ready"``: first come, first served by (ready time, transfer index); never idle
         while a ready transfer waits, but faster links can make a step slower.
+    serial_dispatch : each task dispatches one op at a time, as a runtime whose executor
+        runs in one Python interpreter does (its GIL): an op's first part, the device's
+        ``op_overhead`` plus its kernel type's fixed cost (``Device.kernel_cost``; the
+        call into the kernel, made holding the lock), waits for the task's dispatcher
+        and holds it; the rest of the op (the kernel's work) runs in parallel.
 
     >>> SimConfig(per_process_gpu_memory_fraction=0.4).record_oom
     False

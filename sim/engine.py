@@ -221,6 +221,24 @@ class _Simulation:
         total = np.concatenate([[0], np.cumsum(sizes)])
         self.op_alloc = (total[ptr[1:]] - total[ptr[:-1]]).tolist()
 
+    def serial_parts(self) -> list[float]:
+        """Per op, the part its task's dispatcher serves alone (``SimConfig.
+        serial_dispatch``): the device's ``op_overhead`` and the fixed cost of the op's
+        kernel type (``Device.kernel_cost``)."""
+        types = self.plan.op_types
+        fixed = [{} if dev.kernel_costs else None for dev in self.devices]
+        parts = []
+        for i, d in enumerate(self.plan.op_device):
+            part = self.devices[d].op_overhead
+            table = fixed[d]
+            if table is not None:
+                cost = table.get(types[i])
+                if cost is None:
+                    cost = table[types[i]] = self.devices[d].kernel_cost(types[i])[0]
+                part += cost
+            parts.append(min(part, 1e300))
+        return parts
+
     def _setup_transfers(self):
         plan, cluster = self.plan, self.cluster
         m, n_dev = plan.n_transfers, len(plan.devices)
@@ -344,7 +362,7 @@ class _Simulation:
 
         serial = self.config.serial_dispatch
         task_of = self.task_of
-        overhead = [min(dev.op_overhead, 1e300) for dev in self.devices]
+        serial_part = self.serial_parts() if serial else None
         dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
 
         def start(i, slot, cores):
@@ -357,7 +375,7 @@ class _Simulation:
                 # The task's dispatcher serves one op at a time (its GIL).
                 t = task_of[d]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
-                dispatch_free[t] = begin + min(overhead[d], duration)
+                dispatch_free[t] = begin + min(serial_part[i], duration)
                 duration += begin - now
             op_start[i] = now
             op_thread[i] = slot
