@@ -318,16 +318,21 @@ class SegmentPool:
 
     def release(self, segment) -> None:
         """Back to the pool (reused once its receiver let go). Beyond ``keep`` of a
-        size, the oldest goes: most likely one a dead receiver will never let go of
-        (unlinking it is safe: a live receiver's mapping stays valid)."""
+        size, the oldest one its receiver let go of is unlinked.  One still held (its
+        flag set) stays: its receiver may not have opened it by name yet (a push just
+        sent), and unlinking it then would lose the tensor; :meth:`close` unlinks
+        whatever is left."""
         with self._lock:
             free = self._free.setdefault(segment.size, [])
             free.append(segment)
             if len(free) <= self._keep:
                 return
-            oldest = free.pop(0)
-            self._all.remove(oldest)
-        _destroy(oldest)
+            done = next((s for s in free if s.buf[0] == 0), None)
+            if done is None:
+                return
+            free.remove(done)
+            self._all.remove(done)
+        _destroy(done)
 
     def close(self) -> None:
         with self._lock:
@@ -337,14 +342,14 @@ class SegmentPool:
 
 
 def _destroy(segment) -> None:
+    from runtime.shm import unlink_segment
     try:
         segment.close()
     except BufferError:  # a view is still alive; the unlink below frees the name
         pass
-    try:
-        segment.unlink()
-    except FileNotFoundError:
-        pass
+    # Not SharedMemory.unlink(): it also unregisters the name from the resource tracker,
+    # which no longer has it (acquire unregistered it) and prints a KeyError.
+    unlink_segment(segment.name)
 
 
 class BufferPool:
@@ -1033,8 +1038,18 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 
     def _take_frame(self, frame) -> None:
         """A tensor pushed as one frame (its bytes, or a pooled segment's reference)
-        into the rendezvous; raises WireError (the frame is refused)."""
-        key, array = decode_pooled(frame, (), self.buffers, self.segment_maps)
+        into the rendezvous; raises WireError (the frame is refused), after failing the
+        tensor's step with it: its consumer would otherwise wait for the deadline."""
+        try:
+            key, array = decode_pooled(frame, (), self.buffers, self.segment_maps)
+        except wire.WireError as err:
+            try:
+                step_id = wire.parse_rendezvous_key(err.key).step_id
+            except ValueError:  # no key to tell the step by
+                raise err from None
+            self.rendezvous.abort(step_id, StepAborted(
+                f"a tensor pushed for step {step_id} was refused: {err}"))
+            raise
         self.rendezvous.put(key, array)
 
     def AbortStep(self, request, context):  # noqa: N802
