@@ -125,13 +125,14 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
     return rows
 
 
-def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: int = 5
-            ) -> pd.DataFrame:
+def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: int = 5,
+            blas_threads: int = 1) -> pd.DataFrame:
     """One row per (workload, placer); workloads the cluster cannot run are skipped.
 
     With ``"runtime"`` in ``backends`` each workload runs on a fresh
     :class:`runtime.LocalCluster` with the tasks of ``cluster`` (a fresh one, because
-    variables outlive sessions on a cluster and workloads reuse variable names).
+    variables outlive sessions on a cluster and workloads reuse variable names), its
+    servers with ``OPENBLAS_NUM_THREADS=blas_threads`` (0: the library's default).
     """
     cost_model = StaticCostModel()
     rows = []
@@ -141,7 +142,9 @@ def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: 
             print(f"skipping {wname}: it needs the tasks {w.cluster_spec.tasks()}")
             continue
         with contextlib.ExitStack() as stack:
-            local = (stack.enter_context(runtime.LocalCluster(runtime_cluster_spec(cluster)))
+            env = {"OPENBLAS_NUM_THREADS": str(blas_threads)} if blas_threads else {}
+            local = (stack.enter_context(runtime.LocalCluster(runtime_cluster_spec(cluster),
+                                                              env=env))
                      if "runtime" in backends else None)
             rows += _compare_placers(wname, w, cluster, backends, local, cost_model, repeats)
     frame = pd.DataFrame(rows)
@@ -161,6 +164,10 @@ def main(argv=None) -> pd.DataFrame:
                         help="simulate (sim), really run on server processes here (runtime), "
                              "both, or only the cost model's estimate (none)")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per placement")
+    parser.add_argument("--blas-threads", type=int, default=1,
+                        help="OPENBLAS_NUM_THREADS of the server processes (0: the library's "
+                             "default, a spinning thread per core in each process, which on a "
+                             "small machine makes concurrent matmuls wait for each other)")
     parser.add_argument("--cluster", default="ps_workers",
                         help=f"a preset ({', '.join(CLUSTERS)}) or a cluster JSON file")
     args = parser.parse_args(argv)
@@ -170,7 +177,7 @@ def main(argv=None) -> pd.DataFrame:
         if args.cluster not in RUNNABLE_CLUSTERS:
             parser.error(f"--backend {args.backend} runs the cluster on this machine: use "
                          f"--cluster {' or '.join(RUNNABLE_CLUSTERS)}, or --backend sim")
-    frame = compare(args.workloads, cluster, backends, args.repeats)
+    frame = compare(args.workloads, cluster, backends, args.repeats, args.blas_threads)
     shown = frame.drop(columns=[c for c in frame if c.endswith("_per_device") and "MiB" in c])
     print_table(shown, f"placers on {args.cluster} ({len(cluster.devices)} devices); "
                        "est: the cost model's estimate; sim: the simulator's; real: measured "
