@@ -1281,18 +1281,20 @@ def _close_listening(sock) -> None:
     sock.close()
 
 
-class LocalPushListener:
-    """Accepts local push connections; ``deliver(frame)`` gets every frame (a
-    ``memoryview``), on the connection's reader thread, in the order sent. A connection
-    ends on EOF, an error, or a frame that ``deliver`` refuses (it raised)."""
+class _UnixListener:
+    """A Unix-socket server for processes of this host: accepts connections at
+    ``path`` and reads length-prefixed frames on one thread per connection, handing
+    each to :meth:`_handle` in order.  A connection ends on EOF, an error, or a frame
+    ``_handle`` refuses (it raised, or returned False)."""
 
-    def __init__(self, address: str, deliver: Callable[[memoryview], None]):
+    _kind = "local"
+
+    def __init__(self, path: str):
         import socket
 
-        self._deliver = deliver
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._sock.bind(local_push_name(address))
+            self._sock.bind(path)
             self._sock.listen(64)
         except OSError:
             self._sock.close()
@@ -1300,7 +1302,10 @@ class LocalPushListener:
         self._conns: set = set()
         self._lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name="local-push accept").start()
+        threading.Thread(target=self._accept, daemon=True, name=f"{self._kind} accept").start()
+
+    def _handle(self, conn, frame: memoryview) -> bool:
+        raise NotImplementedError
 
     def _accept(self) -> None:
         while True:
@@ -1314,7 +1319,7 @@ class LocalPushListener:
                     return
                 self._conns.add(conn)
             threading.Thread(target=self._read, args=(conn,), daemon=True,
-                             name="local-push read").start()
+                             name=f"{self._kind} read").start()
 
     def _read(self, conn) -> None:
         try:
@@ -1323,9 +1328,8 @@ class LocalPushListener:
                 if head is None:
                     return
                 frame = _recv_exact(conn, int.from_bytes(head, "little"))
-                if frame is None:
+                if frame is None or self._handle(conn, frame) is False:
                     return
-                self._deliver(frame)
         except Exception:  # noqa: BLE001 - a broken or bad connection: drop it
             return
         finally:
@@ -1345,6 +1349,22 @@ class LocalPushListener:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+class LocalPushListener(_UnixListener):
+    """Accepts local push connections; ``deliver(frame)`` gets every frame (a
+    ``memoryview``), on the connection's reader thread, in the order sent. A connection
+    ends on EOF, an error, or a frame that ``deliver`` refuses (it raised)."""
+
+    _kind = "local-push"
+
+    def __init__(self, address: str, deliver: Callable[[memoryview], None]):
+        self._deliver = deliver
+        super().__init__(local_push_name(address))
+
+    def _handle(self, conn, frame: memoryview) -> bool:
+        self._deliver(frame)
+        return True
 
 
 def _recv_exact(conn, n: int) -> memoryview | None:
@@ -1483,7 +1503,7 @@ def _recv_frame(sock, deadline: float) -> memoryview | None:
     return frame
 
 
-class LocalCallListener:
+class LocalCallListener(_UnixListener):
     """Takes calls from processes of this host on :func:`local_call_name` of
     ``address``. A request frame is an 8-byte little-endian length, one byte giving
     the length of the method name, the method name (``"Worker.RunGraph"``) and the
@@ -1492,70 +1512,20 @@ class LocalCallListener:
     connection carries one call at a time). An unknown method or a handler that raises
     closes the connection (the caller sees the peer gone)."""
 
+    _kind = "local-call"
+
     def __init__(self, address: str, handlers: dict[str, Callable[[memoryview], bytes]]):
-        import socket
-
         self._handlers = handlers
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._sock.bind(local_call_name(address))
-            self._sock.listen(64)
-        except OSError:
-            self._sock.close()
-            raise
-        self._conns: set = set()
-        self._lock = threading.Lock()
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name="local-call accept").start()
+        super().__init__(local_call_name(address))
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:  # closed
-                return
-            with self._lock:
-                if self._closed:
-                    conn.close()
-                    return
-                self._conns.add(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True,
-                             name="local-call serve").start()
-
-    def _serve(self, conn) -> None:
-        try:
-            while True:
-                head = _recv_exact(conn, _FRAME_LENGTH_BYTES)
-                if head is None:
-                    return
-                frame = _recv_exact(conn, int.from_bytes(head, "little"))
-                if frame is None:
-                    return
-                name_end = 1 + frame[0]
-                handler = self._handlers.get(bytes(frame[1:name_end]).decode("ascii", "replace"))
-                if handler is None:
-                    return
-                answer = handler(frame[name_end:])
-                conn.sendall(len(answer).to_bytes(_FRAME_LENGTH_BYTES, "little") + answer)
-        except Exception:  # noqa: BLE001 - a broken or bad connection: drop it
-            return
-        finally:
-            with self._lock:
-                self._conns.discard(conn)
-            conn.close()
-
-    def close(self) -> None:
-        import socket
-
-        with self._lock:
-            self._closed = True
-            conns, self._conns = list(self._conns), set()
-        _close_listening(self._sock)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    def _handle(self, conn, frame: memoryview) -> bool:
+        name_end = 1 + frame[0]
+        handler = self._handlers.get(bytes(frame[1:name_end]).decode("ascii", "replace"))
+        if handler is None:
+            return False
+        answer = handler(frame[name_end:])
+        conn.sendall(len(answer).to_bytes(_FRAME_LENGTH_BYTES, "little") + answer)
+        return True
 
 
 class _LocalConnection:
