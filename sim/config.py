@@ -35,7 +35,9 @@ class SimConfig:
         runs in one Python interpreter does (its GIL): an op's first part, the device's
         ``op_overhead`` plus its kernel type's fixed cost (``Device.kernel_cost``; the
         call into the kernel, made holding the lock), waits for the task's dispatcher
-        and holds it; the rest of the op (the kernel's work) runs in parallel.
+        and holds it; the rest of the op (the kernel's work) runs in parallel.  Each end
+        of a transfer between tasks also holds its task's dispatcher for half the
+        route's latency (sending and taking in a tensor is Python work on both sides).
 
     >>> SimConfig(per_process_gpu_memory_fraction=0.4).record_oom
     False

@@ -262,6 +262,12 @@ class _Simulation:
         pair_of = pair_of.reshape(-1)
         self.transfer_links: list[tuple[int, ...]] = list(map(route_ids.__getitem__,
                                                               pair_of.tolist()))
+        if self.config.serial_dispatch:
+            # What each end's dispatcher spends on a transfer: half its route's latency
+            # (sending and taking a tensor is Python work on both tasks, under their GIL).
+            half = [sum(link.latency for link in routes[divmod(int(keys[p]), n_dev)]) / 2
+                    for p in range(len(keys))]
+            self.transfer_cpu = list(map(half.__getitem__, pair_of.tolist()))
         self.transfer_durations = transfer_durations(plan, routes, self.cost_model)
         self.static = self.config.link_order == "static"
         n_links = len(self.link_names)
@@ -318,6 +324,7 @@ class _Simulation:
         consumer_ptr, consumers = plan.csr_transfer_consumers
         op_device, tensor_op = plan.op_device, plan.tensor_op
         transfer_tensor, transfer_dst = plan.transfer_tensor, plan.transfer_dst
+        transfer_src = plan.transfer_src
         buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
 
         # Resources.
@@ -514,8 +521,14 @@ class _Simulation:
                             take_links(transfer_links[j])
                             start_transfer(j)
 
+        transfer_cpu = self.transfer_cpu if serial else None
+
         def start_transfer(k):
             now = env._now
+            if serial:  # the sender's dispatcher sends it
+                t = task_of[transfer_src[k]]
+                begin = dispatch_free[t] if dispatch_free[t] > now else now
+                dispatch_free[t] = begin + transfer_cpu[k]
             nbytes = buffer_bytes[n_tensors + k]
             if nbytes:  # the received copy's buffer
                 d = transfer_dst[k]
@@ -534,6 +547,10 @@ class _Simulation:
             k = event._value
             now = env._now
             x_end[k] = now
+            if serial:  # the receiver's dispatcher takes it in
+                t = task_of[transfer_dst[k]]
+                begin = dispatch_free[t] if dispatch_free[t] > now else now
+                dispatch_free[t] = begin + transfer_cpu[k]
             # StepState.transfer_done: the source buffer's reference, consumers' counts
             # (the buffer is freed before any consumer starts, as StepState reports it).
             t = transfer_tensor[k]

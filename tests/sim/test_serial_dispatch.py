@@ -1,0 +1,80 @@
+"""SimConfig.serial_dispatch: each task's Python dispatcher serves one op (and one end
+of a transfer) at a time, as the runtime's executor does under its interpreter's GIL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import core as tf
+from core.cluster import Cluster, ClusterSpec
+from core.placement import Placement
+from sim import SimConfig, simulate
+from strategies import FixedCost
+
+SPEC = ClusterSpec({"worker": ["127.0.0.1:0", "127.0.0.1:0"]})
+HOSTS = {("worker", 0): "h", ("worker", 1): "h"}
+W0, W1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+SERIAL = SimConfig(serial_dispatch=True)
+
+
+def cluster(overhead=1e-3, latency=0.0, kernel_costs=()):
+    c = Cluster.from_spec(SPEC, hosts=HOSTS, cpu_cores=4, cpu_inter_op_threads=2)
+    for d in c.devices:
+        c = c.replace_device(d.name, op_overhead=overhead, kernel_costs=kernel_costs)
+    return c.replace_link("memcpy:h", latency=latency, bandwidth=1e12)
+
+
+def independent(devices):
+    g = tf.Graph()
+    with g.as_default():
+        for i, dev in enumerate(devices):
+            with tf.device(dev):
+                tf.constant(np.float32(i), name=f"c{i}")
+    return g, Placement({f"c{i}": dev for i, dev in enumerate(devices)})
+
+
+def ends(trace):
+    return sorted(round(r.end, 9) for r in trace.ops)
+
+
+def test_ops_of_one_task_take_turns_at_the_dispatcher():
+    g, p = independent([W0, W0])
+    costs = FixedCost(default=5e-3)  # each op: 1 ms of dispatch within its 5 ms
+    assert ends(simulate(g, p, cluster(), cost_model=costs)) == [5e-3, 5e-3]
+    assert ends(simulate(g, p, cluster(), cost_model=costs, config=SERIAL)) == [5e-3, 6e-3]
+
+
+def test_ops_of_two_tasks_do_not():
+    g, p = independent([W0, W1])
+    trace = simulate(g, p, cluster(), cost_model=FixedCost(default=5e-3), config=SERIAL)
+    assert ends(trace) == [5e-3, 5e-3]
+
+
+def test_the_kernel_types_fixed_cost_is_served_by_the_dispatcher_too():
+    g, p = independent([W0, W0])
+    c = cluster(kernel_costs={"Const": (2e-3, 1.0)})
+    trace = simulate(g, p, c, cost_model=FixedCost(default=5e-3), config=SERIAL)
+    assert ends(trace) == [5e-3, 8e-3]  # the second waits for 1 + 2 ms
+
+
+def test_both_ends_of_a_transfer_hold_their_dispatchers():
+    # a (W0) -> b (W1) crosses: 2 ms of latency, 1 ms of it on each end's dispatcher:
+    # it arrives at 3 ms and W1's dispatcher takes it in until 4 ms.  c on W1, ready at
+    # 3.5 ms, waits for that.
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(W0):
+            a = tf.constant(np.float32(1.0), name="a")
+        with tf.device(W1):
+            late = tf.constant(np.float32(2.0), name="late")
+            tf.identity(a, name="b")
+            tf.identity(late, name="c")
+    p = Placement({op.name: op.device for op in g.get_operations()})
+    costs = FixedCost({"a": 1e-3, "late": 3.5e-3, "b": 1e-3, "c": 1e-3})
+    c = cluster(overhead=0.0, latency=2e-3)
+    plain = {r.op: r for r in simulate(g, p, c, cost_model=costs).ops}
+    serial = {r.op: r for r in simulate(g, p, c, cost_model=costs, config=SERIAL).ops}
+    assert plain["b"].start == pytest.approx(3e-3) and serial["b"].start == pytest.approx(3e-3)
+    assert plain["c"].end == pytest.approx(4.5e-3)
+    assert serial["c"].end == pytest.approx(5e-3)  # behind the receive
