@@ -33,7 +33,8 @@ from runtime import wire
 from runtime.errors import LabRuntimeError
 from runtime.protos import master_pb2_grpc, tensor_pb2
 
-__all__ = ["LocalCluster", "free_ports", "wait_until_serving", "ClusterStartError"]
+__all__ = ["LocalCluster", "free_ports", "wait_until_serving", "reap_segments",
+           "ClusterStartError"]
 
 
 class ClusterStartError(LabRuntimeError):
@@ -54,6 +55,18 @@ def free_ports(n: int, host: str = wire.LOCALHOST) -> list[int]:
         for s in socks:
             s.close()
     return ports
+
+
+def reap_segments(pid: int) -> int:
+    """Unlink the shared-memory segments a dead server process ``pid`` created (its
+    pooled and exported tensors: their names carry the creator's pid), which a process
+    killed with SIGKILL leaves behind; return how many.  A receiver's mapping of one
+    stays valid."""
+    from runtime.shm import SEGMENT_PREFIX, list_segments, unlink_segment
+    from runtime.worker import POOL_PREFIX
+    names = [n for prefix in (SEGMENT_PREFIX, POOL_PREFIX)
+             for n in list_segments(f"{prefix}{pid}_")]
+    return sum(unlink_segment(n) for n in names)
 
 
 def wait_until_serving(address: str, timeout: float, *, alive=lambda: True) -> float:
@@ -223,11 +236,12 @@ class LocalCluster:
         return path.read_text(errors="replace") if path is not None and path.exists() else ""
 
     def kill(self, job: str, task: int = 0) -> None:
-        """SIGKILL one task's process (a crash) and reap it."""
+        """SIGKILL one task's process (a crash) and reap it (and its shared memory)."""
         proc = self.processes[(job, task)]
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.wait(10)
+        reap_segments(proc.pid)
 
     def restart(self, job: str, task: int = 0) -> None:
         """Start a killed (or stopped) task again on its address; wait until it serves."""
@@ -254,6 +268,7 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout)
+        reap_segments(proc.pid)
 
     def _terminate_all(self) -> None:
         procs = list(self.processes.values())
@@ -267,6 +282,7 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5.0)
+            reap_segments(p.pid)
         self.processes.clear()
 
     def stop(self) -> None:

@@ -1,8 +1,12 @@
-"""The sender's pool of shared-memory segments never unlinks one a receiver still holds."""
+"""Shared-memory segments: the sender's pool never unlinks one a receiver still holds,
+and a killed server's are reaped."""
 
 from __future__ import annotations
 
-from runtime.shm import list_segments
+import pytest
+
+import runtime
+from runtime.shm import SHM_DIR, list_segments, shm_available
 from runtime.worker import POOL_PREFIX, SegmentPool
 
 
@@ -29,3 +33,14 @@ def test_segments_in_flight_outlive_the_pool_limit_and_cleared_ones_are_reused()
     finally:
         pool.close()
     assert not names & set(list_segments(POOL_PREFIX))
+
+
+@pytest.mark.skipif(not shm_available(), reason="no /dev/shm here")
+def test_a_killed_servers_segments_are_reaped():
+    with runtime.LocalCluster({"worker": 1}) as cluster:
+        pid = cluster.processes[("worker", 0)].pid
+        # What a server leaves behind when SIGKILLed with a push in flight.
+        left = f"{POOL_PREFIX}{pid}_deadbeef"
+        (SHM_DIR / left).write_bytes(bytes(64))
+        cluster.kill("worker", 0)
+        assert left not in list_segments(POOL_PREFIX)
