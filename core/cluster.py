@@ -44,7 +44,7 @@ from core.devices import DeviceSpec, InvalidDeviceSpec, full_name
 __all__ = [
     "ClusterSpec", "InvalidClusterSpec", "UnknownTask", "split_address",
     "Host", "Task", "Device", "Link", "LINK_KINDS", "Cluster", "InvalidCluster",
-    "UnknownDevice", "HardwareFigures", "DEFAULT_FIGURES", "FORMAT",
+    "UnknownDevice", "HardwareFigures", "DEFAULT_FIGURES", "FORMAT", "usable_cpu_cores",
 ]
 
 FORMAT = "placement-lab.cluster/1"
@@ -865,7 +865,7 @@ class Cluster:
         Detection initialises the CUDA driver in this process; a program that forks
         processes which use CUDA should pass ``gpus`` or detect in a child.
         """
-        cores = _cpu_cores()
+        cores = usable_cpu_cores()
         overrides.setdefault("host_memory_bytes", _memory_bytes())
         return cls.single_host(gpus=_detect_gpu_count() if gpus is None else gpus,
                                cpu_cores=cores, job=job, **overrides)
@@ -931,11 +931,13 @@ def _build(tasks: list[Task], gpus: Mapping[tuple[str, int], int], cpu_cores: in
     return Cluster(hosts, tasks, devices, links, nvlink=nvlink)
 
 
-def _cpu_cores() -> int:
+def usable_cpu_cores() -> int:
+    """The cores this process may run on (its affinity; all of them where that is not
+    known), at least 1."""
     try:
-        return len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
+        return max(1, os.cpu_count() or 1)
 
 
 def _memory_bytes() -> int:

@@ -34,7 +34,7 @@ from experiments.workloads import (data_parallel_step, inception_training_step,
                                    transformer_training_step)
 from experiments.workloads.mlp import Workload
 
-__all__ = ["CLUSTERS", "WORKLOADS", "compare"]
+__all__ = ["CLUSTERS", "WORKLOADS", "compare", "placers_to_compare"]
 
 
 def _ps_workers_on_this_host() -> Cluster:
@@ -69,7 +69,8 @@ BACKENDS = ("sim", "runtime")
 RUNNABLE_CLUSTERS = ("ps_workers",)  # clusters whose tasks this machine can start
 
 
-def _placers() -> dict[str, placers.Placer]:
+def placers_to_compare() -> dict[str, placers.Placer]:
+    """The placers the experiments compare, by the name the reports give them."""
     return {
         "simple": placers.SimplePlacer(),
         "round_robin": placers.RoundRobinPlacer(),
@@ -92,7 +93,7 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
     fetch_ops = w.fetch_ops or w.graph.get_operations()
     step_ops = ops_needed(fetch_ops)
     rows, placements = [], {}
-    for pname, placer in _placers().items():
+    for pname, placer in placers_to_compare().items():
         t0 = time.perf_counter()
         p = placements[pname] = placer.place(w.graph, cluster)
         place_s = time.perf_counter() - t0

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 import placers
 import sim
-from core.cluster import Cluster
+from core.cluster import Cluster, usable_cpu_cores
 from experiments.report import print_table, results_parser, save_table
 from experiments.workloads import data_parallel_step
 
@@ -74,7 +74,7 @@ def sweep_runtime(ps_counts: list[int], worker_counts: list[int], width: int, la
         wl = _workload(strategy, ps, workers, width, layers, batch)
         spec = wl.cluster_spec
         cluster = Cluster.from_spec(spec, hosts={task: "localhost" for task in spec.tasks()},
-                                    cpu_cores=_cores())
+                                    cpu_cores=usable_cpu_cores())
         row = {"strategy": strategy, "ps_tasks": ps, "workers": workers}
         with runtime.LocalCluster({"ps": ps, "worker": workers}) as local:
             placement = placers.SimplePlacer().place(wl.graph, cluster)
@@ -93,14 +93,6 @@ def sweep_runtime(ps_counts: list[int], worker_counts: list[int], width: int, la
     if "sim_step_ms" in frame:
         frame["rel_error"] = (frame.sim_step_ms - frame.real_step_ms) / frame.real_step_ms
     return frame
-
-
-def _cores() -> int:
-    import os
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _with_cpu_figures(cluster: Cluster, cpu) -> Cluster:

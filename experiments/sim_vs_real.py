@@ -64,10 +64,10 @@ from tqdm import tqdm
 import placers
 import runtime
 import sim
-from core.cluster import Cluster, ClusterSpec
+from core.cluster import Cluster, ClusterSpec, usable_cpu_cores
 from core.costs import MeasuredCostModel, StaticCostModel
 from experiments.backends import measure_placements, predict, runtime_cluster_spec
-from experiments.compare_placers import WORKLOADS
+from experiments.compare_placers import WORKLOADS, placers_to_compare
 from experiments.report import print_table, results_parser, save_table
 from runtime.calibrate import calibrate, calibrate_distributed
 
@@ -89,12 +89,9 @@ def loopback_cluster(threads: int = 0) -> Cluster:
     every CPU device's inter-op and intra-op thread count (0: the host's cores)."""
     spec = ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0", "127.0.0.1:0"]})
     hosts = {("ps", 0): "localhost", ("worker", 0): "localhost", ("worker", 1): "localhost"}
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
     threads = threads or None
-    return Cluster.from_spec(spec, hosts=hosts, cpu_cores=cores, cpu_inter_op_threads=threads,
+    return Cluster.from_spec(spec, hosts=hosts, cpu_cores=usable_cpu_cores(),
+                             cpu_inter_op_threads=threads,
                              cpu_intra_op_threads=threads)
 
 
@@ -104,19 +101,6 @@ def server_config(threads: int = 0) -> runtime.SessionConfig | None:
         return None
     return runtime.SessionConfig(inter_op_parallelism_threads=threads,
                                  intra_op_parallelism_threads=threads)
-
-
-def _placers() -> dict:
-    return {
-        "simple": placers.SimplePlacer(),
-        "round_robin": placers.RoundRobinPlacer(),
-        "round_robin_vars": placers.RoundRobinPlacer(variables_only=True),
-        "cost_model": placers.CostModelPlacer(),
-    }
-
-
-def _rel(predicted: float, measured: float) -> float:
-    return (predicted - measured) / measured
 
 
 def ranking_agreement(rows: pd.DataFrame, threshold: float = 0.10) -> tuple[int, int]:
@@ -149,7 +133,7 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tuple[list, dict]:
-    placer_objs = _placers()
+    placer_objs = placers_to_compare()
     placements = {pname: placer_objs[pname].place(w.graph, cluster) for pname in placer_names}
     measured = measure_placements(w, placements, local, repeats=repeats, traced=3, config=config)
     rows = []

@@ -40,7 +40,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
-from core.cluster import Cluster, ClusterSpec, split_address
+from core.cluster import Cluster, ClusterSpec, split_address, usable_cpu_cores
 from runtime import wire
 from runtime.config import SessionConfig
 from runtime.errors import InvalidArgument
@@ -52,13 +52,6 @@ __all__ = ["Server", "hardware_view", "main", "LOOPBACK_HOSTS"]
 
 #: Address hosts that all mean "this machine" (one host, ``localhost``, in the view).
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
-
-
-def _cpu_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def hardware_view(spec: "ClusterSpec | Mapping", job: str, task: int,
@@ -81,7 +74,7 @@ def hardware_view(spec: "ClusterSpec | Mapping", job: str, task: int,
         for j, t in spec.tasks():
             host = split_address(spec.task_address(j, t))[0]
             hosts[(j, t)] = "localhost" if host in LOOPBACK_HOSTS else host
-        base = Cluster.from_spec(spec, hosts=hosts, cpu_cores=_cpu_cores())
+        base = Cluster.from_spec(spec, hosts=hosts, cpu_cores=usable_cpu_cores())
     return Cluster(base.hosts, base.tasks, base.devices, base.links, master=(job, task),
                    nvlink=base.nvlink)
 
