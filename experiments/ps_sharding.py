@@ -66,7 +66,7 @@ def sweep_runtime(ps_counts: list[int], worker_counts: list[int], width: int, la
     calibrated one-host cluster of the same tasks)."""
     import runtime
     from experiments.backends import measure, predict
-    from runtime.calibrate import calibrate, calibrate_distributed
+    from runtime.calibrate import calibrate, calibrate_distributed, with_cpu_figures
     cpu = None
     rows = []
     cases = [(s, p, w) for s in strategies for p in ps_counts for w in worker_counts]
@@ -81,7 +81,7 @@ def sweep_runtime(ps_counts: list[int], worker_counts: list[int], width: int, la
             if predict_too:
                 if cpu is None:  # the devices' figures: once, in this process
                     cpu = calibrate(Cluster.this_machine(), quick=True).devices[0]
-                cluster = _with_cpu_figures(cluster, cpu)
+                cluster = with_cpu_figures(cluster, cpu)
                 cluster, _ = calibrate_distributed(cluster, local, quick=quick)
                 trace = predict(wl, placement, cluster)
                 row.update({"sim_step_ms": trace.step_time * 1e3, **_link_figures(trace)})
@@ -93,16 +93,6 @@ def sweep_runtime(ps_counts: list[int], worker_counts: list[int], width: int, la
     if "sim_step_ms" in frame:
         frame["rel_error"] = (frame.sim_step_ms - frame.real_step_ms) / frame.real_step_ms
     return frame
-
-
-def _with_cpu_figures(cluster: Cluster, cpu) -> Cluster:
-    """Every CPU device of ``cluster`` with the rates measured on ``cpu``."""
-    for d in cluster.devices:
-        if d.is_cpu:
-            cluster = cluster.replace_device(d.name, peak_flops=cpu.peak_flops,
-                                             intra_op_speedup=cpu.intra_op_speedup,
-                                             mem_bandwidth=cpu.mem_bandwidth)
-    return cluster
 
 
 def main(argv=None) -> pd.DataFrame:

@@ -67,7 +67,8 @@ from core.cluster import Cluster
 
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
-           "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed"]
+           "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed",
+           "CPU_FIGURES", "with_cpu_figures"]
 
 
 def _best(fn, repeat: int) -> float:
@@ -238,6 +239,21 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
             cluster = cluster.replace_link(link, bandwidth=memcpy[0], latency=memcpy[1])
     if path is not None:
         cluster.save(path)
+    return cluster
+
+
+#: The fields of a CPU device that :func:`calibrate` measures.
+CPU_FIGURES = ("peak_flops", "intra_op_speedup", "mem_bandwidth", "op_overhead", "kernel_costs")
+
+
+def with_cpu_figures(cluster: Cluster, calibrated) -> Cluster:
+    """``cluster`` with every CPU device given the :data:`CPU_FIGURES` of ``calibrated``
+    (a CPU device of a cluster :func:`calibrate` returned): one calibration here serves
+    clusters of other shapes on this machine."""
+    figures = {name: getattr(calibrated, name) for name in CPU_FIGURES}
+    for d in cluster.devices:
+        if d.is_cpu:
+            cluster = cluster.replace_device(d.name, **figures)
     return cluster
 
 

@@ -43,3 +43,16 @@ def test_runtime_calibrate_stays_the_function_after_the_submodule_is_imported():
     import runtime
     import runtime.calibrate  # noqa: F401 - would rebind the package's name to the module
     assert callable(runtime.calibrate)
+
+
+def test_one_calibration_serves_other_cluster_shapes():
+    from dataclasses import replace
+
+    from runtime.calibrate import CPU_FIGURES, with_cpu_figures
+    measured = replace(Cluster.single_host().devices[0], peak_flops=1.5e11, intra_op_speedup=1.2,
+                       mem_bandwidth=2e10, op_overhead=7e-6,
+                       kernel_costs={"Add": (1e-5, 0.5)})
+    cluster = with_cpu_figures(Cluster.from_spec({"ps": ["a:1"], "worker": ["a:2", "a:3"]}),
+                               measured)
+    for device in cluster.devices:
+        assert all(getattr(device, f) == getattr(measured, f) for f in CPU_FIGURES)
