@@ -62,9 +62,9 @@ def sweep(workloads: list[str], inter: list[int], intra: list[int], cluster: Clu
     ``real_step_ms``, and the speed-up of each against the workload's first row."""
     rows = []
     cases = [(name, i, j) for name in workloads for i in inter for j in intra]
-    built = {}
+    built = {name: WORKLOADS[name]() for name in workloads}
     for name, i, j in tqdm(cases, desc="cases", disable=len(cases) < 4 or "runtime" not in backends):
-        w = built.get(name) or built.setdefault(name, WORKLOADS[name]())
+        w = built[name]
         row = {"workload": name, "inter_op": i, "intra_op": j}
         if "sim" in backends:
             placement = placers.SimplePlacer().place(w.graph, cluster)
