@@ -63,13 +63,15 @@ def sweep(workloads: list[str], inter: list[int], intra: list[int], cluster: Clu
     rows = []
     cases = [(name, i, j) for name in workloads for i in inter for j in intra]
     built = {name: WORKLOADS[name]() for name in workloads}
+    # The placement does not depend on the pools: one per workload.
+    placed = ({name: placers.SimplePlacer().place(w.graph, cluster) for name, w in built.items()}
+              if "sim" in backends else {})
     for name, i, j in tqdm(cases, desc="cases", disable=len(cases) < 4 or "runtime" not in backends):
         w = built[name]
         row = {"workload": name, "inter_op": i, "intra_op": j}
         if "sim" in backends:
-            placement = placers.SimplePlacer().place(w.graph, cluster)
             config = sim.SimConfig(inter_op_threads=i, intra_op_threads=j)
-            trace = sim.simulate(w.graph, placement, cluster, fetches=w.fetch_ops, config=config)
+            trace = sim.simulate(w.graph, placed[name], cluster, fetches=w.fetch_ops, config=config)
             row["sim_step_ms"] = trace.step_time * 1e3
         if "runtime" in backends:
             row["real_step_ms"] = measure_threads(w, i, j, repeats) * 1e3
