@@ -1,5 +1,5 @@
 """Shared-memory segments: the sender's pool never unlinks one a receiver still holds,
-and a killed server's are reaped."""
+and a killed server's are reaped. Receive buffers are reused once nothing refers to them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import pytest
 
 import runtime
 from runtime.shm import SHM_DIR, list_segments, shm_available
-from runtime.worker import POOL_PREFIX, SegmentPool
+import numpy as np
+
+from runtime.worker import POOL_PREFIX, BufferPool, SegmentPool
 
 
 def test_segments_in_flight_outlive_the_pool_limit_and_cleared_ones_are_reused():
@@ -33,6 +35,29 @@ def test_segments_in_flight_outlive_the_pool_limit_and_cleared_ones_are_reused()
     finally:
         pool.close()
     assert not names & set(list_segments(POOL_PREFIX))
+
+
+def test_receive_buffers_are_reused_only_once_every_view_is_gone():
+    pool = BufferPool(keep=2)
+
+    def buffer_of(lent):  # the pool's buffer behind a lent array
+        return lent.base.obj
+
+    first = pool.acquire(64)
+    first[:] = 7
+    first_buffer = buffer_of(first)
+    view = first.view(np.float32).reshape(4, 4)[1:2]  # what a Slice op would keep
+    del first
+    second = pool.acquire(64)
+    assert buffer_of(second) is not first_buffer  # the view still holds the first
+    second[:] = 1
+    assert (view.view(np.uint8) == 7).all()
+    second_buffer = buffer_of(second)
+    del view, second
+    # Both came back: the next two are those two buffers, no third one is made.
+    again = [pool.acquire(64) for _ in range(2)]
+    assert {id(buffer_of(a)) for a in again} == {id(first_buffer), id(second_buffer)}
+    assert all(a.flags.writeable and a.nbytes == 64 for a in again)
 
 
 @pytest.mark.skipif(not shm_available(), reason="no /dev/shm here")
