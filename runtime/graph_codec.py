@@ -47,9 +47,9 @@ from runtime.protos import graph_pb2
 from runtime.wire import WireError, as_wire_array, check_meta, make_meta
 
 __all__ = ["CodecError", "tensor_to_proto", "tensor_from_proto", "named_tensors",
-           "tensors_from_proto", "attr_to_proto", "attr_from_proto", "node_to_proto",
-           "node_from_proto", "graph_to_proto", "nodes_from_proto", "error_to_proto",
-           "error_from_proto", "stats_to_proto", "stats_from_proto"]
+           "add_named_tensors", "tensors_from_proto", "attr_to_proto", "attr_from_proto",
+           "node_to_proto", "node_from_proto", "graph_to_proto", "nodes_from_proto",
+           "error_to_proto", "error_from_proto", "stats_to_proto", "stats_from_proto"]
 
 
 class CodecError(errors.InvalidArgument):
@@ -92,6 +92,31 @@ def tensor_from_proto(proto: graph_pb2.TensorValue, name: str = "", expected_dty
 def named_tensors(values: Mapping[str, Any]) -> list[graph_pb2.NamedTensor]:
     """``NamedTensor`` messages for ``{name: array}``."""
     return [graph_pb2.NamedTensor(name=k, value=tensor_to_proto(v, k)) for k, v in values.items()]
+
+
+def add_named_tensors(field, values: Mapping[str, Any]) -> None:
+    """Append :func:`named_tensors`'s messages to the repeated field ``field`` (e.g. a
+    response's ``values``), written in place.
+
+    Byte for byte the same messages, but each array's bytes are copied twice instead of
+    five times or so: a message handed to a constructor or to ``extend`` is deep-copied
+    (measured ~2 ms for a 4 MiB tensor against ~0.6 ms in place).
+
+    >>> from runtime.protos import master_pb2
+    >>> r = master_pb2.RunStepResponse()
+    >>> add_named_tensors(r.values, {"c:0": np.float32(12.0)})
+    >>> r.values[0] == named_tensors({"c:0": np.float32(12.0)})[0]
+    True
+    """
+    for name, value in values.items():
+        try:
+            arr = as_wire_array(value, name)
+        except WireError as err:
+            raise CodecError(str(err)) from None
+        entry = field.add()
+        entry.name = name
+        entry.value.meta.CopyFrom(make_meta(arr))
+        entry.value.data = arr.tobytes()
 
 
 def tensors_from_proto(protos: Iterable[graph_pb2.NamedTensor]) -> dict[str, np.ndarray]:

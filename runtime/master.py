@@ -52,8 +52,9 @@ from core.serialize import extend_graph
 from runtime import errors, wire
 from runtime.config import SessionConfig
 from runtime.session import needed_ops
-from runtime.graph_codec import (error_from_proto, error_to_proto, named_tensors, node_to_proto,
-                                 nodes_from_proto, stats_to_proto, tensor_from_proto)
+from runtime.graph_codec import (add_named_tensors, error_from_proto, error_to_proto,
+                                 node_to_proto, nodes_from_proto, stats_to_proto,
+                                 tensor_from_proto)
 from runtime.protos import graph_pb2, master_pb2, master_pb2_grpc, tensor_pb2, worker_pb2
 from runtime.worker import (UNKNOWN_PARTITION, PeerChannels, StepAborted, WorkerService,
                             task_name, transport_error)
@@ -502,7 +503,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
                     _merge_stats(stats, r.stats)
             else:
                 result, sends = r
-                response.values.extend(named_tensors(result.values))
+                add_named_tensors(response.values, result.values)
                 if trace:
                     part_stats = stats_to_proto(result.ops, result.transfers, result.memory,
                                                 result.oom, sends, result.capacity,

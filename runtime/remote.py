@@ -30,8 +30,8 @@ from core.serialize import graph_to_nodes
 from core.trace import Trace
 from runtime import errors, wire
 from runtime.config import SessionConfig
-from runtime.graph_codec import (error_from_proto, graph_to_proto, named_tensors, node_to_proto,
-                                 stats_from_proto, tensors_from_proto)
+from runtime.graph_codec import (add_named_tensors, error_from_proto, graph_to_proto,
+                                 node_to_proto, stats_from_proto, tensors_from_proto)
 from runtime.master import RPC_MARGIN
 from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
 
@@ -153,8 +153,8 @@ class RemoteSession:
         if self._closed:
             raise errors.LabRuntimeError("Attempted to use a closed Session.")
         request = master_pb2.RunStepRequest(
-            session_handle=self.handle, fetches=fetch_names, targets=target_names,
-            feeds=named_tensors(feeds), trace=trace)
+            session_handle=self.handle, fetches=fetch_names, targets=target_names, trace=trace)
+        add_named_tensors(request.feeds, feeds)
         with self._lock:
             ops = self.graph.get_operations()
             if len(ops) > self._sent:

@@ -62,7 +62,7 @@ from core.serialize import extend_graph
 from runtime import errors, wire
 from runtime.config import SessionConfig
 from runtime.executor import shares_variable
-from runtime.graph_codec import (error_to_proto, named_tensors, nodes_from_proto,
+from runtime.graph_codec import (add_named_tensors, error_to_proto, nodes_from_proto,
                                  stats_to_proto, tensor_from_proto, tensor_to_proto)
 from runtime.protos import graph_pb2, tensor_pb2, worker_pb2, worker_pb2_grpc
 
@@ -1005,7 +1005,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             feeds = {p.name: tensor_from_proto(p.value, p.name) for p in request.feeds}
             result, sends = self.run_partition(sess, part, step_id, feeds, trace=request.trace,
                                                timeout=request.timeout)
-            response = worker_pb2.RunGraphResponse(values=named_tensors(result.values))
+            response = worker_pb2.RunGraphResponse()
+            add_named_tensors(response.values, result.values)
             if request.trace:
                 stats_to_proto(result.ops, result.transfers, result.memory, result.oom, sends,
                                result.capacity, result.start, result.end, into=response.stats)

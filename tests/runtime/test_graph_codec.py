@@ -13,11 +13,12 @@ from core.placement import PlacementError
 from core.serialize import graph_to_nodes, nodes_to_graph
 from core.trace import MemoryRecord, OOMEvent, OpRecord, TransferRecord
 from runtime import errors
-from runtime.graph_codec import (CodecError, attr_from_proto, attr_to_proto, error_from_proto,
-                                 error_to_proto, graph_to_proto, nodes_from_proto,
-                                 stats_from_proto, stats_to_proto, tensor_from_proto,
-                                 tensor_to_proto)
-from runtime.protos import graph_pb2
+from runtime.graph_codec import (CodecError, add_named_tensors, attr_from_proto, attr_to_proto,
+                                 error_from_proto, error_to_proto, graph_to_proto,
+                                 named_tensors, nodes_from_proto, stats_from_proto,
+                                 stats_to_proto, tensor_from_proto, tensor_to_proto,
+                                 tensors_from_proto)
+from runtime.protos import graph_pb2, master_pb2
 
 
 def _graph():
@@ -75,6 +76,21 @@ def test_tensor_round_trip(arr):
     assert back.dtype == arr.dtype and back.shape == arr.shape
     np.testing.assert_array_equal(back, arr)
     assert back.flags.writeable
+
+
+def test_named_tensors_added_in_place_are_the_same_messages():
+    values = {"a:0": np.arange(6, dtype=np.float32).reshape(2, 3), "b:0": np.int64(7),
+              "c:0": np.zeros((0, 4), np.float16), "d:0": [True, False]}
+    built = master_pb2.RunStepResponse(values=named_tensors(values))
+    added = master_pb2.RunStepResponse()
+    add_named_tensors(added.values, values)
+    assert added.SerializeToString() == built.SerializeToString()
+    back = tensors_from_proto(added.values)
+    assert list(back) == list(values)
+    for name, value in values.items():
+        np.testing.assert_array_equal(back[name], value)
+    with pytest.raises(CodecError, match="cannot cross the wire"):
+        add_named_tensors(added.values, {"s:0": np.array(["a"])})
 
 
 def test_tensor_checks_on_arrival():
