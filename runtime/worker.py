@@ -43,7 +43,6 @@ import json
 import os
 import queue
 import secrets
-import sys
 import threading
 import time
 from collections import OrderedDict
