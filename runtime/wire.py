@@ -1262,6 +1262,30 @@ class TensorStoreProcess:
 
 _FRAME_LENGTH_BYTES = 8
 
+#: Socket buffer bytes asked for on local connections (the kernel caps it at its
+#: ``net.core.wmem_max``/``rmem_max``). With the default ~200 KiB a 4 MiB answer (an MLP's
+#: fetched output) crosses in ~20 pieces, each waking the reader and then the writer.
+LOCAL_SOCKET_BUFFER = 4 << 20
+
+
+def _unix_socket():
+    """A Unix stream socket with :data:`LOCAL_SOCKET_BUFFER`-sized buffers."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    _widen(sock)
+    return sock
+
+
+def _widen(sock) -> None:
+    import socket
+
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, LOCAL_SOCKET_BUFFER)
+        except OSError:  # not allowed here: the default size works too, only slower
+            pass
+
 
 def local_push_name(address: str) -> str:
     """The abstract Unix socket name of the task serving ``address`` (Linux)."""
@@ -1313,6 +1337,7 @@ class _UnixListener:
                 conn, _ = self._sock.accept()
             except OSError:  # closed
                 return
+            _widen(conn)
             with self._lock:
                 if self._closed:
                     conn.close()
@@ -1391,9 +1416,7 @@ class LocalPushSender:
     ``ConnectionError`` once the connection broke (the peer died)."""
 
     def __init__(self, address: str, timeout: float = 2.0):
-        import socket
-
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = _unix_socket()
         self._sock.settimeout(timeout)
         try:
             self._sock.connect(local_push_name(address))
@@ -1524,7 +1547,12 @@ class LocalCallListener(_UnixListener):
         if handler is None:
             return False
         answer = handler(frame[name_end:])
-        conn.sendall(len(answer).to_bytes(_FRAME_LENGTH_BYTES, "little") + answer)
+        head = len(answer).to_bytes(_FRAME_LENGTH_BYTES, "little")
+        if len(answer) < 1 << 16:
+            conn.sendall(head + answer)  # one write
+        else:  # two writes rather than a copy of a large answer (a fetched tensor)
+            conn.sendall(head)
+            conn.sendall(answer)
         return True
 
 
@@ -1533,10 +1561,8 @@ class _LocalConnection:
     answer to the callback of the call in flight."""
 
     def __init__(self, caller: "LocalCaller"):
-        import socket
-
         self._caller = caller
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = _unix_socket()
         self._sock.settimeout(2.0)
         try:
             self._sock.connect(local_call_name(caller.address))
@@ -1694,15 +1720,13 @@ class LocalCaller(StreamCaller):
                                f"the local connection failed ({err}): the peer died?", elapsed)
 
     def _acquire_blocking(self):
-        import socket
-
         with self._lock:
             if self._closed:
                 raise PeerUnavailable(self.address, self.method, None, "the caller is closed",
                                       0.0)
             if self._blocking_idle:
                 return self._blocking_idle.pop()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _unix_socket()
         sock.settimeout(2.0)
         try:
             sock.connect(local_call_name(self.address))
