@@ -343,11 +343,11 @@ class _FromArray:
 # The arrays a plan keeps from its build (StepPlan.array), and those of them that are
 # lists only on first use.
 _KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
-                "csr_op_input_tensors", "op_device", "tensor_base", "tensor_op",
-                "tensor_bytes", "tensor_spec", "transfer_tensor", "transfer_dst",
-                "transfer_src", "buffer_bytes")
+                "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "op_device",
+                "tensor_base", "tensor_op", "tensor_bytes", "tensor_spec", "transfer_tensor",
+                "transfer_dst", "transfer_src", "buffer_bytes")
 _ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
-               "csr_op_input_tensors", "tensor_spec")
+               "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "tensor_spec")
 
 
 class StepPlan:
@@ -383,7 +383,9 @@ class StepPlan:
     ``op_inputs``, ``op_outputs``, ``op_dead_outputs``, ``op_succ``, ``op_sends``,
     ``transfer_consumers``) are also kept flat, as ``csr_<name> = (ptr, flat)`` (item
     ``i`` is ``flat[ptr[i]:ptr[i + 1]]``); the lists are made on first access.
-    ``csr_op_input_tensors`` has each op's data inputs, slot by slot (tensor indices).
+    ``csr_op_input_tensors`` has each op's data inputs, slot by slot (tensor indices);
+    ``csr_op_releases`` what each op's end lets go of, ascending: the buffers it read
+    (``op_inputs``, also ascending) and its outputs nobody reads (``op_dead_outputs``).
     :meth:`array` gives an attribute as a numpy array (those set-up code reads are kept
     from the build).
     """
@@ -405,6 +407,8 @@ class StepPlan:
     csr_op_pred_transfers = _FromArray()
     csr_op_outputs = _FromArray()
     csr_op_input_tensors = _FromArray()
+    csr_op_inputs = _FromArray()
+    csr_op_dead_outputs = _FromArray()
     tensor_spec = _FromArray()
 
     @classmethod
@@ -513,13 +517,12 @@ class StepPlan:
         xpred_key = unique(cons[cross] * max(n_transfers, 1) + edge_transfer)
         xpred_cons, xpred_transfer = xpred_key // max(n_transfers, 1), xpred_key % max(n_transfers, 1)
 
-        # Buffers read: distinct per op, in input order (first occurrence).
+        # Buffers read: distinct per op, ascending.
         n_buffers = n_tensors + n_transfers
         buf = tid.copy()
         buf[cross] = n_tensors + edge_transfer
-        _, first_read = np.unique(cons * n_buffers + buf, return_index=True)
-        first_read.sort()
-        read_cons, read_buf = cons[first_read], buf[first_read]
+        read_key = unique(cons * n_buffers + buf)
+        read_cons, read_buf = read_key // n_buffers, read_key % n_buffers
 
         # References: readers on the device plus outgoing sends; resident state and
         # fetched tensors are held to the end.
@@ -541,6 +544,10 @@ class StepPlan:
         # outputs nobody reads, freed as soon as the op ends.
         allocated = np.flatnonzero(~persistent[tensor_op])
         dead = np.flatnonzero(refs[:n_tensors] == 0)
+        # What each op's end lets go of, ascending: the buffers it read and its outputs
+        # nobody reads (two sorted runs: the stable sort merges them).
+        release_key = np.sort(np.concatenate([read_key, tensor_op[dead] * n_buffers + dead]),
+                              kind="stable")
         columns = {
             "csr_op_pred_ops": _csr(pred_cons, pred_op, n),
             "csr_op_pred_transfers": _csr(xpred_cons, xpred_transfer, n),
@@ -551,6 +558,7 @@ class StepPlan:
             "csr_op_sends": _csr(sender[by_sender], by_sender, n),
             "csr_op_outputs": _csr(tensor_op[allocated], allocated, n),
             "csr_op_dead_outputs": _csr(tensor_op[dead], dead, n),
+            "csr_op_releases": _csr(release_key // n_buffers, release_key % n_buffers, n),
             "csr_op_input_tensors": (np.concatenate([[0], np.cumsum(n_in)]).astype(np.int64), tid),
             "op_device": dev,
             "tensor_base": tensor_base,

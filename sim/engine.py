@@ -316,10 +316,13 @@ class _Simulation:
 
         # StepState's counters (see core.dataflow), driven inline.
         pending = list(plan.initial_pending)
+        # Buffer references as StepState counts them, except that an output nobody reads
+        # holds one (its op's): an op's end lets go of its whole release list alike.
         refs = list(plan.buffer_refs)
+        for b in plan.array("csr_op_dead_outputs")[1].tolist():
+            refs[b] = 1
         succ_ptr, succ = plan.csr_op_succ
-        read_ptr, reads = plan.csr_op_inputs
-        dead_ptr, dead = plan.csr_op_dead_outputs
+        release_ptr, releases = plan.csr_op_releases
         send_ptr, sends = plan.csr_op_sends
         consumer_ptr, consumers = plan.csr_transfer_consumers
         op_device, tensor_op = plan.op_device, plan.tensor_op
@@ -337,10 +340,11 @@ class _Simulation:
 
         # -- ops: threads, cores (sim.pools) --
         start_at = self.start_at
+        late = any(start_at)  # some task's part of the step starts after time 0
 
         def ready(i):
             d = op_device[i]
-            if env._now < start_at[d]:  # the task's part has not started yet
+            if late and env._now < start_at[d]:  # the task's part has not started yet
                 event = new_event(_End)
                 event.callbacks, event._value = part_started, i
                 heappush(queue, (start_at[d], NORMAL, next_id(), event))
@@ -402,31 +406,19 @@ class _Simulation:
             i = event._value
             now = env._now
             op_end[i] = now
-            # StepState.op_finished: successors' counts, buffers released.
-            now_ready = []
-            lo, hi = succ_ptr[i], succ_ptr[i + 1]
-            if lo != hi:  # (ops with no successor on their device skip the slice)
-                for j in succ[lo:hi]:
-                    left = pending[j] - 1
-                    pending[j] = left
-                    if not left:
-                        now_ready.append(j)
-            freed = dead[dead_ptr[i]:dead_ptr[i + 1]]
-            for b in reads[read_ptr[i]:read_ptr[i + 1]]:
+            # StepState.op_finished: the buffers it read and its unread outputs let go
+            # of (ascending), then freed resources are handed out, then the successors
+            # that became ready queue (ascending), then its sends go.
+            for b in releases[release_ptr[i]:release_ptr[i + 1]]:
                 left = refs[b] - 1
                 refs[b] = left
                 if not left:
-                    freed.append(b)
-            if freed:
-                if len(freed) > 1:
-                    freed.sort()
-                for b in freed:
                     nbytes = buffer_bytes[b]
                     if nbytes:
                         d = buffer_device[b]
-                        in_use[d] -= nbytes
-                        record_memory((d, now, in_use[d]))
-            # Freed resources are handed out before newly ready ops queue.
+                        use = in_use[d] - nbytes
+                        in_use[d] = use
+                        record_memory((d, now, use))
             d = op_device[i]
             cores = op_cores[i]
             if cores:
@@ -443,13 +435,20 @@ class _Simulation:
                 host.free = free_cores
             free_slots = pool_free[d]
             heappush(free_slots, op_thread[i])
-            for j in now_ready:
-                ready(j)
+            lo, hi = succ_ptr[i], succ_ptr[i + 1]
+            if lo != hi:  # (most ops' successors are on other devices: no slice)
+                for j in succ[lo:hi]:
+                    left = pending[j] - 1
+                    pending[j] = left
+                    if not left:
+                        ready(j)
             waiting = pool_waiting[d]
             while free_slots and waiting:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
-            for k in sends[send_ptr[i]:send_ptr[i + 1]]:
-                send(k)
+            lo, hi = send_ptr[i], send_ptr[i + 1]
+            if lo != hi:
+                for k in sends[lo:hi]:
+                    send(k)
 
         # -- transfers (sim.links) --
         # A transfer starts when it was sent and every link of its route is free with
@@ -472,7 +471,18 @@ class _Simulation:
                     start_transfer(k)
 
             def release_links(k):
-                following = next_on_links[next_ptr[k]:next_ptr[k + 1]]
+                lo, hi = next_ptr[k], next_ptr[k + 1]
+                if hi - lo < 3:
+                    # Two links at most: the transfers they offer themselves to start as
+                    # they reach zero, which is in the order of their first link (one
+                    # after both links reaches zero at the second).
+                    for j in next_on_links[lo:hi]:
+                        left = need[j] - 1
+                        need[j] = left
+                        if not left:
+                            start_transfer(j)
+                    return
+                following = next_on_links[lo:hi]
                 startable = False
                 for j in following:
                     left = need[j] - 1
@@ -560,8 +570,9 @@ class _Simulation:
                 nbytes = buffer_bytes[t]
                 if nbytes:
                     d = buffer_device[t]
-                    in_use[d] -= nbytes
-                    record_memory((d, now, in_use[d]))
+                    use = in_use[d] - nbytes
+                    in_use[d] = use
+                    record_memory((d, now, use))
             for j in consumers[consumer_ptr[k]:consumer_ptr[k + 1]]:
                 left = pending[j] - 1
                 pending[j] = left
