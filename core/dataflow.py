@@ -94,6 +94,7 @@ _op_of = attrgetter("op")
 _value_index = attrgetter("value_index")
 _spec_of = attrgetter("dtype", "shape")
 _controls_of = attrgetter("_control_inputs")
+_op_fields = attrgetter("name", "type", "outputs", "inputs", "_control_inputs")
 _attrs_of = attrgetter("attrs")
 _outputs_of = attrgetter("outputs")
 
@@ -168,25 +169,36 @@ class _OpArrays:
     def __init__(self, ops: list):
         n = len(ops)
         self.ops = ops
-        self.names = [op.name for op in ops]
-        self.types = types = [op.type for op in ops]
-        outputs = [op.outputs for op in ops]
+        # One pass over the op objects (each read once: at 100k ops a pass per field
+        # spent most of its time waiting for memory), then columns of the small tuples.
+        fields = list(map(_op_fields, ops))
+        names, types, outputs, inputs, controls = map(list, zip(*fields)) if n else ([],) * 5
+        self.names, self.types = names, types
         self.n_out = np.fromiter(map(len, outputs), np.int64, n)
         self.tensor_base = np.zeros(n, np.int64)
         np.cumsum(self.n_out[:-1], out=self.tensor_base[1:])
-        self.tensors = list(chain.from_iterable(outputs))  # output tensors, op by op
-        self.spec = first_ids(list(map(_spec_of, self.tensors)))
+        self.tensors = tensors = list(chain.from_iterable(outputs))  # op by op
+        self.spec = first_ids(list(map(_spec_of, tensors)))
         self.default_sizes = None  # tensor_bytes of each output tensor, made on first use
-        inputs = [op.inputs for op in ops]
         self.n_in = np.fromiter(map(len, inputs), np.int64, n)
         flat_in = list(chain.from_iterable(inputs))
-        pos = dict(zip(ops, range(n)))  # not kept: 100k entries are ~10 MB
-        self.in_op = np.fromiter(map(pos.get, map(_op_of, flat_in), repeat(-1)), np.int64,
-                                 len(flat_in))
-        self.in_index = np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
+        # Each input found as the tensor object its producer made (a Graph's ops share
+        # them), else by producer and output index (op-like objects may not).
+        where = dict(zip(tensors, range(len(tensors))))  # not kept: ~10 MB at 100k ops
+        tid = np.fromiter(map(where.get, flat_in, repeat(-1)), np.int64, len(flat_in))
+        pos = None
+        if len(tid) and tid.min() < 0:
+            pos = dict(zip(ops, range(n)))
+            self.in_op = np.fromiter(map(pos.get, map(_op_of, flat_in), repeat(-1)), np.int64,
+                                     len(flat_in))
+            self.in_index = np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
+        else:
+            tensor_op = np.repeat(np.arange(n, dtype=np.int64), self.n_out)
+            self.in_op = tensor_op[tid]
+            self.in_index = tid - self.tensor_base[self.in_op]
         # Control inputs are rare: skip the pass when no op has one.
-        if any(map(_controls_of, ops)):
-            controls = list(map(_controls_of, ops))
+        if any(controls):
+            pos = pos or dict(zip(ops, range(n)))
             self.n_ctrl = np.fromiter(map(len, controls), np.int64, n)
             self.ctrl_op = np.fromiter(map(pos.get, chain.from_iterable(controls), repeat(-1)),
                                        np.int64, int(self.n_ctrl.sum()))
