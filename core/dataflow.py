@@ -94,8 +94,7 @@ _op_of = attrgetter("op")
 _value_index = attrgetter("value_index")
 _spec_of = attrgetter("dtype", "shape")
 _controls_of = attrgetter("_control_inputs")
-_op_fields = attrgetter("name", "type", "outputs", "inputs", "_control_inputs")
-_attrs_of = attrgetter("attrs")
+_op_fields = attrgetter("name", "type", "outputs", "inputs", "_control_inputs", "attrs")
 _outputs_of = attrgetter("outputs")
 
 
@@ -158,7 +157,7 @@ class _OpArrays:
     """What a plan reads of a list of ops, as flat arrays made with one C-level pass
     (``map``, ``attrgetter``, ``dict.setdefault``) per field, never a Python loop.
 
-    ``ops``, ``names``, ``types``: lists; ``n_out``, ``n_in``, ``n_ctrl``: counts per op;
+    ``ops``, ``names``, ``types``, ``attrs`` (the ops' attribute dicts): lists; ``n_out``, ``n_in``, ``n_ctrl``: counts per op;
     ``tensor_base``: first output tensor of each op; ``tensors``: the output tensors,
     op by op; ``spec``: for each, an id of its (dtype, shape); ``in_op``, ``in_index``: producer
     (position in ``ops``, -1 if outside) and output index of each data input, op by op
@@ -172,8 +171,8 @@ class _OpArrays:
         # One pass over the op objects (each read once: at 100k ops a pass per field
         # spent most of its time waiting for memory), then columns of the small tuples.
         fields = list(map(_op_fields, ops))
-        names, types, outputs, inputs, controls = map(list, zip(*fields)) if n else ([],) * 5
-        self.names, self.types = names, types
+        names, types, outputs, inputs, controls, attrs = map(list, zip(*fields)) if n else ([],) * 6
+        self.names, self.types, self.attrs = names, types, attrs
         self.n_out = np.fromiter(map(len, outputs), np.int64, n)
         self.tensor_base = np.zeros(n, np.int64)
         np.cumsum(self.n_out[:-1], out=self.tensor_base[1:])
@@ -221,7 +220,7 @@ class _OpArrays:
                 view, sel = self.parent
                 self.attr_ids = view.attribute_ids()[sel]
             else:
-                self.attr_ids = _attribute_ids(self.ops, first_ids(self.types))
+                self.attr_ids = _attribute_ids(self.attrs, first_ids(self.types))
         return self.attr_ids
 
     def sizes(self, tensor_bytes) -> np.ndarray:
@@ -248,6 +247,7 @@ class _OpArrays:
         out.ops = ops
         out.names = list(map(self.names.__getitem__, sel_list))
         out.types = list(map(self.types.__getitem__, sel_list))
+        out.attrs = list(map(self.attrs.__getitem__, sel_list))
         out.n_out, out.n_in, out.n_ctrl = self.n_out[sel], self.n_in[sel], self.n_ctrl[sel]
         out.tensor_base = np.zeros(n, np.int64)
         np.cumsum(out.n_out[:-1], out=out.tensor_base[1:])
@@ -264,14 +264,17 @@ class _OpArrays:
         return out
 
 
-def _attribute_ids(ops: list, type_of: np.ndarray) -> np.ndarray:
-    """:meth:`_OpArrays.attribute_ids` of ``ops``; ``type_of``: an id of each op's type."""
-    ids = np.zeros(len(ops), np.int64)
+def _attribute_ids(attrs: list, type_of: np.ndarray) -> np.ndarray:
+    """:meth:`_OpArrays.attribute_ids` of ops with attribute dicts ``attrs``; ``type_of``:
+    an id of each op's type."""
+    ids = np.zeros(len(attrs), np.int64)
     order = np.argsort(type_of, kind="stable")
     bounds = np.flatnonzero(np.diff(type_of[order])) + 1
     for group in np.split(order, bounds):
-        items = list(map(tuple, map(dict.items, map(_attrs_of, map(ops.__getitem__,
-                                                                      group.tolist())))))
+        dicts = list(map(attrs.__getitem__, group.tolist()))
+        if not any(dicts):  # no attributes (Add, Relu...): all the same
+            continue
+        items = list(map(tuple, map(dict.items, dicts)))
         try:
             ids[group] = first_ids(items)
         except TypeError:  # some value is unhashable: key by key
