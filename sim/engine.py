@@ -202,7 +202,6 @@ class _Simulation:
             else:
                 self.host_of.append(None)
         self.hosts = hosts
-        self.intra = [dev.intra_op_threads for dev in devices]
         self.slowdown = [slowdown_table(dev.intra_op_speedup, dev.intra_op_threads)
                          for dev in devices]
         self.capacity = [device_capacity(dev, config) for dev in devices]
@@ -213,7 +212,13 @@ class _Simulation:
     def _setup_durations(self):
         plan = self.plan
         self.durations = op_durations(plan, self.devices, self.cost_model)
-        self.multi = multithreaded(plan, self.devices)
+        # The cores each op asks for: none for a GPU op, one for a CPU op, the
+        # intra-op pool for a multithreaded CPU kernel.
+        on_cpu = np.array([dev.is_cpu for dev in self.devices], dtype=bool)
+        pool = np.array([dev.intra_op_threads for dev in self.devices], dtype=np.int64)
+        device = plan.array("op_device")
+        self.want_cores = np.where(multithreaded(plan, self.devices), pool[device],
+                                   on_cpu[device]).tolist()
         # Bytes each op allocates when it starts: its outputs' buffers, summed per op
         # with a cumulative sum over the flat per-op lists.
         ptr, outs = plan.array("csr_op_outputs")
@@ -331,8 +336,8 @@ class _Simulation:
         buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
 
         # Resources.
-        durations, multi, op_alloc = self.durations, self.multi, self.op_alloc
-        slowdown, intra, host_of = self.slowdown, self.intra, self.host_of
+        durations, want_cores, op_alloc = self.durations, self.want_cores, self.op_alloc
+        slowdown, host_of = self.slowdown, self.host_of
         pool_free = [pool.free for pool in self.pools]
         pool_waiting = [pool.waiting for pool in self.pools]
         transfer_links, transfer_time = self.transfer_links, self.transfer_durations
@@ -356,15 +361,13 @@ class _Simulation:
                 heappush(pool_waiting[d], (env._now, i))
 
         def take_thread(i, slot):
-            d = op_device[i]
-            host = host_of[d]
-            if host is None:
+            cores = want_cores[i]
+            if not cores:
                 start(i, slot, 0)
-            elif host.free and not host.waiting:
-                # One core, or as many as the intra-op pool for a multithreaded kernel
-                # (at most the free ones).
-                cores = intra[d] if multi[i] else 1
-                if cores > host.free:
+                return
+            host = host_of[op_device[i]]
+            if host.free and not host.waiting:
+                if cores > host.free:  # a multithreaded kernel takes what is free
                     cores = host.free
                 host.free -= cores
                 start(i, slot, cores)
@@ -379,7 +382,7 @@ class _Simulation:
         def start(i, slot, cores):
             d = op_device[i]
             duration = durations[i]
-            if multi[i]:
+            if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
                 duration *= slowdown[d][cores]
             now = env._now
             if serial:
@@ -427,7 +430,7 @@ class _Simulation:
                 waiting = host.waiting
                 while free_cores and waiting:
                     _, j, slot = heappop(waiting)
-                    got = intra[op_device[j]] if multi[j] else 1  # as in take_thread
+                    got = want_cores[j]
                     if got > free_cores:
                         got = free_cores
                     free_cores -= got
