@@ -360,7 +360,8 @@ class _FromArray:
 _KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                 "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "op_device",
                 "tensor_base", "tensor_op", "tensor_bytes", "tensor_spec", "transfer_tensor",
-                "transfer_dst", "transfer_src", "buffer_bytes")
+                "transfer_dst", "transfer_src", "buffer_bytes", "buffer_device",
+                "csr_op_releases")
 _ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "tensor_spec")
 

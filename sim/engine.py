@@ -55,7 +55,7 @@ from sim.config import SimConfig
 from sim.durations import multithreaded, op_durations, transfer_durations
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.links import link_successors, static_transfer_order
-from sim.memory import device_capacity
+from sim.memory import device_capacity, memory_records
 from sim.pools import HostCores, InterOpPool, rescale_speedup, slowdown_table
 
 __all__ = ["simulate"]
@@ -224,7 +224,19 @@ class _Simulation:
         ptr, outs = plan.array("csr_op_outputs")
         sizes = plan.array("buffer_bytes")[outs]
         total = np.concatenate([[0], np.cumsum(sizes)])
-        self.op_alloc = (total[ptr[1:]] - total[ptr[:-1]]).tolist()
+        self.op_alloc_array = total[ptr[1:]] - total[ptr[:-1]]
+        self.op_alloc = self.op_alloc_array.tolist()
+        # Whether some device could run out of memory: only then does the run keep
+        # each device's bytes in use (to check each allocation against the capacity);
+        # else everything the step ever allocates fits at once, and the memory records
+        # are worked out after the run from the order of events (sim.memory).
+        nbytes = plan.array("buffer_bytes")
+        most = np.zeros(len(self.devices), np.int64)
+        np.add.at(most, plan.array("op_device"), self.op_alloc_array)
+        np.add.at(most, plan.array("transfer_dst"), nbytes[plan.n_tensors:])
+        resident = np.asarray(plan.resident, dtype=np.int64)
+        np.add.at(most, plan.array("buffer_device")[resident], nbytes[resident])
+        self.track_memory = bool((most > np.array(self.capacity, dtype=np.int64)).any())
 
     def serial_parts(self) -> list[float]:
         """Per op, the part its task's dispatcher serves alone (``SimConfig.
@@ -312,10 +324,13 @@ class _Simulation:
         self.op_cores = op_cores = [0] * n
         self.x_start = x_start = [None] * m
         self.x_end = x_end = [None] * m
-        self.mem_records = mem_records = []  # (device, time, bytes in use)
+        # Ends and allocations in the order they happen, for the memory records
+        # (sim.memory.memory_records): an int append each, where a record was a tuple.
+        self.log = log = []
+        note = log.append
         self.oom_events = []
-        record_memory = mem_records.append
         self.in_use = in_use = [0] * len(self.devices)
+        track = self.track_memory  # else no allocation can exceed its device's capacity
         capacity = self.capacity
         out_of_memory = self._out_of_memory  # raises unless config.record_oom
 
@@ -334,6 +349,8 @@ class _Simulation:
         transfer_tensor, transfer_dst = plan.transfer_tensor, plan.transfer_dst
         transfer_src = plan.transfer_src
         buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
+        recv_bytes = buffer_bytes[n_tensors:]
+        n_made = n + m  # log code of allocation ~(n_made + b): resident buffer b
 
         # Resources.
         durations, want_cores, op_alloc = self.durations, self.want_cores, self.op_alloc
@@ -396,32 +413,29 @@ class _Simulation:
             op_cores[i] = cores
             nbytes = op_alloc[i]
             if nbytes:  # its outputs' buffers
-                use = in_use[d] + nbytes
-                if use > capacity[d]:
-                    out_of_memory(d, nbytes, i, None)
-                in_use[d] = use
-                record_memory((d, now, use))
+                if track:
+                    use = in_use[d] + nbytes
+                    if use > capacity[d]:
+                        out_of_memory(d, nbytes, i, None)
+                    in_use[d] = use
+                note(~i)
             event = new_event(_End)
             event.callbacks, event._value = op_ended, i
             heappush(queue, (now + duration, NORMAL, next_id(), event))
 
         def op_done(event):
             i = event._value
-            now = env._now
-            op_end[i] = now
+            op_end[i] = env._now
+            note(i)
             # StepState.op_finished: the buffers it read and its unread outputs let go
             # of (ascending), then freed resources are handed out, then the successors
             # that became ready queue (ascending), then its sends go.
-            for b in releases[release_ptr[i]:release_ptr[i + 1]]:
-                left = refs[b] - 1
-                refs[b] = left
-                if not left:
-                    nbytes = buffer_bytes[b]
-                    if nbytes:
-                        d = buffer_device[b]
-                        use = in_use[d] - nbytes
-                        in_use[d] = use
-                        record_memory((d, now, use))
+            if track:
+                for b in releases[release_ptr[i]:release_ptr[i + 1]]:
+                    left = refs[b] - 1
+                    refs[b] = left
+                    if not left:
+                        in_use[buffer_device[b]] -= buffer_bytes[b]
             d = op_device[i]
             cores = op_cores[i]
             if cores:
@@ -542,15 +556,16 @@ class _Simulation:
                 t = task_of[transfer_src[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + transfer_cpu[k]
-            nbytes = buffer_bytes[n_tensors + k]
+            nbytes = recv_bytes[k]
             if nbytes:  # the received copy's buffer
-                d = transfer_dst[k]
-                use = in_use[d] + nbytes
-                if use > capacity[d]:
-                    t = transfer_tensor[k]
-                    out_of_memory(d, nbytes, tensor_op[t], t)
-                in_use[d] = use
-                record_memory((d, now, use))
+                if track:
+                    d = transfer_dst[k]
+                    use = in_use[d] + nbytes
+                    if use > capacity[d]:
+                        t = transfer_tensor[k]
+                        out_of_memory(d, nbytes, tensor_op[t], t)
+                    in_use[d] = use
+                note(~(n + k))
             x_start[k] = now
             event = new_event(_End)
             event.callbacks, event._value = transfer_ended, k
@@ -564,18 +579,15 @@ class _Simulation:
                 t = task_of[transfer_dst[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + transfer_cpu[k]
+            note(n + k)
             # StepState.transfer_done: the source buffer's reference, consumers' counts
             # (the buffer is freed before any consumer starts, as StepState reports it).
-            t = transfer_tensor[k]
-            left = refs[t] - 1
-            refs[t] = left
-            if not left:
-                nbytes = buffer_bytes[t]
-                if nbytes:
-                    d = buffer_device[t]
-                    use = in_use[d] - nbytes
-                    in_use[d] = use
-                    record_memory((d, now, use))
+            if track:
+                t = transfer_tensor[k]
+                left = refs[t] - 1
+                refs[t] = left
+                if not left:
+                    in_use[buffer_device[t]] -= buffer_bytes[t]
             for j in consumers[consumer_ptr[k]:consumer_ptr[k + 1]]:
                 left = pending[j] - 1
                 pending[j] = left
@@ -592,12 +604,13 @@ class _Simulation:
             for b in plan.resident:
                 nbytes = buffer_bytes[b]
                 if nbytes:
-                    d = buffer_device[b]
-                    use = in_use[d] + nbytes
-                    if use > capacity[d]:
-                        out_of_memory(d, nbytes, tensor_op[b], None)
-                    in_use[d] = use
-                    record_memory((d, env._now, use))
+                    if track:
+                        d = buffer_device[b]
+                        use = in_use[d] + nbytes
+                        if use > capacity[d]:
+                            out_of_memory(d, nbytes, tensor_op[b], None)
+                        in_use[d] = use
+                    note(~(n_made + b))
             for i in [i for i, p in enumerate(pending) if p == 0]:
                 ready(i)
             env.run()
@@ -630,7 +643,7 @@ class _Simulation:
                 fetch_end[op.name] = self.op_end[i]
         records = _TraceColumns(plan, names, self.link_names, self.transfer_links,
                                 self.op_start, self.op_end, self.op_thread, self.op_cores,
-                                self.x_start, self.x_end, self.mem_records)
+                                self.x_start, self.x_end, self.log, self.op_alloc_array)
         return Trace.lazy({"ops": _without_gc(records.ops),
                            "transfers": _without_gc(records.transfers),
                            "memory": _without_gc(records.memory)},
@@ -646,14 +659,15 @@ class _TraceColumns:
     what the records need (not the simulation), so a kept trace keeps little alive."""
 
     def __init__(self, plan, device_names, link_names, transfer_links, op_start, op_end,
-                 op_thread, op_cores, x_start, x_end, mem_records):
+                 op_thread, op_cores, x_start, x_end, log, op_alloc):
+        self.plan, self.log, self.op_alloc = plan, log, op_alloc
         self.op_names, self.ops_, self.op_device = plan.op_names, plan.ops, plan.op_device
         self.tensor_base, self.tensor_op = plan.tensor_base, plan.tensor_op
         self.tensor_bytes, self.transfer_tensor = plan.tensor_bytes, plan.transfer_tensor
         self.transfer_src, self.transfer_dst = plan.transfer_src, plan.transfer_dst
         self.device_names, self.link_names, self.transfer_links = device_names, link_names, transfer_links
         self.op_start, self.op_end, self.op_thread, self.op_cores = op_start, op_end, op_thread, op_cores
-        self.x_start, self.x_end, self.mem_records = x_start, x_end, mem_records
+        self.x_start, self.x_end = x_start, x_end
 
     def ops(self) -> list:
         make = tuple.__new__  # a record straight from its fields (no per-record Python call)
@@ -688,7 +702,9 @@ class _TraceColumns:
 
     def memory(self) -> list:
         make, names = tuple.__new__, self.device_names
-        return [make(MemoryRecord, (names[d], t, b)) for d, t, b in self.mem_records]
+        device, time, use = memory_records(self.plan, self.log, self.op_alloc,
+                                           self.op_end + self.x_end + self.op_start + self.x_start)
+        return [make(MemoryRecord, (names[d], t, b)) for d, t, b in zip(device, time, use)]
 
 
 def _without_gc(make):
