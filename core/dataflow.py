@@ -94,7 +94,8 @@ _op_of = attrgetter("op")
 _value_index = attrgetter("value_index")
 _spec_of = attrgetter("dtype", "shape")
 _controls_of = attrgetter("_control_inputs")
-_op_fields = attrgetter("name", "type", "outputs", "inputs", "_control_inputs", "attrs")
+_OP_FIELDS = ("name", "type", "outputs", "inputs", "_control_inputs", "attrs")
+_op_fields = attrgetter(*_OP_FIELDS)
 _outputs_of = attrgetter("outputs")
 
 
@@ -170,9 +171,13 @@ class _OpArrays:
         self.ops = ops
         # One pass over the op objects (each read once: at 100k ops a pass per field
         # spent most of its time waiting for memory), then columns of the small tuples.
-        fields = list(map(_op_fields, ops))
+        try:
+            fields = list(map(_op_fields, ops))
+        except AttributeError:  # op-like objects without attributes (the runtime's mirrors)
+            fields = [(*f, None) for f in map(attrgetter(*_OP_FIELDS[:-1]), ops)]
         names, types, outputs, inputs, controls, attrs = map(list, zip(*fields)) if n else ([],) * 6
-        self.names, self.types, self.attrs = names, types, attrs
+        self.names, self.types = names, types
+        self.attrs = attrs if not n or attrs[0] is not None else None  # None: read when needed
         self.n_out = np.fromiter(map(len, outputs), np.int64, n)
         self.tensor_base = np.zeros(n, np.int64)
         np.cumsum(self.n_out[:-1], out=self.tensor_base[1:])
@@ -220,7 +225,8 @@ class _OpArrays:
                 view, sel = self.parent
                 self.attr_ids = view.attribute_ids()[sel]
             else:
-                self.attr_ids = _attribute_ids(self.attrs, first_ids(self.types))
+                attrs = self.attrs if self.attrs is not None else [op.attrs for op in self.ops]
+                self.attr_ids = _attribute_ids(attrs, first_ids(self.types))
         return self.attr_ids
 
     def sizes(self, tensor_bytes) -> np.ndarray:
@@ -247,7 +253,7 @@ class _OpArrays:
         out.ops = ops
         out.names = list(map(self.names.__getitem__, sel_list))
         out.types = list(map(self.types.__getitem__, sel_list))
-        out.attrs = list(map(self.attrs.__getitem__, sel_list))
+        out.attrs = None if self.attrs is None else list(map(self.attrs.__getitem__, sel_list))
         out.n_out, out.n_in, out.n_ctrl = self.n_out[sel], self.n_in[sel], self.n_ctrl[sel]
         out.tensor_base = np.zeros(n, np.int64)
         np.cumsum(out.n_out[:-1], out=out.tensor_base[1:])
