@@ -366,10 +366,12 @@ class _FromArray:
 _KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                 "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "op_device",
                 "tensor_base", "tensor_op", "tensor_bytes", "tensor_spec", "transfer_tensor",
-                "transfer_dst", "transfer_src", "buffer_bytes", "buffer_device",
+                "transfer_dst", "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs",
                 "csr_op_releases")
 _ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
-               "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "tensor_spec")
+               "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "tensor_spec",
+               "tensor_base", "tensor_op", "tensor_bytes", "transfer_tensor", "transfer_dst",
+               "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs")
 
 
 class StepPlan:
@@ -432,6 +434,15 @@ class StepPlan:
     csr_op_inputs = _FromArray()
     csr_op_dead_outputs = _FromArray()
     tensor_spec = _FromArray()
+    tensor_base = _FromArray()
+    tensor_op = _FromArray()
+    tensor_bytes = _FromArray()
+    transfer_tensor = _FromArray()
+    transfer_dst = _FromArray()
+    transfer_src = _FromArray()
+    buffer_bytes = _FromArray()
+    buffer_device = _FromArray()
+    buffer_refs = _FromArray()
 
     @classmethod
     def build(cls, graph_ops: Sequence[Operation], placement, fetches: Iterable | None = None,

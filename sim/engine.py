@@ -338,18 +338,24 @@ class _Simulation:
         pending = list(plan.initial_pending)
         # Buffer references as StepState counts them, except that an output nobody reads
         # holds one (its op's): an op's end lets go of its whole release list alike.
-        refs = list(plan.buffer_refs)
-        for b in plan.array("csr_op_dead_outputs")[1].tolist():
-            refs[b] = 1
+        # (Only a run that keeps bytes in use counts references; plan columns are read
+        # only where needed, as a plan makes each list on first use.)
+        refs = buffer_bytes = buffer_device = tensor_op = transfer_tensor = None
+        if track:
+            refs = list(plan.buffer_refs)
+            for b in plan.array("csr_op_dead_outputs")[1].tolist():
+                refs[b] = 1
+            buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
+            tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
         succ_ptr, succ = plan.csr_op_succ
         release_ptr, releases = plan.csr_op_releases
         send_ptr, sends = plan.csr_op_sends
         consumer_ptr, consumers = plan.csr_transfer_consumers
-        op_device, tensor_op = plan.op_device, plan.tensor_op
-        transfer_tensor, transfer_dst = plan.transfer_tensor, plan.transfer_dst
-        transfer_src = plan.transfer_src
-        buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
-        recv_bytes = buffer_bytes[n_tensors:]
+        op_device = plan.op_device
+        transfer_dst = plan.transfer_dst if track or self.config.serial_dispatch else None
+        transfer_src = plan.transfer_src if self.config.serial_dispatch else None
+        all_bytes = plan.array("buffer_bytes")
+        recv_bytes = all_bytes[n_tensors:].tolist()
         n_made = n + m  # log code of allocation ~(n_made + b): resident buffer b
 
         # Resources.
@@ -602,7 +608,7 @@ class _Simulation:
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
-                nbytes = buffer_bytes[b]
+                nbytes = int(all_bytes[b])
                 if nbytes:
                     if track:
                         d = buffer_device[b]
@@ -660,11 +666,7 @@ class _TraceColumns:
 
     def __init__(self, plan, device_names, link_names, transfer_links, op_start, op_end,
                  op_thread, op_cores, x_start, x_end, log, op_alloc):
-        self.plan, self.log, self.op_alloc = plan, log, op_alloc
-        self.op_names, self.ops_, self.op_device = plan.op_names, plan.ops, plan.op_device
-        self.tensor_base, self.tensor_op = plan.tensor_base, plan.tensor_op
-        self.tensor_bytes, self.transfer_tensor = plan.tensor_bytes, plan.transfer_tensor
-        self.transfer_src, self.transfer_dst = plan.transfer_src, plan.transfer_dst
+        self.plan, self.log, self.op_alloc = plan, log, op_alloc  # (columns read when needed)
         self.device_names, self.link_names, self.transfer_links = device_names, link_names, transfer_links
         self.op_start, self.op_end, self.op_thread, self.op_cores = op_start, op_end, op_thread, op_cores
         self.x_start, self.x_end = x_start, x_end
@@ -672,7 +674,8 @@ class _TraceColumns:
     def ops(self) -> list:
         make = tuple.__new__  # a record straight from its fields (no per-record Python call)
         names = self.device_names
-        op_names, ops, op_device = self.op_names, self.ops_, self.op_device
+        plan = self.plan
+        op_names, ops, op_device = plan.op_names, plan.ops, plan.op_device
         op_start, op_end, op_thread, op_cores = self.op_start, self.op_end, self.op_thread, self.op_cores
         return [make(OpRecord, (op_names[i], ops[i].type, names[op_device[i]], op_thread[i],
                                 op_start[i], op_end[i], op_cores[i]))
@@ -684,16 +687,18 @@ class _TraceColumns:
         route_names = {route: tuple(link_names[l] for l in route)
                        for route in set(self.transfer_links)}
         tensor_names = {}  # tensor -> "op:k", for the tensors sent
+        plan = self.plan
+        op_names, tensor_op, tensor_base = plan.op_names, plan.tensor_op, plan.tensor_base
 
         def tensor_name(t):
             name = tensor_names.get(t)
             if name is None:
-                i = self.tensor_op[t]
-                name = tensor_names[t] = f"{self.op_names[i]}:{t - self.tensor_base[i]}"
+                i = tensor_op[t]
+                name = tensor_names[t] = f"{op_names[i]}:{t - tensor_base[i]}"
             return name
 
-        tensor_bytes, transfer_tensor = self.tensor_bytes, self.transfer_tensor
-        transfer_src, transfer_dst, transfer_links = self.transfer_src, self.transfer_dst, self.transfer_links
+        tensor_bytes, transfer_tensor = plan.tensor_bytes, plan.transfer_tensor
+        transfer_src, transfer_dst, transfer_links = plan.transfer_src, plan.transfer_dst, self.transfer_links
         x_start, x_end = self.x_start, self.x_end
         return [make(TransferRecord, (tensor_name(transfer_tensor[k]), names[transfer_src[k]],
                                       names[transfer_dst[k]], route_names[transfer_links[k]],
