@@ -74,20 +74,26 @@ def static_transfer_order(plan, durations: list[float]) -> list[int]:
                             np.repeat(np.arange(n), np.diff(x_ptr))])
     preds = np.concatenate([op_preds, producer[x_preds]])
     by_owner = np.argsort(owner, kind="stable")
+    count = np.bincount(owner, minlength=n)
     ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
-    ptr, preds = ptr.tolist(), preds[by_owner].tolist()
+    np.cumsum(count, out=ptr[1:])
+    preds = preds[by_owner]
     # finish[i] = the latest finish among i's predecessors + i's duration, in
-    # topological order (the one-predecessor case, the commonest, without a max()).
-    finish: list[float] = []
-    append, get = finish.append, finish.__getitem__
-    for a, b, duration in zip(ptr, ptr[1:], durations):
-        if b - a == 1:
-            append(finish[preds[a]] + duration)
-        elif a == b:
-            append(duration)
+    # topological order.  Most ops have at most two predecessors: those read two
+    # entries (index n, a 0.0, stands for a missing one); the others are marked -1.
+    first = np.where(count > 0, preds[np.minimum(ptr[:-1], len(preds) - 1)], n)
+    second = np.where(count > 1, preds[np.minimum(ptr[:-1] + 1, len(preds) - 1)], n)
+    second[count > 2] = -1
+    finish = [0.0] * (n + 1)
+    get = finish.__getitem__
+    ptr, preds = ptr.tolist(), preds.tolist()
+    for i, a, b, duration in zip(range(n), first.tolist(), second.tolist(), durations):
+        if b < 0:
+            finish[i] = max(map(get, preds[ptr[i]:ptr[i + 1]])) + duration
         else:
-            append(max(map(get, preds[a:b])) + duration)
+            fa, fb = finish[a], finish[b]
+            finish[i] = (fa if fa > fb else fb) + duration
+    finish.pop()
     keys = np.asarray(finish)[producer]
     return np.argsort(keys, kind="stable").tolist()  # stable: ties by transfer index
 
