@@ -366,6 +366,12 @@ class _Simulation:
         transfer_links, transfer_time = self.transfer_links, self.transfer_durations
         n_links = len(self.link_names)
 
+        static = self.static
+        need = next_ptr = next_on_links = None
+        if static:  # the static link order's countdowns (see the transfers below)
+            need = list(self.need) + [1 << 60]  # the last entry: "no next transfer"
+            next_ptr, next_on_links = self.next_ptr, self.next_on_links
+
         # -- ops: threads, cores (sim.pools) --
         start_at = self.start_at
         late = any(start_at)  # some task's part of the step starts after time 0
@@ -470,29 +476,26 @@ class _Simulation:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
             lo, hi = send_ptr[i], send_ptr[i + 1]
             if lo != hi:
-                for k in sends[lo:hi]:
-                    send(k)
+                if static:  # each send counts down (see below), written out here
+                    for k in sends[lo:hi]:
+                        left = need[k] - 1
+                        need[k] = left
+                        if not left:
+                            start_transfer(k)
+                else:
+                    for k in sends[lo:hi]:
+                        send(k)
 
         # -- transfers (sim.links) --
         # A transfer starts when it was sent and every link of its route is free with
-        # it at the head of the link's queue.  Each link order has its own two helpers,
-        # chosen once here: sending a transfer, and handing on the links of one that
-        # ended.
-        if self.static:
+        # it at the head of the link's queue.  Each link order has its own helpers,
+        # chosen once here: handing on the links of a transfer that ended, and sending
+        # one (the static order's send is a countdown, written out in op_done).
+        if static:
             # Countdowns: need[k] counts what transfer k still waits for (being sent,
             # and each link of its route offering itself).  When a transfer ends, each
             # link of its route offers itself to the transfer after it in that link's
-            # queue (next_on_links).  need[k] = -1 marks k started.
-            need = list(self.need) + [1 << 60]  # the last entry: "no next transfer"
-            next_ptr, next_on_links = self.next_ptr, self.next_on_links
-
-            def send(k):
-                left = need[k] - 1
-                need[k] = left
-                if not left:
-                    need[k] = -1
-                    start_transfer(k)
-
+            # queue (next_on_links).  Being sent counts down in op_done.
             def release_links(k):
                 lo, hi = next_ptr[k], next_ptr[k + 1]
                 if hi - lo < 3:
@@ -517,7 +520,7 @@ class _Simulation:
                     # scan of the freed links would.
                     for j in following:
                         if not need[j]:
-                            need[j] = -1
+                            need[j] = -1  # started (it may be next on two of these links)
                             start_transfer(j)
         else:
             link_busy = [False] * n_links
