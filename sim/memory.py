@@ -49,18 +49,19 @@ def memory_records(plan, log, op_alloc, times, begin=0) -> tuple[list, list, lis
     each op's end (``i``) and transfer's end (``n_ops + k``), and each allocation: an
     op's outputs when it starts (``~i``; ``op_alloc[i]`` bytes), a received copy when its
     transfer starts (``~(n_ops + k)``), a resident buffer before time 0 (``~(n_ops +
-    n_transfers + b)``, at time ``begin``).  ``times`` is ``op_end + x_end + op_start +
-    x_start`` (the run's columns).  A buffer is freed by the last of the ends that let
-    go of it (its readers', its transfers', its own op's for an output nobody reads),
-    once all of them happened; an end frees before anything it started allocates, in
-    ascending buffer order, as the engine's handlers do (see :mod:`sim.engine`).  So
-    the run only appends an integer per change, and none at all for a free.
+    n_transfers + b)``, at time ``begin``).  ``times`` is a new list ``op_end + x_end +
+    op_start + x_start`` of the run's columns (this appends to it).  A buffer is freed
+    by the last of the ends that let go of it (its readers', its transfers', its own
+    op's for an output nobody reads), once all of them happened; an end frees before
+    anything it started allocates, in ascending buffer order, as the engine's handlers
+    do (see :mod:`sim.engine`).  So the run only appends an integer per change, and
+    none at all for a free.
 
     A change of zero bytes makes no record.
     """
     n, m = plan.n_ops, plan.n_transfers
     nbytes = plan.array("buffer_bytes")
-    log = np.array(log, dtype=np.int64)
+    log = np.fromiter(log, np.int64, len(log))
     position = np.arange(len(log))
     is_end = log >= 0
     # Frees: for each buffer, the log position of the last end that lets go of it.
@@ -82,21 +83,22 @@ def memory_records(plan, log, op_alloc, times, begin=0) -> tuple[list, list, lis
     alloc_device = np.concatenate([plan.array("op_device"), plan.array("transfer_dst"),
                                    plan.array("buffer_device")])
     alloc_bytes = np.concatenate([op_alloc, nbytes[plan.n_tensors:], nbytes])
-    # All changes, in the order they happened: by log position, frees of one end by buffer.
-    pos = np.concatenate([last[freed], position[~is_end]])
-    order = np.lexsort((np.concatenate([freed, np.zeros(len(made), np.int64)]), pos))
+    # All changes, in the order they happened: by log position, frees of one end by
+    # buffer (an allocation has a position of its own).
+    key = np.concatenate([last[freed] * len(nbytes) + freed, position[~is_end] * len(nbytes)])
+    order = np.argsort(key, kind="stable")  # (runs: the allocations are in order)
     device = np.concatenate([plan.array("buffer_device")[freed], alloc_device[made]])[order]
     delta = np.concatenate([-nbytes[freed], alloc_bytes[made]])[order]
     # Bytes in use after each change: a running sum per device.
     by_device = np.argsort(device, kind="stable")
-    step = delta[by_device]
-    total = np.cumsum(step)
-    first = np.flatnonzero(np.concatenate([[True], device[by_device][1:] != device[by_device][:-1]])) \
-        if len(step) else np.zeros(0, np.int64)
-    before = (total - step)[first]
+    grouped = device[by_device]
+    total = np.cumsum(delta[by_device])
+    starts = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1
+    # (the sum up to each device's first change is subtracted from its changes)
+    before = np.concatenate([[0], total[starts - 1]])
     use = np.empty_like(total)
-    use[by_device] = total - np.repeat(before, np.diff(np.append(first, len(step))))
+    use[by_device] = total - np.repeat(before, np.diff(np.concatenate([[0], starts, [len(total)]])))
     # Times: an end's, or the start of what allocated (begin for a resident buffer).
     index = np.concatenate([log[last[freed]], n + m + np.minimum(made, n + m)])[order]
-    table = list(times) + [begin]
-    return device.tolist(), list(map(table.__getitem__, index.tolist())), use.tolist()
+    times.append(begin)
+    return device.tolist(), list(map(times.__getitem__, index.tolist())), use.tolist()
