@@ -276,9 +276,9 @@ class _Simulation:
                     link_index[link.name] = len(self.link_names)
                     self.link_names.append(link.name)
             route_ids[p] = tuple(link_index[link.name] for link in links)
-        pair_of = pair_of.reshape(-1)
-        self.transfer_links: list[tuple[int, ...]] = list(map(route_ids.__getitem__,
-                                                              pair_of.tolist()))
+        # Each transfer's route is route_ids[pair_of[k]] (a list of them is made only
+        # where needed: the "ready" link order, the trace's records).
+        self.route_ids, self.pair_of = route_ids, pair_of = route_ids, pair_of.reshape(-1)
         if self.config.serial_dispatch:
             # What each end's dispatcher spends on a transfer: half its route's latency
             # (sending and taking a tensor is Python work on both tasks, under their GIL).
@@ -363,7 +363,7 @@ class _Simulation:
         slowdown, host_of = self.slowdown, self.host_of
         pool_free = [pool.free for pool in self.pools]
         pool_waiting = [pool.waiting for pool in self.pools]
-        transfer_links, transfer_time = self.transfer_links, self.transfer_durations
+        transfer_time = self.transfer_durations
         n_links = len(self.link_names)
 
         static = self.static
@@ -523,6 +523,7 @@ class _Simulation:
                             need[j] = -1  # started (it may be next on two of these links)
                             start_transfer(j)
         else:
+            transfer_links = list(map(self.route_ids.__getitem__, self.pair_of.tolist()))
             link_busy = [False] * n_links
             link_heap = [[] for _ in range(n_links)]  # (ready time, transfer)
 
@@ -650,7 +651,7 @@ class _Simulation:
             i = plan.op_index[op.name]
             if self.op_end[i] is not None:
                 fetch_end[op.name] = self.op_end[i]
-        records = _TraceColumns(plan, names, self.link_names, self.transfer_links,
+        records = _TraceColumns(plan, names, self.link_names, self.route_ids, self.pair_of,
                                 self.op_start, self.op_end, self.op_thread, self.op_cores,
                                 self.x_start, self.x_end, self.log, self.op_alloc_array)
         return Trace.lazy({"ops": _without_gc(records.ops),
@@ -667,10 +668,11 @@ class _TraceColumns:
     """What a run recorded, by column; makes the record lists on demand.  Holds only
     what the records need (not the simulation), so a kept trace keeps little alive."""
 
-    def __init__(self, plan, device_names, link_names, transfer_links, op_start, op_end,
+    def __init__(self, plan, device_names, link_names, route_ids, pair_of, op_start, op_end,
                  op_thread, op_cores, x_start, x_end, log, op_alloc):
         self.plan, self.log, self.op_alloc = plan, log, op_alloc  # (columns read when needed)
-        self.device_names, self.link_names, self.transfer_links = device_names, link_names, transfer_links
+        self.device_names, self.link_names = device_names, link_names
+        self.route_ids, self.pair_of = route_ids, pair_of
         self.op_start, self.op_end, self.op_thread, self.op_cores = op_start, op_end, op_thread, op_cores
         self.x_start, self.x_end = x_start, x_end
 
@@ -687,8 +689,7 @@ class _TraceColumns:
     def transfers(self) -> list:
         make = tuple.__new__
         names, link_names = self.device_names, self.link_names
-        route_names = {route: tuple(link_names[l] for l in route)
-                       for route in set(self.transfer_links)}
+        route_names = [tuple(link_names[l] for l in route) for route in self.route_ids]
         tensor_names = {}  # tensor -> "op:k", for the tensors sent
         plan = self.plan
         op_names, tensor_op, tensor_base = plan.op_names, plan.tensor_op, plan.tensor_base
@@ -701,10 +702,10 @@ class _TraceColumns:
             return name
 
         tensor_bytes, transfer_tensor = plan.tensor_bytes, plan.transfer_tensor
-        transfer_src, transfer_dst, transfer_links = plan.transfer_src, plan.transfer_dst, self.transfer_links
+        transfer_src, transfer_dst, pair_of = plan.transfer_src, plan.transfer_dst, self.pair_of.tolist()
         x_start, x_end = self.x_start, self.x_end
         return [make(TransferRecord, (tensor_name(transfer_tensor[k]), names[transfer_src[k]],
-                                      names[transfer_dst[k]], route_names[transfer_links[k]],
+                                      names[transfer_dst[k]], route_names[pair_of[k]],
                                       tensor_bytes[transfer_tensor[k]], x_start[k], x_end[k]))
                 for k in range(len(transfer_tensor)) if x_end[k] is not None]
 

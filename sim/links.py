@@ -54,8 +54,8 @@ import numpy as np
 __all__ = ["static_transfer_order", "link_successors"]
 
 
-def static_transfer_order(plan, durations: list[float]) -> list[int]:
-    """Transfer indices sorted by (as-soon-as-possible ready time of their tensor over op
+def static_transfer_order(plan, durations: list[float]) -> np.ndarray:
+    """Transfer indices (an array) sorted by (as-soon-as-possible ready time of their tensor over op
     ``durations`` alone, transfer index).
 
     The key never puts a transfer before one it depends on: a dependent tensor's ready
@@ -86,16 +86,15 @@ def static_transfer_order(plan, durations: list[float]) -> list[int]:
     second[count > 2] = -1
     finish = [0.0] * (n + 1)
     get = finish.__getitem__
-    ptr, preds = ptr.tolist(), preds.tolist()
     for i, a, b, duration in zip(range(n), first.tolist(), second.tolist(), durations):
         if b < 0:
-            finish[i] = max(map(get, preds[ptr[i]:ptr[i + 1]])) + duration
+            finish[i] = max(map(get, preds[ptr[i]:ptr[i + 1]].tolist())) + duration
         else:
             fa, fb = finish[a], finish[b]
             finish[i] = (fa if fa > fb else fb) + duration
     finish.pop()
     keys = np.asarray(finish)[producer]
-    return np.argsort(keys, kind="stable").tolist()  # stable: ties by transfer index
+    return np.argsort(keys, kind="stable")  # stable: ties by transfer index
 
 
 def link_successors(order, routes: list[tuple[int, ...]], route_of: np.ndarray
