@@ -367,7 +367,7 @@ _KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                 "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "op_device",
                 "tensor_base", "tensor_op", "tensor_bytes", "tensor_spec", "transfer_tensor",
                 "transfer_dst", "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs",
-                "csr_op_releases")
+                "csr_op_releases", "initial_pending")
 _ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "tensor_spec",
                "tensor_base", "tensor_op", "tensor_bytes", "transfer_tensor", "transfer_dst",

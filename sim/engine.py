@@ -621,7 +621,7 @@ class _Simulation:
                             out_of_memory(d, nbytes, tensor_op[b], None)
                         in_use[d] = use
                     note(~(n_made + b))
-            for i in [i for i, p in enumerate(pending) if p == 0]:
+            for i in np.flatnonzero(plan.array("initial_pending") == 0).tolist():
                 ready(i)
             env.run()
         except OutOfMemory as e:
