@@ -12,7 +12,10 @@ SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is
 over the plan's arrays; the placement-independent part of the plan (the graph pulled
 into arrays) is kept with the graph until it changes (``Graph.cached_view``), so the
 same graph under other placements skips it; and the trace's records are made on first
-access (:meth:`Trace.lazy`).
+access (:meth:`Trace.lazy`).  The run notes only the order of ends and allocations
+(an int each); the memory records are worked out from it afterwards
+(:func:`sim.memory.memory_records`), and bytes in use are counted during the run only
+when some device could run out (else no allocation can exceed its capacity).
 
 Rules of the model (the semantics page, "Parallel execution", "GPU memory", "Clusters
 of servers"):
@@ -308,8 +311,9 @@ class _Simulation:
         The event handlers are closures over local lists (``StepState``'s counters and
         the resources, inlined): a closure reads its variables as fast as locals, where
         ``self.x`` is a dictionary look-up, and the handlers run ~230k times at 100k ops.
-        Memory bookkeeping is written out where it happens (a call per allocation was a
-        tenth of the run).
+        Memory is an int appended per end and per allocation (a record tuple per change
+        and the reference counts were a fifth of the run); bytes in use are kept only
+        when a device could run out.
         """
         plan, config = self.plan, self.config
         self.env = env = simpy.Environment()
