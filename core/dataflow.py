@@ -94,7 +94,8 @@ _op_of = attrgetter("op")
 _value_index = attrgetter("value_index")
 _spec_of = attrgetter("dtype", "shape")
 _controls_of = attrgetter("_control_inputs")
-_attrs_of = attrgetter("attrs")
+_OP_FIELDS = ("name", "type", "outputs", "inputs", "_control_inputs", "attrs")
+_op_fields = attrgetter(*_OP_FIELDS)
 _outputs_of = attrgetter("outputs")
 
 
@@ -157,7 +158,7 @@ class _OpArrays:
     """What a plan reads of a list of ops, as flat arrays made with one C-level pass
     (``map``, ``attrgetter``, ``dict.setdefault``) per field, never a Python loop.
 
-    ``ops``, ``names``, ``types``: lists; ``n_out``, ``n_in``, ``n_ctrl``: counts per op;
+    ``ops``, ``names``, ``types``, ``attrs`` (the ops' attribute dicts): lists; ``n_out``, ``n_in``, ``n_ctrl``: counts per op;
     ``tensor_base``: first output tensor of each op; ``tensors``: the output tensors,
     op by op; ``spec``: for each, an id of its (dtype, shape); ``in_op``, ``in_index``: producer
     (position in ``ops``, -1 if outside) and output index of each data input, op by op
@@ -168,25 +169,40 @@ class _OpArrays:
     def __init__(self, ops: list):
         n = len(ops)
         self.ops = ops
-        self.names = [op.name for op in ops]
-        self.types = types = [op.type for op in ops]
-        outputs = [op.outputs for op in ops]
+        # One pass over the op objects (each read once: at 100k ops a pass per field
+        # spent most of its time waiting for memory), then columns of the small tuples.
+        try:
+            fields = list(map(_op_fields, ops))
+        except AttributeError:  # op-like objects without attributes (the runtime's mirrors)
+            fields = [(*f, None) for f in map(attrgetter(*_OP_FIELDS[:-1]), ops)]
+        names, types, outputs, inputs, controls, attrs = map(list, zip(*fields)) if n else ([],) * 6
+        self.names, self.types = names, types
+        self.attrs = attrs if not n or attrs[0] is not None else None  # None: read when needed
         self.n_out = np.fromiter(map(len, outputs), np.int64, n)
         self.tensor_base = np.zeros(n, np.int64)
         np.cumsum(self.n_out[:-1], out=self.tensor_base[1:])
-        self.tensors = list(chain.from_iterable(outputs))  # output tensors, op by op
-        self.spec = first_ids(list(map(_spec_of, self.tensors)))
+        self.tensors = tensors = list(chain.from_iterable(outputs))  # op by op
+        self.spec = first_ids(list(map(_spec_of, tensors)))
         self.default_sizes = None  # tensor_bytes of each output tensor, made on first use
-        inputs = [op.inputs for op in ops]
         self.n_in = np.fromiter(map(len, inputs), np.int64, n)
         flat_in = list(chain.from_iterable(inputs))
-        pos = dict(zip(ops, range(n)))  # not kept: 100k entries are ~10 MB
-        self.in_op = np.fromiter(map(pos.get, map(_op_of, flat_in), repeat(-1)), np.int64,
-                                 len(flat_in))
-        self.in_index = np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
+        # Each input found as the tensor object its producer made (a Graph's ops share
+        # them), else by producer and output index (op-like objects may not).
+        where = dict(zip(tensors, range(len(tensors))))  # not kept: ~10 MB at 100k ops
+        tid = np.fromiter(map(where.get, flat_in, repeat(-1)), np.int64, len(flat_in))
+        pos = None
+        if len(tid) and tid.min() < 0:
+            pos = dict(zip(ops, range(n)))
+            self.in_op = np.fromiter(map(pos.get, map(_op_of, flat_in), repeat(-1)), np.int64,
+                                     len(flat_in))
+            self.in_index = np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
+        else:
+            tensor_op = np.repeat(np.arange(n, dtype=np.int64), self.n_out)
+            self.in_op = tensor_op[tid]
+            self.in_index = tid - self.tensor_base[self.in_op]
         # Control inputs are rare: skip the pass when no op has one.
-        if any(map(_controls_of, ops)):
-            controls = list(map(_controls_of, ops))
+        if any(controls):
+            pos = pos or dict(zip(ops, range(n)))
             self.n_ctrl = np.fromiter(map(len, controls), np.int64, n)
             self.ctrl_op = np.fromiter(map(pos.get, chain.from_iterable(controls), repeat(-1)),
                                        np.int64, int(self.n_ctrl.sum()))
@@ -209,7 +225,8 @@ class _OpArrays:
                 view, sel = self.parent
                 self.attr_ids = view.attribute_ids()[sel]
             else:
-                self.attr_ids = _attribute_ids(self.ops, first_ids(self.types))
+                attrs = self.attrs if self.attrs is not None else [op.attrs for op in self.ops]
+                self.attr_ids = _attribute_ids(attrs, first_ids(self.types))
         return self.attr_ids
 
     def sizes(self, tensor_bytes) -> np.ndarray:
@@ -236,6 +253,7 @@ class _OpArrays:
         out.ops = ops
         out.names = list(map(self.names.__getitem__, sel_list))
         out.types = list(map(self.types.__getitem__, sel_list))
+        out.attrs = None if self.attrs is None else list(map(self.attrs.__getitem__, sel_list))
         out.n_out, out.n_in, out.n_ctrl = self.n_out[sel], self.n_in[sel], self.n_ctrl[sel]
         out.tensor_base = np.zeros(n, np.int64)
         np.cumsum(out.n_out[:-1], out=out.tensor_base[1:])
@@ -252,14 +270,17 @@ class _OpArrays:
         return out
 
 
-def _attribute_ids(ops: list, type_of: np.ndarray) -> np.ndarray:
-    """:meth:`_OpArrays.attribute_ids` of ``ops``; ``type_of``: an id of each op's type."""
-    ids = np.zeros(len(ops), np.int64)
+def _attribute_ids(attrs: list, type_of: np.ndarray) -> np.ndarray:
+    """:meth:`_OpArrays.attribute_ids` of ops with attribute dicts ``attrs``; ``type_of``:
+    an id of each op's type."""
+    ids = np.zeros(len(attrs), np.int64)
     order = np.argsort(type_of, kind="stable")
     bounds = np.flatnonzero(np.diff(type_of[order])) + 1
     for group in np.split(order, bounds):
-        items = list(map(tuple, map(dict.items, map(_attrs_of, map(ops.__getitem__,
-                                                                      group.tolist())))))
+        dicts = list(map(attrs.__getitem__, group.tolist()))
+        if not any(dicts):  # no attributes (Add, Relu...): all the same
+            continue
+        items = list(map(tuple, map(dict.items, dicts)))
         try:
             ids[group] = first_ids(items)
         except TypeError:  # some value is unhashable: key by key
@@ -343,11 +364,14 @@ class _FromArray:
 # The arrays a plan keeps from its build (StepPlan.array), and those of them that are
 # lists only on first use.
 _KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
-                "csr_op_input_tensors", "op_device", "tensor_base", "tensor_op",
-                "tensor_bytes", "tensor_spec", "transfer_tensor", "transfer_dst",
-                "transfer_src", "buffer_bytes")
+                "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "op_device",
+                "tensor_base", "tensor_op", "tensor_bytes", "tensor_spec", "transfer_tensor",
+                "transfer_dst", "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs",
+                "csr_op_releases", "initial_pending")
 _ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
-               "csr_op_input_tensors", "tensor_spec")
+               "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "tensor_spec",
+               "tensor_base", "tensor_op", "tensor_bytes", "transfer_tensor", "transfer_dst",
+               "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs")
 
 
 class StepPlan:
@@ -383,7 +407,9 @@ class StepPlan:
     ``op_inputs``, ``op_outputs``, ``op_dead_outputs``, ``op_succ``, ``op_sends``,
     ``transfer_consumers``) are also kept flat, as ``csr_<name> = (ptr, flat)`` (item
     ``i`` is ``flat[ptr[i]:ptr[i + 1]]``); the lists are made on first access.
-    ``csr_op_input_tensors`` has each op's data inputs, slot by slot (tensor indices).
+    ``csr_op_input_tensors`` has each op's data inputs, slot by slot (tensor indices);
+    ``csr_op_releases`` what each op's end lets go of, ascending: the buffers it read
+    (``op_inputs``, also ascending) and its outputs nobody reads (``op_dead_outputs``).
     :meth:`array` gives an attribute as a numpy array (those set-up code reads are kept
     from the build).
     """
@@ -405,7 +431,18 @@ class StepPlan:
     csr_op_pred_transfers = _FromArray()
     csr_op_outputs = _FromArray()
     csr_op_input_tensors = _FromArray()
+    csr_op_inputs = _FromArray()
+    csr_op_dead_outputs = _FromArray()
     tensor_spec = _FromArray()
+    tensor_base = _FromArray()
+    tensor_op = _FromArray()
+    tensor_bytes = _FromArray()
+    transfer_tensor = _FromArray()
+    transfer_dst = _FromArray()
+    transfer_src = _FromArray()
+    buffer_bytes = _FromArray()
+    buffer_device = _FromArray()
+    buffer_refs = _FromArray()
 
     @classmethod
     def build(cls, graph_ops: Sequence[Operation], placement, fetches: Iterable | None = None,
@@ -513,13 +550,12 @@ class StepPlan:
         xpred_key = unique(cons[cross] * max(n_transfers, 1) + edge_transfer)
         xpred_cons, xpred_transfer = xpred_key // max(n_transfers, 1), xpred_key % max(n_transfers, 1)
 
-        # Buffers read: distinct per op, in input order (first occurrence).
+        # Buffers read: distinct per op, ascending.
         n_buffers = n_tensors + n_transfers
         buf = tid.copy()
         buf[cross] = n_tensors + edge_transfer
-        _, first_read = np.unique(cons * n_buffers + buf, return_index=True)
-        first_read.sort()
-        read_cons, read_buf = cons[first_read], buf[first_read]
+        read_key = unique(cons * n_buffers + buf)
+        read_cons, read_buf = read_key // n_buffers, read_key % n_buffers
 
         # References: readers on the device plus outgoing sends; resident state and
         # fetched tensors are held to the end.
@@ -541,6 +577,10 @@ class StepPlan:
         # outputs nobody reads, freed as soon as the op ends.
         allocated = np.flatnonzero(~persistent[tensor_op])
         dead = np.flatnonzero(refs[:n_tensors] == 0)
+        # What each op's end lets go of, ascending: the buffers it read and its outputs
+        # nobody reads (two sorted runs: the stable sort merges them).
+        release_key = np.sort(np.concatenate([read_key, tensor_op[dead] * n_buffers + dead]),
+                              kind="stable")
         columns = {
             "csr_op_pred_ops": _csr(pred_cons, pred_op, n),
             "csr_op_pred_transfers": _csr(xpred_cons, xpred_transfer, n),
@@ -551,6 +591,7 @@ class StepPlan:
             "csr_op_sends": _csr(sender[by_sender], by_sender, n),
             "csr_op_outputs": _csr(tensor_op[allocated], allocated, n),
             "csr_op_dead_outputs": _csr(tensor_op[dead], dead, n),
+            "csr_op_releases": _csr(release_key // n_buffers, release_key % n_buffers, n),
             "csr_op_input_tensors": (np.concatenate([[0], np.cumsum(n_in)]).astype(np.int64), tid),
             "op_device": dev,
             "tensor_base": tensor_base,

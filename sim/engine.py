@@ -12,7 +12,10 @@ SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is
 over the plan's arrays; the placement-independent part of the plan (the graph pulled
 into arrays) is kept with the graph until it changes (``Graph.cached_view``), so the
 same graph under other placements skips it; and the trace's records are made on first
-access (:meth:`Trace.lazy`).
+access (:meth:`Trace.lazy`).  The run notes only the order of ends and allocations
+(an int each); the memory records are worked out from it afterwards
+(:func:`sim.memory.memory_records`), and bytes in use are counted during the run only
+when some device could run out (else no allocation can exceed its capacity).
 
 Rules of the model (the semantics page, "Parallel execution", "GPU memory", "Clusters
 of servers"):
@@ -55,7 +58,7 @@ from sim.config import SimConfig
 from sim.durations import multithreaded, op_durations, transfer_durations
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.links import link_successors, static_transfer_order
-from sim.memory import device_capacity
+from sim.memory import device_capacity, memory_records
 from sim.pools import HostCores, InterOpPool, rescale_speedup, slowdown_table
 
 __all__ = ["simulate"]
@@ -202,7 +205,6 @@ class _Simulation:
             else:
                 self.host_of.append(None)
         self.hosts = hosts
-        self.intra = [dev.intra_op_threads for dev in devices]
         self.slowdown = [slowdown_table(dev.intra_op_speedup, dev.intra_op_threads)
                          for dev in devices]
         self.capacity = [device_capacity(dev, config) for dev in devices]
@@ -213,13 +215,31 @@ class _Simulation:
     def _setup_durations(self):
         plan = self.plan
         self.durations = op_durations(plan, self.devices, self.cost_model)
-        self.multi = multithreaded(plan, self.devices)
+        # The cores each op asks for: none for a GPU op, one for a CPU op, the
+        # intra-op pool for a multithreaded CPU kernel.
+        on_cpu = np.array([dev.is_cpu for dev in self.devices], dtype=bool)
+        pool = np.array([dev.intra_op_threads for dev in self.devices], dtype=np.int64)
+        device = plan.array("op_device")
+        self.want_cores = np.where(multithreaded(plan, self.devices), pool[device],
+                                   on_cpu[device]).tolist()
         # Bytes each op allocates when it starts: its outputs' buffers, summed per op
         # with a cumulative sum over the flat per-op lists.
         ptr, outs = plan.array("csr_op_outputs")
         sizes = plan.array("buffer_bytes")[outs]
         total = np.concatenate([[0], np.cumsum(sizes)])
-        self.op_alloc = (total[ptr[1:]] - total[ptr[:-1]]).tolist()
+        self.op_alloc_array = total[ptr[1:]] - total[ptr[:-1]]
+        self.op_alloc = self.op_alloc_array.tolist()
+        # Whether some device could run out of memory: only then does the run keep
+        # each device's bytes in use (to check each allocation against the capacity);
+        # else everything the step ever allocates fits at once, and the memory records
+        # are worked out after the run from the order of events (sim.memory).
+        nbytes = plan.array("buffer_bytes")
+        most = np.zeros(len(self.devices), np.int64)
+        np.add.at(most, plan.array("op_device"), self.op_alloc_array)
+        np.add.at(most, plan.array("transfer_dst"), nbytes[plan.n_tensors:])
+        resident = np.asarray(plan.resident, dtype=np.int64)
+        np.add.at(most, plan.array("buffer_device")[resident], nbytes[resident])
+        self.track_memory = bool((most > np.array(self.capacity, dtype=np.int64)).any())
 
     def serial_parts(self) -> list[float]:
         """Per op, the part its task's dispatcher serves alone (``SimConfig.
@@ -259,9 +279,9 @@ class _Simulation:
                     link_index[link.name] = len(self.link_names)
                     self.link_names.append(link.name)
             route_ids[p] = tuple(link_index[link.name] for link in links)
-        pair_of = pair_of.reshape(-1)
-        self.transfer_links: list[tuple[int, ...]] = list(map(route_ids.__getitem__,
-                                                              pair_of.tolist()))
+        # Each transfer's route is route_ids[pair_of[k]] (a list of them is made only
+        # where needed: the "ready" link order, the trace's records).
+        self.route_ids, self.pair_of = route_ids, pair_of = route_ids, pair_of.reshape(-1)
         if self.config.serial_dispatch:
             # What each end's dispatcher spends on a transfer: half its route's latency
             # (sending and taking a tensor is Python work on both tasks, under their GIL).
@@ -291,8 +311,9 @@ class _Simulation:
         The event handlers are closures over local lists (``StepState``'s counters and
         the resources, inlined): a closure reads its variables as fast as locals, where
         ``self.x`` is a dictionary look-up, and the handlers run ~230k times at 100k ops.
-        Memory bookkeeping is written out where it happens (a call per allocation was a
-        tenth of the run).
+        Memory is an int appended per end and per allocation (a record tuple per change
+        and the reference counts were a fifth of the run); bytes in use are kept only
+        when a device could run out.
         """
         plan, config = self.plan, self.config
         self.env = env = simpy.Environment()
@@ -307,40 +328,61 @@ class _Simulation:
         self.op_cores = op_cores = [0] * n
         self.x_start = x_start = [None] * m
         self.x_end = x_end = [None] * m
-        self.mem_records = mem_records = []  # (device, time, bytes in use)
+        # Ends and allocations in the order they happen, for the memory records
+        # (sim.memory.memory_records): an int append each, where a record was a tuple.
+        self.log = log = []
+        note = log.append
         self.oom_events = []
-        record_memory = mem_records.append
         self.in_use = in_use = [0] * len(self.devices)
+        track = self.track_memory  # else no allocation can exceed its device's capacity
         capacity = self.capacity
         out_of_memory = self._out_of_memory  # raises unless config.record_oom
 
         # StepState's counters (see core.dataflow), driven inline.
         pending = list(plan.initial_pending)
-        refs = list(plan.buffer_refs)
+        # Buffer references as StepState counts them, except that an output nobody reads
+        # holds one (its op's): an op's end lets go of its whole release list alike.
+        # (Only a run that keeps bytes in use counts references; plan columns are read
+        # only where needed, as a plan makes each list on first use.)
+        refs = buffer_bytes = buffer_device = tensor_op = transfer_tensor = None
+        if track:
+            refs = list(plan.buffer_refs)
+            for b in plan.array("csr_op_dead_outputs")[1].tolist():
+                refs[b] = 1
+            buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
+            tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
         succ_ptr, succ = plan.csr_op_succ
-        read_ptr, reads = plan.csr_op_inputs
-        dead_ptr, dead = plan.csr_op_dead_outputs
+        release_ptr, releases = plan.csr_op_releases
         send_ptr, sends = plan.csr_op_sends
         consumer_ptr, consumers = plan.csr_transfer_consumers
-        op_device, tensor_op = plan.op_device, plan.tensor_op
-        transfer_tensor, transfer_dst = plan.transfer_tensor, plan.transfer_dst
-        transfer_src = plan.transfer_src
-        buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
+        op_device = plan.op_device
+        transfer_dst = plan.transfer_dst if track or self.config.serial_dispatch else None
+        transfer_src = plan.transfer_src if self.config.serial_dispatch else None
+        all_bytes = plan.array("buffer_bytes")
+        recv_bytes = all_bytes[n_tensors:].tolist()
+        n_made = n + m  # log code of allocation ~(n_made + b): resident buffer b
 
         # Resources.
-        durations, multi, op_alloc = self.durations, self.multi, self.op_alloc
-        slowdown, intra, host_of = self.slowdown, self.intra, self.host_of
+        durations, want_cores, op_alloc = self.durations, self.want_cores, self.op_alloc
+        slowdown, host_of = self.slowdown, self.host_of
         pool_free = [pool.free for pool in self.pools]
         pool_waiting = [pool.waiting for pool in self.pools]
-        transfer_links, transfer_time = self.transfer_links, self.transfer_durations
+        transfer_time = self.transfer_durations
         n_links = len(self.link_names)
+
+        static = self.static
+        need = next_ptr = next_on_links = None
+        if static:  # the static link order's countdowns (see the transfers below)
+            need = list(self.need) + [1 << 60]  # the last entry: "no next transfer"
+            next_ptr, next_on_links = self.next_ptr, self.next_on_links
 
         # -- ops: threads, cores (sim.pools) --
         start_at = self.start_at
+        late = any(start_at)  # some task's part of the step starts after time 0
 
         def ready(i):
             d = op_device[i]
-            if env._now < start_at[d]:  # the task's part has not started yet
+            if late and env._now < start_at[d]:  # the task's part has not started yet
                 event = new_event(_End)
                 event.callbacks, event._value = part_started, i
                 heappush(queue, (start_at[d], NORMAL, next_id(), event))
@@ -352,15 +394,13 @@ class _Simulation:
                 heappush(pool_waiting[d], (env._now, i))
 
         def take_thread(i, slot):
-            d = op_device[i]
-            host = host_of[d]
-            if host is None:
+            cores = want_cores[i]
+            if not cores:
                 start(i, slot, 0)
-            elif host.free and not host.waiting:
-                # One core, or as many as the intra-op pool for a multithreaded kernel
-                # (at most the free ones).
-                cores = intra[d] if multi[i] else 1
-                if cores > host.free:
+                return
+            host = host_of[op_device[i]]
+            if host.free and not host.waiting:
+                if cores > host.free:  # a multithreaded kernel takes what is free
                     cores = host.free
                 host.free -= cores
                 start(i, slot, cores)
@@ -375,7 +415,7 @@ class _Simulation:
         def start(i, slot, cores):
             d = op_device[i]
             duration = durations[i]
-            if multi[i]:
+            if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
                 duration *= slowdown[d][cores]
             now = env._now
             if serial:
@@ -389,44 +429,29 @@ class _Simulation:
             op_cores[i] = cores
             nbytes = op_alloc[i]
             if nbytes:  # its outputs' buffers
-                use = in_use[d] + nbytes
-                if use > capacity[d]:
-                    out_of_memory(d, nbytes, i, None)
-                in_use[d] = use
-                record_memory((d, now, use))
+                if track:
+                    use = in_use[d] + nbytes
+                    if use > capacity[d]:
+                        out_of_memory(d, nbytes, i, None)
+                    in_use[d] = use
+                note(~i)
             event = new_event(_End)
             event.callbacks, event._value = op_ended, i
             heappush(queue, (now + duration, NORMAL, next_id(), event))
 
         def op_done(event):
             i = event._value
-            now = env._now
-            op_end[i] = now
-            # StepState.op_finished: successors' counts, buffers released.
-            now_ready = []
-            lo, hi = succ_ptr[i], succ_ptr[i + 1]
-            if lo != hi:  # (ops with no successor on their device skip the slice)
-                for j in succ[lo:hi]:
-                    left = pending[j] - 1
-                    pending[j] = left
+            op_end[i] = env._now
+            note(i)
+            # StepState.op_finished: the buffers it read and its unread outputs let go
+            # of (ascending), then freed resources are handed out, then the successors
+            # that became ready queue (ascending), then its sends go.
+            if track:
+                for b in releases[release_ptr[i]:release_ptr[i + 1]]:
+                    left = refs[b] - 1
+                    refs[b] = left
                     if not left:
-                        now_ready.append(j)
-            freed = dead[dead_ptr[i]:dead_ptr[i + 1]]
-            for b in reads[read_ptr[i]:read_ptr[i + 1]]:
-                left = refs[b] - 1
-                refs[b] = left
-                if not left:
-                    freed.append(b)
-            if freed:
-                if len(freed) > 1:
-                    freed.sort()
-                for b in freed:
-                    nbytes = buffer_bytes[b]
-                    if nbytes:
-                        d = buffer_device[b]
-                        in_use[d] -= nbytes
-                        record_memory((d, now, in_use[d]))
-            # Freed resources are handed out before newly ready ops queue.
+                        in_use[buffer_device[b]] -= buffer_bytes[b]
             d = op_device[i]
             cores = op_cores[i]
             if cores:
@@ -435,7 +460,7 @@ class _Simulation:
                 waiting = host.waiting
                 while free_cores and waiting:
                     _, j, slot = heappop(waiting)
-                    got = intra[op_device[j]] if multi[j] else 1  # as in take_thread
+                    got = want_cores[j]
                     if got > free_cores:
                         got = free_cores
                     free_cores -= got
@@ -443,36 +468,51 @@ class _Simulation:
                 host.free = free_cores
             free_slots = pool_free[d]
             heappush(free_slots, op_thread[i])
-            for j in now_ready:
-                ready(j)
+            lo, hi = succ_ptr[i], succ_ptr[i + 1]
+            if lo != hi:  # (most ops' successors are on other devices: no slice)
+                for j in succ[lo:hi]:
+                    left = pending[j] - 1
+                    pending[j] = left
+                    if not left:
+                        ready(j)
             waiting = pool_waiting[d]
             while free_slots and waiting:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
-            for k in sends[send_ptr[i]:send_ptr[i + 1]]:
-                send(k)
+            lo, hi = send_ptr[i], send_ptr[i + 1]
+            if lo != hi:
+                if static:  # each send counts down (see below), written out here
+                    for k in sends[lo:hi]:
+                        left = need[k] - 1
+                        need[k] = left
+                        if not left:
+                            start_transfer(k)
+                else:
+                    for k in sends[lo:hi]:
+                        send(k)
 
         # -- transfers (sim.links) --
         # A transfer starts when it was sent and every link of its route is free with
-        # it at the head of the link's queue.  Each link order has its own two helpers,
-        # chosen once here: sending a transfer, and handing on the links of one that
-        # ended.
-        if self.static:
+        # it at the head of the link's queue.  Each link order has its own helpers,
+        # chosen once here: handing on the links of a transfer that ended, and sending
+        # one (the static order's send is a countdown, written out in op_done).
+        if static:
             # Countdowns: need[k] counts what transfer k still waits for (being sent,
             # and each link of its route offering itself).  When a transfer ends, each
             # link of its route offers itself to the transfer after it in that link's
-            # queue (next_on_links).  need[k] = -1 marks k started.
-            need = list(self.need) + [1 << 60]  # the last entry: "no next transfer"
-            next_ptr, next_on_links = self.next_ptr, self.next_on_links
-
-            def send(k):
-                left = need[k] - 1
-                need[k] = left
-                if not left:
-                    need[k] = -1
-                    start_transfer(k)
-
+            # queue (next_on_links).  Being sent counts down in op_done.
             def release_links(k):
-                following = next_on_links[next_ptr[k]:next_ptr[k + 1]]
+                lo, hi = next_ptr[k], next_ptr[k + 1]
+                if hi - lo < 3:
+                    # Two links at most: the transfers they offer themselves to start as
+                    # they reach zero, which is in the order of their first link (one
+                    # after both links reaches zero at the second).
+                    for j in next_on_links[lo:hi]:
+                        left = need[j] - 1
+                        need[j] = left
+                        if not left:
+                            start_transfer(j)
+                    return
+                following = next_on_links[lo:hi]
                 startable = False
                 for j in following:
                     left = need[j] - 1
@@ -484,9 +524,10 @@ class _Simulation:
                     # scan of the freed links would.
                     for j in following:
                         if not need[j]:
-                            need[j] = -1
+                            need[j] = -1  # started (it may be next on two of these links)
                             start_transfer(j)
         else:
+            transfer_links = list(map(self.route_ids.__getitem__, self.pair_of.tolist()))
             link_busy = [False] * n_links
             link_heap = [[] for _ in range(n_links)]  # (ready time, transfer)
 
@@ -529,15 +570,16 @@ class _Simulation:
                 t = task_of[transfer_src[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + transfer_cpu[k]
-            nbytes = buffer_bytes[n_tensors + k]
+            nbytes = recv_bytes[k]
             if nbytes:  # the received copy's buffer
-                d = transfer_dst[k]
-                use = in_use[d] + nbytes
-                if use > capacity[d]:
-                    t = transfer_tensor[k]
-                    out_of_memory(d, nbytes, tensor_op[t], t)
-                in_use[d] = use
-                record_memory((d, now, use))
+                if track:
+                    d = transfer_dst[k]
+                    use = in_use[d] + nbytes
+                    if use > capacity[d]:
+                        t = transfer_tensor[k]
+                        out_of_memory(d, nbytes, tensor_op[t], t)
+                    in_use[d] = use
+                note(~(n + k))
             x_start[k] = now
             event = new_event(_End)
             event.callbacks, event._value = transfer_ended, k
@@ -551,17 +593,15 @@ class _Simulation:
                 t = task_of[transfer_dst[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + transfer_cpu[k]
+            note(n + k)
             # StepState.transfer_done: the source buffer's reference, consumers' counts
             # (the buffer is freed before any consumer starts, as StepState reports it).
-            t = transfer_tensor[k]
-            left = refs[t] - 1
-            refs[t] = left
-            if not left:
-                nbytes = buffer_bytes[t]
-                if nbytes:
-                    d = buffer_device[t]
-                    in_use[d] -= nbytes
-                    record_memory((d, now, in_use[d]))
+            if track:
+                t = transfer_tensor[k]
+                left = refs[t] - 1
+                refs[t] = left
+                if not left:
+                    in_use[buffer_device[t]] -= buffer_bytes[t]
             for j in consumers[consumer_ptr[k]:consumer_ptr[k + 1]]:
                 left = pending[j] - 1
                 pending[j] = left
@@ -576,15 +616,16 @@ class _Simulation:
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
-                nbytes = buffer_bytes[b]
+                nbytes = int(all_bytes[b])
                 if nbytes:
-                    d = buffer_device[b]
-                    use = in_use[d] + nbytes
-                    if use > capacity[d]:
-                        out_of_memory(d, nbytes, tensor_op[b], None)
-                    in_use[d] = use
-                    record_memory((d, env._now, use))
-            for i in [i for i, p in enumerate(pending) if p == 0]:
+                    if track:
+                        d = buffer_device[b]
+                        use = in_use[d] + nbytes
+                        if use > capacity[d]:
+                            out_of_memory(d, nbytes, tensor_op[b], None)
+                        in_use[d] = use
+                    note(~(n_made + b))
+            for i in np.flatnonzero(plan.array("initial_pending") == 0).tolist():
                 ready(i)
             env.run()
         except OutOfMemory as e:
@@ -614,9 +655,9 @@ class _Simulation:
             i = plan.op_index[op.name]
             if self.op_end[i] is not None:
                 fetch_end[op.name] = self.op_end[i]
-        records = _TraceColumns(plan, names, self.link_names, self.transfer_links,
+        records = _TraceColumns(plan, names, self.link_names, self.route_ids, self.pair_of,
                                 self.op_start, self.op_end, self.op_thread, self.op_cores,
-                                self.x_start, self.x_end, self.mem_records)
+                                self.x_start, self.x_end, self.log, self.op_alloc_array)
         return Trace.lazy({"ops": _without_gc(records.ops),
                            "transfers": _without_gc(records.transfers),
                            "memory": _without_gc(records.memory)},
@@ -631,20 +672,19 @@ class _TraceColumns:
     """What a run recorded, by column; makes the record lists on demand.  Holds only
     what the records need (not the simulation), so a kept trace keeps little alive."""
 
-    def __init__(self, plan, device_names, link_names, transfer_links, op_start, op_end,
-                 op_thread, op_cores, x_start, x_end, mem_records):
-        self.op_names, self.ops_, self.op_device = plan.op_names, plan.ops, plan.op_device
-        self.tensor_base, self.tensor_op = plan.tensor_base, plan.tensor_op
-        self.tensor_bytes, self.transfer_tensor = plan.tensor_bytes, plan.transfer_tensor
-        self.transfer_src, self.transfer_dst = plan.transfer_src, plan.transfer_dst
-        self.device_names, self.link_names, self.transfer_links = device_names, link_names, transfer_links
+    def __init__(self, plan, device_names, link_names, route_ids, pair_of, op_start, op_end,
+                 op_thread, op_cores, x_start, x_end, log, op_alloc):
+        self.plan, self.log, self.op_alloc = plan, log, op_alloc  # (columns read when needed)
+        self.device_names, self.link_names = device_names, link_names
+        self.route_ids, self.pair_of = route_ids, pair_of
         self.op_start, self.op_end, self.op_thread, self.op_cores = op_start, op_end, op_thread, op_cores
-        self.x_start, self.x_end, self.mem_records = x_start, x_end, mem_records
+        self.x_start, self.x_end = x_start, x_end
 
     def ops(self) -> list:
         make = tuple.__new__  # a record straight from its fields (no per-record Python call)
         names = self.device_names
-        op_names, ops, op_device = self.op_names, self.ops_, self.op_device
+        plan = self.plan
+        op_names, ops, op_device = plan.op_names, plan.ops, plan.op_device
         op_start, op_end, op_thread, op_cores = self.op_start, self.op_end, self.op_thread, self.op_cores
         return [make(OpRecord, (op_names[i], ops[i].type, names[op_device[i]], op_thread[i],
                                 op_start[i], op_end[i], op_cores[i]))
@@ -653,28 +693,31 @@ class _TraceColumns:
     def transfers(self) -> list:
         make = tuple.__new__
         names, link_names = self.device_names, self.link_names
-        route_names = {route: tuple(link_names[l] for l in route)
-                       for route in set(self.transfer_links)}
+        route_names = [tuple(link_names[l] for l in route) for route in self.route_ids]
         tensor_names = {}  # tensor -> "op:k", for the tensors sent
+        plan = self.plan
+        op_names, tensor_op, tensor_base = plan.op_names, plan.tensor_op, plan.tensor_base
 
         def tensor_name(t):
             name = tensor_names.get(t)
             if name is None:
-                i = self.tensor_op[t]
-                name = tensor_names[t] = f"{self.op_names[i]}:{t - self.tensor_base[i]}"
+                i = tensor_op[t]
+                name = tensor_names[t] = f"{op_names[i]}:{t - tensor_base[i]}"
             return name
 
-        tensor_bytes, transfer_tensor = self.tensor_bytes, self.transfer_tensor
-        transfer_src, transfer_dst, transfer_links = self.transfer_src, self.transfer_dst, self.transfer_links
+        tensor_bytes, transfer_tensor = plan.tensor_bytes, plan.transfer_tensor
+        transfer_src, transfer_dst, pair_of = plan.transfer_src, plan.transfer_dst, self.pair_of.tolist()
         x_start, x_end = self.x_start, self.x_end
         return [make(TransferRecord, (tensor_name(transfer_tensor[k]), names[transfer_src[k]],
-                                      names[transfer_dst[k]], route_names[transfer_links[k]],
+                                      names[transfer_dst[k]], route_names[pair_of[k]],
                                       tensor_bytes[transfer_tensor[k]], x_start[k], x_end[k]))
                 for k in range(len(transfer_tensor)) if x_end[k] is not None]
 
     def memory(self) -> list:
         make, names = tuple.__new__, self.device_names
-        return [make(MemoryRecord, (names[d], t, b)) for d, t, b in self.mem_records]
+        device, time, use = memory_records(self.plan, self.log, self.op_alloc,
+                                           self.op_end + self.x_end + self.op_start + self.x_start)
+        return [make(MemoryRecord, (names[d], t, b)) for d, t, b in zip(device, time, use)]
 
 
 def _without_gc(make):

@@ -54,8 +54,8 @@ import numpy as np
 __all__ = ["static_transfer_order", "link_successors"]
 
 
-def static_transfer_order(plan, durations: list[float]) -> list[int]:
-    """Transfer indices sorted by (as-soon-as-possible ready time of their tensor over op
+def static_transfer_order(plan, durations: list[float]) -> np.ndarray:
+    """Transfer indices (an array) sorted by (as-soon-as-possible ready time of their tensor over op
     ``durations`` alone, transfer index).
 
     The key never puts a transfer before one it depends on: a dependent tensor's ready
@@ -74,22 +74,27 @@ def static_transfer_order(plan, durations: list[float]) -> list[int]:
                             np.repeat(np.arange(n), np.diff(x_ptr))])
     preds = np.concatenate([op_preds, producer[x_preds]])
     by_owner = np.argsort(owner, kind="stable")
+    count = np.bincount(owner, minlength=n)
     ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
-    ptr, preds = ptr.tolist(), preds[by_owner].tolist()
+    np.cumsum(count, out=ptr[1:])
+    preds = preds[by_owner]
     # finish[i] = the latest finish among i's predecessors + i's duration, in
-    # topological order (the one-predecessor case, the commonest, without a max()).
-    finish: list[float] = []
-    append, get = finish.append, finish.__getitem__
-    for a, b, duration in zip(ptr, ptr[1:], durations):
-        if b - a == 1:
-            append(finish[preds[a]] + duration)
-        elif a == b:
-            append(duration)
+    # topological order.  Most ops have at most two predecessors: those read two
+    # entries (index n, a 0.0, stands for a missing one); the others are marked -1.
+    first = np.where(count > 0, preds[np.minimum(ptr[:-1], len(preds) - 1)], n)
+    second = np.where(count > 1, preds[np.minimum(ptr[:-1] + 1, len(preds) - 1)], n)
+    second[count > 2] = -1
+    finish = [0.0] * (n + 1)
+    get = finish.__getitem__
+    for i, a, b, duration in zip(range(n), first.tolist(), second.tolist(), durations):
+        if b < 0:
+            finish[i] = max(map(get, preds[ptr[i]:ptr[i + 1]].tolist())) + duration
         else:
-            append(max(map(get, preds[a:b])) + duration)
+            fa, fb = finish[a], finish[b]
+            finish[i] = (fa if fa > fb else fb) + duration
+    finish.pop()
     keys = np.asarray(finish)[producer]
-    return np.argsort(keys, kind="stable").tolist()  # stable: ties by transfer index
+    return np.argsort(keys, kind="stable")  # stable: ties by transfer index
 
 
 def link_successors(order, routes: list[tuple[int, ...]], route_of: np.ndarray

@@ -28,7 +28,9 @@ Rules (the semantics page, "GPU memory"):
 
 from __future__ import annotations
 
-__all__ = ["device_capacity"]
+import numpy as np
+
+__all__ = ["device_capacity", "memory_records"]
 
 
 def device_capacity(device, config) -> int:
@@ -37,3 +39,66 @@ def device_capacity(device, config) -> int:
     if fraction is not None and device.device_type == "GPU":
         return int(device.memory_bytes * fraction)
     return int(device.memory_bytes)
+
+
+def memory_records(plan, log, op_alloc, times, begin=0) -> tuple[list, list, list]:
+    """The memory records of a run, as three lists: device index, time, bytes in use on
+    that device after the change; in the order the changes happened.
+
+    ``log`` lists, in the order they happened, the run's events that change memory:
+    each op's end (``i``) and transfer's end (``n_ops + k``), and each allocation: an
+    op's outputs when it starts (``~i``; ``op_alloc[i]`` bytes), a received copy when its
+    transfer starts (``~(n_ops + k)``), a resident buffer before time 0 (``~(n_ops +
+    n_transfers + b)``, at time ``begin``).  ``times`` is a new list ``op_end + x_end +
+    op_start + x_start`` of the run's columns (this appends to it).  A buffer is freed
+    by the last of the ends that let go of it (its readers', its transfers', its own
+    op's for an output nobody reads), once all of them happened; an end frees before
+    anything it started allocates, in ascending buffer order, as the engine's handlers
+    do (see :mod:`sim.engine`).  So the run only appends an integer per change, and
+    none at all for a free.
+
+    A change of zero bytes makes no record.
+    """
+    n, m = plan.n_ops, plan.n_transfers
+    nbytes = plan.array("buffer_bytes")
+    log = np.fromiter(log, np.int64, len(log))
+    position = np.arange(len(log))
+    is_end = log >= 0
+    # Frees: for each buffer, the log position of the last end that lets go of it.
+    when = np.full(n + m, -1, np.int64)
+    when[log[is_end]] = position[is_end]
+    release_ptr, released = plan.array("csr_op_releases")
+    owner = np.concatenate([np.repeat(np.arange(n), np.diff(release_ptr)), n + np.arange(m)])
+    buffer = np.concatenate([released, plan.array("transfer_tensor")])
+    at = when[owner]
+    last = np.full(len(nbytes), -1, np.int64)
+    np.maximum.at(last, buffer, at)
+    missing = np.bincount(buffer[at < 0], minlength=len(nbytes))
+    freed = (last >= 0) & (missing == 0) & (nbytes > 0)
+    for held in (plan.resident, plan.held):  # to the end: variables, fetched tensors
+        freed[np.asarray(held, dtype=np.int64)] = False
+    freed = np.flatnonzero(freed)
+    # Allocations, by what allocated: an op, a transfer, a resident buffer.
+    made = ~log[~is_end]
+    alloc_device = np.concatenate([plan.array("op_device"), plan.array("transfer_dst"),
+                                   plan.array("buffer_device")])
+    alloc_bytes = np.concatenate([op_alloc, nbytes[plan.n_tensors:], nbytes])
+    # All changes, in the order they happened: by log position, frees of one end by
+    # buffer (an allocation has a position of its own).
+    key = np.concatenate([last[freed] * len(nbytes) + freed, position[~is_end] * len(nbytes)])
+    order = np.argsort(key, kind="stable")  # (runs: the allocations are in order)
+    device = np.concatenate([plan.array("buffer_device")[freed], alloc_device[made]])[order]
+    delta = np.concatenate([-nbytes[freed], alloc_bytes[made]])[order]
+    # Bytes in use after each change: a running sum per device.
+    by_device = np.argsort(device, kind="stable")
+    grouped = device[by_device]
+    total = np.cumsum(delta[by_device])
+    starts = np.flatnonzero(grouped[1:] != grouped[:-1]) + 1
+    # (the sum up to each device's first change is subtracted from its changes)
+    before = np.concatenate([[0], total[starts - 1]])
+    use = np.empty_like(total)
+    use[by_device] = total - np.repeat(before, np.diff(np.concatenate([[0], starts, [len(total)]])))
+    # Times: an end's, or the start of what allocated (begin for a resident buffer).
+    index = np.concatenate([log[last[freed]], n + m + np.minimum(made, n + m)])[order]
+    times.append(begin)
+    return device.tolist(), list(map(times.__getitem__, index.tolist())), use.tolist()

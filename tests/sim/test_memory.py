@@ -10,7 +10,9 @@ from core.cluster import Cluster
 from core.placement import Placement
 from sim import OutOfMemory, SimConfig, simulate
 
-from strategies import FixedCost, place_all
+from hypothesis import given, settings
+
+from strategies import FixedCost, place_all, placed_graphs
 
 KB = 1024  # a (16, 16) float32 tensor
 
@@ -97,3 +99,26 @@ def test_a_received_tensor_occupies_the_destination():
     (x,) = trace.transfers
     assert trace.memory_timeline(gpu)[0] == (x.start, KB)
     assert trace.memory_timeline(cpu) == [(0.0, KB), (x.end, 0)]  # freed when sent
+
+
+@settings(max_examples=60)
+@given(placed_graphs())
+def test_memory_records_agree_with_the_bytes_the_run_counts(placed):
+    """On roomy devices the records are worked out after the run from the order of
+    events; on tiny ones (OOM recorded, the step goes on) the run also counts bytes in
+    use to check each allocation.  The records are the same, each over-capacity
+    allocation's count matches its record, and every device ends empty (no variables,
+    nothing fetched)."""
+    g, cluster, placement = placed
+    roomy = simulate(g, placement, cluster)
+    tiny = cluster
+    for device in cluster.devices:
+        tiny = tiny.replace_device(device.name, memory_bytes=1)
+    tight = simulate(g, placement, tiny, config=SimConfig(record_oom=True))
+    assert tight.memory == roomy.memory
+    records = set(roomy.memory)
+    assert tight.oom_events
+    for e in tight.oom_events:
+        assert (e.device, e.time, e.in_use + e.requested) in records
+    last = {r.device: r.bytes for r in roomy.memory}
+    assert all(r.bytes >= 0 for r in roomy.memory) and set(last.values()) == {0}
