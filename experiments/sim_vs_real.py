@@ -26,6 +26,12 @@ summary).  The report gives each row's relative error, the median and max per co
 model, and the ranking agreement: among pairs of placements of one workload whose
 measured times differ by more than 10%, how many the prediction orders the same way.
 
+The simulator runs with :data:`SIM`: each task's Python dispatcher serves one op at a
+time (``serial_dispatch``), and the thread that ends an op goes on with the ops it made
+ready, taking the freed cores before a waiting thread of its process can
+(``inline_elements``, the executor's own limit for cheap ops): how the executor's threads
+share one interpreter lock.
+
 The re-placement loop (the whitepaper's): place with static costs (cost-model placer),
 run, build a measured cost model from that run's traces, place again with it, then time
 both placements side by side.
@@ -70,11 +76,13 @@ from experiments.backends import measure_placements, predict, runtime_cluster_sp
 from experiments.compare_placers import WORKLOADS, placers_to_compare
 from experiments.report import print_table, results_parser, save_table
 from runtime.calibrate import calibrate, calibrate_distributed
+from runtime.executor import _CHEAP_ELEMENTS as CHEAP_ELEMENTS  # the executor's inline limit
 
 __all__ = ["main", "run", "loopback_cluster", "summarise", "ranking_agreement"]
 
-#: The runtime's executor dispatches ops in Python: one at a time per server process.
-SIM = sim.SimConfig(serial_dispatch=True)
+#: The runtime's executor dispatches ops in Python: one at a time per server process, and
+#: a thread goes on with the ops it made ready (its cheap ones and one other).
+SIM = sim.SimConfig(serial_dispatch=True, inline_elements=CHEAP_ELEMENTS)
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",

@@ -31,6 +31,11 @@ of servers"):
   before that task's part of the step started (the client's call to the master, then
   the master's calls to the other tasks, from the tasks' ``step_overhead`` and
   ``part_overhead``; zero unless calibrated).
+- With ``SimConfig.serial_dispatch`` each task's dispatcher serves one op's first part
+  (and each end of a crossing) at a time; with ``SimConfig.inline_elements`` too, the
+  thread that finished an op goes on with the ops it made ready on its device (cheap
+  ones and one other, the last made ready first, :meth:`_Simulation.inline_ops`),
+  taking the freed cores before ops that wait for cores.
 - Ties: events at one instant are handled in the order they were scheduled (SimPy's
   rule); inside one event, freed resources are handed out before newly ready ops queue,
   and newly ready ops queue in topological order.  Same input, same trace.
@@ -239,6 +244,25 @@ class _Simulation:
             parts.append(min(part, 1e300))
         return parts
 
+    def inline_ops(self) -> list[bool]:
+        """Per op, whether the runtime's executor counts it cheap (``SimConfig.
+        inline_elements``): a CPU op that is a ``Variable`` or whose every input and
+        output has a known shape of at most ``inline_elements`` elements."""
+        limit = self.config.inline_elements
+        cpu = [dev.is_cpu for dev in self.devices]
+
+        def small(tensor) -> bool:
+            n = 1
+            for dim in tensor.shape:
+                if dim is None:
+                    return False
+                n *= dim
+            return n <= limit
+
+        return [cpu[d] and (op.type == "Variable" or (all(map(small, op.inputs))
+                                                      and all(map(small, op.outputs))))
+                for op, d in zip(self.plan.ops, self.plan.op_device)]
+
     def _setup_transfers(self):
         plan, cluster = self.plan, self.cluster
         m, n_dev = plan.n_transfers, len(plan.devices)
@@ -371,6 +395,9 @@ class _Simulation:
         task_of = self.task_of
         serial_part = self.serial_parts() if serial else None
         dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
+        # SimConfig.inline_elements: the ops each thread (device, slot) runs itself next.
+        cheap = self.inline_ops() if serial and config.inline_elements is not None else None
+        stacks = [[[] for _ in range(pool.threads)] for pool in self.pools] if cheap else None
 
         def start(i, slot, cores):
             d = op_device[i]
@@ -428,21 +455,58 @@ class _Simulation:
                         record_memory((d, now, in_use[d]))
             # Freed resources are handed out before newly ready ops queue.
             d = op_device[i]
+            own = op_thread[i]
+            after = None  # the op this thread runs next itself (SimConfig.inline_elements)
+            if cheap is not None:
+                stack = stacks[d][own]
+                other, queued = False, []
+                for j in now_ready:  # the executor's _dispatch
+                    if op_device[j] == d and (cheap[j] or not other):
+                        other = other or not cheap[j]
+                        stack.append(j)
+                    else:
+                        queued.append(j)
+                now_ready = queued
+                if stack:
+                    after = stack.pop()
             cores = op_cores[i]
+            if after is not None:
+                # It holds the interpreter's lock: it takes the freed cores first.
+                got = 0
+                if cores:  # a CPU op: of its cores and the free ones, as in take_thread
+                    host = host_of[d]
+                    total = host.free + cores
+                    got = intra[d] if multi[after] else 1
+                    if got > total:
+                        got = total
+                    host.free = 0
+                    cores = total - got  # what is left goes to the waiting ops below
+                start(after, own, got)
             if cores:
                 host = host_of[d]
                 free_cores = host.free + cores
                 waiting = host.waiting
+                passed = None
                 while free_cores and waiting:
-                    _, j, slot = heappop(waiting)
+                    entry = heappop(waiting)
+                    _, j, slot = entry
+                    if after is not None and task_of[op_device[j]] == task_of[d]:
+                        # It would need the interpreter lock this thread holds.
+                        passed = passed or []
+                        passed.append(entry)
+                        continue
                     got = intra[op_device[j]] if multi[j] else 1  # as in take_thread
                     if got > free_cores:
                         got = free_cores
                     free_cores -= got
                     start(j, slot, got)
+                if passed:
+                    for entry in passed:
+                        heappush(waiting, entry)
                 host.free = free_cores
             free_slots = pool_free[d]
-            heappush(free_slots, op_thread[i])
+            if after is None:
+                heappush(free_slots, own)
             for j in now_ready:
                 ready(j)
             waiting = pool_waiting[d]
@@ -572,7 +636,37 @@ class _Simulation:
         def part_start(event):
             ready(event._value)
 
+        def begin_on_device(ops):
+            """SimConfig.inline_elements: a device's ops ready at its part's start, as
+            the runtime's executor starts them: the others queue for the pool first,
+            then one thread runs the cheap ones itself, one after another (each with
+            what it makes ready on the device)."""
+            d = op_device[ops[0]]
+            if env._now < start_at[d]:  # the task's part has not started yet
+                event = new_event(_End)
+                event.callbacks, event._value = devices_started, ops
+                heappush(queue, (start_at[d], NORMAL, next_id(), event))
+                return
+            for j in ops:
+                if not cheap[j]:
+                    ready(j)
+            mine = [j for j in ops if cheap[j]]
+            free_slots = pool_free[d]
+            if not mine:
+                return
+            if not free_slots:  # (a pool of fewer threads than pending work: queue them)
+                for j in mine:
+                    ready(j)
+                return
+            slot = heappop(free_slots)
+            stacks[d][slot].extend(reversed(mine[1:]))
+            take_thread(mine[0], slot)
+
+        def device_start(event):
+            begin_on_device(event._value)
+
         op_ended, transfer_ended, part_started = [op_done], [transfer_done], [part_start]
+        devices_started = [device_start]
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
@@ -584,8 +678,16 @@ class _Simulation:
                         out_of_memory(d, nbytes, tensor_op[b], None)
                     in_use[d] = use
                     record_memory((d, env._now, use))
-            for i in [i for i, p in enumerate(pending) if p == 0]:
-                ready(i)
+            initial = [i for i, p in enumerate(pending) if p == 0]
+            if cheap is None:
+                for i in initial:
+                    ready(i)
+            else:
+                by_device: dict[int, list] = {}
+                for i in initial:
+                    by_device.setdefault(op_device[i], []).append(i)
+                for ops in by_device.values():
+                    begin_on_device(ops)
             env.run()
         except OutOfMemory as e:
             e.trace = self._trace()
