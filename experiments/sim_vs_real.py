@@ -21,10 +21,12 @@ Two cost models predict: ``static`` (the roofline on the calibrated cluster) and
 ``measured`` (per-op kernel times, the fastest over the traced steps of ONE profiling
 placement, the simple placer's, plus the executor's dispatch overhead between kernels
 measured in those traces, :func:`core.costs.dispatch_gaps`; applied to the other
-placements; the simple placement's own row is a replay and is left out of the
-summary).  The report gives each row's relative error, the median and max per cost
-model, and the ranking agreement: among pairs of placements of one workload whose
-measured times differ by more than 10%, how many the prediction orders the same way.
+placements; the rows of the simple placement itself are replays and are left out of
+the summary).  Placers that chose the same placement share one measurement (``same_as``
+names the placer whose identical placement was timed).  The report gives each row's
+relative error, the median and max per cost model, and the ranking agreement: among
+pairs of placements of one workload whose measured times differ by more than 10%, how
+many the prediction orders the same way.
 
 The simulator runs with :data:`SIM`: each task's Python dispatcher serves one op at a
 time (``serial_dispatch``), and the thread that ends an op goes on with the ops it made
@@ -86,7 +88,7 @@ SIM = sim.SimConfig(serial_dispatch=True, inline_elements=CHEAP_ELEMENTS)
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
-           "median_ms", "replay"]
+           "median_ms", "replay", "same_as"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "measured_cost_predicted_ms"]
 
@@ -143,14 +145,22 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
 def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tuple[list, dict]:
     placer_objs = placers_to_compare()
     placements = {pname: placer_objs[pname].place(w.graph, cluster) for pname in placer_names}
-    measured = measure_placements(w, placements, local, repeats=repeats, traced=3, config=config)
+    # Placers that chose the same placement share one measurement: timing it twice would
+    # only rank the machine's noise.
+    first: dict = {}
+    for pname, p in placements.items():
+        first.setdefault(p, pname)
+    timed = measure_placements(w, {name: p for p, name in first.items()}, local,
+                               repeats=repeats, traced=3, config=config)
+    measured = {pname: timed[first[p]] for pname, p in placements.items()}
     rows = []
     for pname, p in placements.items():
         m = measured[pname]
         predicted = predict(w, p, cluster, StaticCostModel(), SIM).step_time
         rows.append({"workload": wname, "placer": pname, "cost_model": "static",
                      "predicted_ms": predicted * 1e3, "measured_ms": m.step_time * 1e3,
-                     "median_ms": m.median * 1e3, "replay": False})
+                     "median_ms": m.median * 1e3, "replay": False,
+                     "same_as": "" if first[p] == pname else first[p]})
     profile = "simple" if "simple" in measured else next(iter(measured))
     measured_cost = profile_cost_model(measured[profile].traces, w.graph)
     profiled = measured_cost.with_overheads(cluster)
@@ -158,7 +168,7 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
         p = placements[row["placer"]]
         predicted = predict(w, p, profiled, measured_cost, SIM).step_time
         rows.append({**row, "cost_model": f"measured({profile})",
-                     "predicted_ms": predicted * 1e3, "replay": row["placer"] == profile})
+                     "predicted_ms": predicted * 1e3, "replay": p == placements[profile]})
     return rows, {"placements": placements, "measured": measured}
 
 
