@@ -31,6 +31,10 @@ of servers"):
   before that task's part of the step started (the client's call to the master, then
   the master's calls to the other tasks, from the tasks' ``step_overhead`` and
   ``part_overhead``; zero unless calibrated).
+- A control edge between tasks is a message, as in the runtime (its ``^op``
+  announcement): one per (op, destination device), arriving after the route's latency
+  (:meth:`_Simulation._setup_control_crossings`); with serial dispatch each end holds
+  its dispatcher for half of it, as for a transfer.
 - With ``SimConfig.serial_dispatch`` each task's dispatcher serves one op's first part
   (and each end of a crossing) at a time; with ``SimConfig.inline_elements`` too, the
   thread that finished an op goes on with the ops it made ready on its device (cheap
@@ -173,6 +177,7 @@ class _Simulation:
         self._setup_devices()
         self._setup_durations()
         self._setup_transfers()
+        self._setup_control_crossings()
 
     # -- setup (all checks happen here, before time 0) ---------------------------------------
     def _setup_devices(self):
@@ -308,6 +313,39 @@ class _Simulation:
             for k in first:
                 need[k] -= 1
 
+    def _setup_control_crossings(self):
+        """Control edges between tasks: taken out of the successor lists
+        (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, destination
+        task, successors)]``, one entry per destination device (None when there are
+        none: the plan's own lists are used)."""
+        plan = self.plan
+        self.succ = None
+        self.control_crossings = None
+        if len(set(self.task_of)) < 2:
+            return
+        ptr, succ = plan.array("csr_op_succ")
+        src = np.repeat(np.arange(plan.n_ops), np.diff(ptr))
+        op_task = np.asarray(self.task_of, np.int64)[plan.array("op_device")]
+        cross = op_task[src] != op_task[succ]
+        if not cross.any():
+            return
+        keep = ~cross
+        counts = np.bincount(src[keep], minlength=plan.n_ops)
+        self.succ = (np.concatenate([[0], np.cumsum(counts)]).tolist(), succ[keep].tolist())
+        op_device, names = plan.op_device, self.device_names
+        latency: dict[tuple[int, int], float] = {}
+        by_message: dict[tuple[int, int], list] = {}
+        for i, j in zip(src[cross].tolist(), succ[cross].tolist()):
+            by_message.setdefault((i, op_device[j]), []).append(j)
+        crossings: dict[int, list] = {}
+        for (i, d), js in by_message.items():
+            pair = (op_device[i], d)
+            if pair not in latency:
+                latency[pair] = float(sum(link.latency for link in
+                                          self.cluster.route(names[pair[0]], names[d])))
+            crossings.setdefault(i, []).append((latency[pair], self.task_of[d], js))
+        self.control_crossings = crossings
+
     # -- running ----------------------------------------------------------------------------
     def run(self) -> Trace:
         """Run the step on a fresh SimPy environment; return its trace.
@@ -341,7 +379,7 @@ class _Simulation:
         # StepState's counters (see core.dataflow), driven inline.
         pending = list(plan.initial_pending)
         refs = list(plan.buffer_refs)
-        succ_ptr, succ = plan.csr_op_succ
+        succ_ptr, succ = self.succ or plan.csr_op_succ
         read_ptr, reads = plan.csr_op_inputs
         dead_ptr, dead = plan.csr_op_dead_outputs
         send_ptr, sends = plan.csr_op_sends
@@ -514,6 +552,15 @@ class _Simulation:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
             for k in sends[send_ptr[i]:send_ptr[i + 1]]:
                 send(k)
+            if control_crossings is not None and i in control_crossings:
+                t = task_of[d]
+                for latency, dst_task, js in control_crossings[i]:
+                    if serial:  # the sender's dispatcher sends it
+                        begin = dispatch_free[t] if dispatch_free[t] > now else now
+                        dispatch_free[t] = begin + latency / 2
+                    event = new_event(_End)
+                    event.callbacks, event._value = control_arrived, (latency, dst_task, js)
+                    heappush(queue, (now + latency, NORMAL, next_id(), event))
 
         # -- transfers (sim.links) --
         # A transfer starts when it was sent and every link of its route is free with
@@ -636,6 +683,21 @@ class _Simulation:
         def part_start(event):
             ready(event._value)
 
+        control_crossings = self.control_crossings
+
+        def control_done(event):
+            """A control edge's message from another task arrived."""
+            latency, t, js = event._value
+            if serial:  # the receiver's dispatcher takes it in
+                now = env._now
+                begin = dispatch_free[t] if dispatch_free[t] > now else now
+                dispatch_free[t] = begin + latency / 2
+            for j in js:
+                left = pending[j] - 1
+                pending[j] = left
+                if not left:
+                    ready(j)
+
         def begin_on_device(ops):
             """SimConfig.inline_elements: a device's ops ready at its part's start, as
             the runtime's executor starts them: the others queue for the pool first,
@@ -667,6 +729,7 @@ class _Simulation:
 
         op_ended, transfer_ended, part_started = [op_done], [transfer_done], [part_start]
         devices_started = [device_start]
+        control_arrived = [control_done]
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
