@@ -21,6 +21,7 @@ where :class:`core.costs.StaticCostModel` reads them.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import numpy as np
@@ -76,7 +77,8 @@ def _median_by_type(traces, value) -> dict[str, float]:
 
 
 def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 128,
-                         config=None) -> tuple[dict[str, tuple[float, float]], float]:
+                         config=None, parallel_min_elements: int = 0
+                         ) -> tuple[dict[str, tuple[float, float]], float]:
     """``(kernel_costs, dispatch)`` of this machine's CPU kernels for ``device`` (a
     :class:`core.cluster.Device` whose rates are already calibrated).
 
@@ -88,6 +90,13 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
     takes the ``"*"`` factor).  The entry ``"*"`` (the medians over the types)
     stands for types the graph lacks.  ``dispatch`` is the median gap between kernels on
     the small graph (:func:`core.costs.dispatch_gaps`).
+
+    With ``parallel_min_elements`` (where the kernels switch to their parallel path; see
+    :class:`core.cluster.Device`) and more than one intra-op thread on ``device``, the
+    graph also runs on tensors of that many elements, and each multithreaded type whose
+    ops reached it gets a ``"<type>|parallel"`` entry: the same factor, and as fixed
+    cost the median of ``time - factor * roofline`` over those ops (what waking the
+    kernel's threads adds).
     """
     from dataclasses import replace
 
@@ -111,7 +120,25 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
                statistics.median(factors.values()) if factors else 1.0)
     costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
     costs["*"] = default
+    if parallel_min_elements and device.intra_op_threads > 1:
+        n = math.isqrt(parallel_min_elements - 1) + 1  # n * n reaches the threshold
+        graph, traces = _traced_steps(n, max(3, steps // 4), config)
+
+        def launch(rec):
+            op = graph.get_operation_by_name(rec.op)
+            if not op.op_def.multithreaded or _largest(op) < parallel_min_elements:
+                return None
+            factor = costs.get(rec.type, default)[1]
+            return max(0.0, rec.end - rec.start - factor * roofline.op_time(op, bare))
+
+        for t, extra in _median_by_type(traces, launch).items():
+            costs[f"{t}|parallel"] = (extra, costs.get(t, default)[1])
     return costs, dispatch
+
+
+def _largest(op) -> int:
+    """Elements of the largest input or output of ``op`` (the kernels' measure of work)."""
+    return max((math.prod(t.shape) for t in (*op.inputs, *op.outputs)), default=0)
 
 
 def with_kernel_costs(cluster: Cluster, costs: dict[str, tuple[float, float]],
