@@ -66,13 +66,20 @@ def _traced_steps(n: int, steps: int, config):
         return graph, [session.run(fetches, trace=True)[1] for _ in range(steps)]
 
 
-def _median_by_type(traces, value) -> dict[str, float]:
+def _fastest(traces):
+    """The trace of the fastest step: other load on a shared machine only ever adds
+    time (a median over steps would count it), and the experiments time the fastest
+    step too."""
+    return min(traces, key=lambda trace: trace.step_time)
+
+
+def _median_by_type(trace, value) -> dict[str, float]:
+    """Per op type, the median over its ops in ``trace`` of ``value(record)``."""
     samples: dict[str, list[float]] = {}
-    for trace in traces:
-        for rec in trace.ops:
-            v = value(rec)
-            if v is not None:
-                samples.setdefault(rec.type, []).append(v)
+    for rec in trace.ops:
+        v = value(rec)
+        if v is not None:
+            samples.setdefault(rec.type, []).append(v)
     return {op_type: statistics.median(v) for op_type, v in sorted(samples.items())}
 
 
@@ -83,13 +90,14 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
     :class:`core.cluster.Device` whose rates are already calibrated).
 
     :func:`kernel_calibration_graph` runs ``steps`` traced steps on ``small`` and on
-    ``large`` square tensors in an in-process session.  Per op type, ``fixed`` is the
-    median kernel time on the small tensors and ``factor`` the median over its ops on the
-    large ones of ``(time - fixed) / roofline`` (the roofline on ``device``'s rates; ops
-    whose roofline is below half the fixed cost are left out, and a type without any
-    takes the ``"*"`` factor).  The entry ``"*"`` (the medians over the types)
-    stands for types the graph lacks.  ``dispatch`` is the median gap between kernels on
-    the small graph (:func:`core.costs.dispatch_gaps`).
+    ``large`` square tensors in an in-process session; the fastest step of each counts
+    (other load on a shared machine only adds time).  Per op type, ``fixed`` is the
+    median kernel time on the small tensors and ``factor`` the median over its ops on
+    the large ones of ``(time - fixed) / roofline`` (the roofline on ``device``'s rates;
+    ops whose roofline is below half the fixed cost are left out, and a type without any
+    takes the ``"*"`` factor).  The entry ``"*"`` (the medians over the types) stands
+    for types the graph lacks.  ``dispatch`` is the median gap between kernels on the
+    small graph (:func:`core.costs.dispatch_gaps`).
 
     With ``parallel_min_elements`` (where the kernels switch to their parallel path; see
     :class:`core.cluster.Device`) and more than one intra-op thread on ``device``, the
@@ -104,8 +112,9 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
     bare = replace(device, op_overhead=0.0, kernel_costs=())
     roofline = StaticCostModel()
     graph, traces = _traced_steps(small, steps, config)
-    fixed = _median_by_type(traces, lambda rec: rec.end - rec.start)
-    dispatch = dispatch_gaps(traces, graph).get("CPU", 0.0)
+    fastest = _fastest(traces)
+    fixed = _median_by_type(fastest, lambda rec: rec.end - rec.start)
+    dispatch = dispatch_gaps([fastest], graph).get("CPU", 0.0)
     graph, traces = _traced_steps(large, steps, config)
 
     def factor(rec):
@@ -115,7 +124,7 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
             return None
         return max(0.1, (rec.end - rec.start - fixed[rec.type]) / model)
 
-    factors = _median_by_type(traces, factor)
+    factors = _median_by_type(_fastest(traces), factor)
     default = (statistics.median(fixed.values()),
                statistics.median(factors.values()) if factors else 1.0)
     costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
@@ -131,7 +140,7 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
             factor = costs.get(rec.type, default)[1]
             return max(0.0, rec.end - rec.start - factor * roofline.op_time(op, bare))
 
-        for t, extra in _median_by_type(traces, launch).items():
+        for t, extra in _median_by_type(_fastest(traces), launch).items():
             costs[f"{t}|parallel"] = (extra, costs.get(t, default)[1])
     return costs, dispatch
 
