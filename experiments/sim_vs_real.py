@@ -46,6 +46,9 @@ Server processes run with ``OPENBLAS_NUM_THREADS`` = ``--blas-threads`` (default
 with the BLAS library's default (one spinning thread per core in each of 3 processes on
 2 cores) a GEMM waits for a descheduled BLAS thread for a whole time slice and a 0.1 ms
 MatMul takes ~10 ms as soon as two processes compute at once (measured; see the README).
+Likewise ``OMP_WAIT_POLICY`` = ``--omp-wait-policy`` (default ``passive``) for numba's
+OpenMP threads, in the servers and in this process (see
+:func:`experiments.backends.server_env`).
 
     python -m experiments.sim_vs_real --help
 """
@@ -60,6 +63,9 @@ if __name__ == "__main__":  # before numpy loads BLAS: this process calibrates t
     _blas = _argv[_argv.index("--blas-threads") + 1] if "--blas-threads" in _argv else "1"
     if _blas != "0":
         os.environ.setdefault("OPENBLAS_NUM_THREADS", _blas)
+    _omp = _argv[_argv.index("--omp-wait-policy") + 1] if "--omp-wait-policy" in _argv else "passive"
+    if _omp:
+        os.environ.setdefault("OMP_WAIT_POLICY", _omp)
 
 import itertools
 import statistics
@@ -74,7 +80,7 @@ import runtime
 import sim
 from core.cluster import Cluster, ClusterSpec, usable_cpu_cores
 from core.costs import MeasuredCostModel, StaticCostModel
-from experiments.backends import measure_placements, predict, runtime_cluster_spec
+from experiments.backends import measure_placements, predict, runtime_cluster_spec, server_env
 from experiments.compare_placers import WORKLOADS, placers_to_compare
 from experiments.report import print_table, results_parser, save_table
 from runtime.calibrate import calibrate, calibrate_distributed
@@ -206,12 +212,13 @@ def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
 
 
 def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACERS,
-        blas_threads: int = 1, threads: int = 0, loop: bool = True, progress: bool = True):
+        blas_threads: int = 1, threads: int = 0, loop: bool = True, progress: bool = True,
+        omp_wait_policy: str = "passive"):
     """``(rows, loop_rows, cluster, figures)``: the comparison, the re-placement loop,
     the calibrated cluster and the calibration figures.  ``threads``: inter-op and
     intra-op threads of every device, in the model and on the servers (0: the host's
     cores)."""
-    env = {"OPENBLAS_NUM_THREADS": str(blas_threads)} if blas_threads else {}
+    env = server_env(blas_threads, omp_wait_policy)
     config = server_config(threads)
     base = loopback_cluster(threads)
     cluster = calibrate(base, quick=quick)  # with the kernel costs and dispatch per op
@@ -273,6 +280,9 @@ def main(argv=None):
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OPENBLAS_NUM_THREADS of the server processes (0: the library's "
                              "default, one thread per core)")
+    parser.add_argument("--omp-wait-policy", default="passive",
+                        help="OMP_WAIT_POLICY of numba's OpenMP threads, in the servers and "
+                             "here ('': the library's default, spinning)")
     parser.add_argument("--threads", type=int, default=0,
                         help="inter-op and intra-op threads of every device, in the model and "
                              "on the servers (0: the host's cores; 1: one-core devices, where "
@@ -284,6 +294,7 @@ def main(argv=None):
     frame, loop_frame, cluster, figures = run(
         args.workloads, repeats=repeats, quick=args.quick, placer_names=args.placers,
         blas_threads=args.blas_threads, threads=args.threads,
+        omp_wait_policy=args.omp_wait_policy,
         loop=not (args.quick or args.no_loop))
     print("\ncalibration: step overhead {:.3g} ms, per extra task {:.3g} ms, crossing "
           "latency {:.3g} ms, bandwidth {:.3g} GB/s, dispatch {:.3g} us/op".format(
