@@ -191,14 +191,16 @@ def profile_cost_model(traces, graph) -> MeasuredCostModel:
 def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
     """Place with static costs, run, measure a cost model from that run, place again;
     then time both placements side by side."""
-    static_p = first["placements"].get("cost_model") or placers.CostModelPlacer().place(w.graph, cluster)
+    static_p = first["placements"].get("cost_model") or placers.CostModelPlacer(
+        serial_dispatch=True).place(w.graph, cluster)
     profile = first["measured"].get("cost_model")
     if profile is None:
         profile = measure_placements(w, {"static": static_p}, local, repeats=1, traced=3,
                                      config=config)["static"]
     measured_cost = profile_cost_model(profile.traces, w.graph)
     profiled = measured_cost.with_overheads(cluster)
-    again = placers.CostModelPlacer(cost_model=measured_cost).place(w.graph, profiled)
+    again = placers.CostModelPlacer(cost_model=measured_cost, serial_dispatch=True).place(
+        w.graph, profiled)
     both = measure_placements(w, {"static": static_p, "again": again}, local, repeats=repeats,
                               config=config)
     same = all(static_p[op.name] == again[op.name] for op in w.graph.get_operations()
