@@ -42,10 +42,12 @@ class SimConfig:
         with the ops it made ready on its device, as the runtime's executor does: those
         whose every input and output tensor has at most this many elements (cheap ops;
         a ``Variable`` too) and one other; it runs them one after another (the last made
-        ready first) and takes the cores its op freed before any op waiting for cores
-        (it holds the interpreter's lock, a waiting thread wakes later).  The other
-        ready ops queue for the pool.  None (default): every ready op queues for the
-        pool and freed cores go to the waiting ops first.
+        ready first) and takes the cores its op freed first, while the ops of its task
+        waiting for cores wait on (it holds the interpreter's lock, a waiting thread
+        wakes later; other tasks' ops take the cores left).  The other ready ops queue
+        for the pool; at a part's start one thread runs the cheap ready ops.  None
+        (default): every ready op queues for the pool and freed cores go to the waiting
+        ops first.
 
     >>> SimConfig(per_process_gpu_memory_fraction=0.4).record_oom
     False

@@ -39,7 +39,10 @@ of servers"):
   (and each end of a crossing) at a time; with ``SimConfig.inline_elements`` too, the
   thread that finished an op goes on with the ops it made ready on its device (cheap
   ones and one other, the last made ready first, :meth:`_Simulation.inline_ops`),
-  taking the freed cores before ops that wait for cores.
+  taking the freed cores first; ops of its task waiting for cores wait on (they would
+  need the interpreter lock it holds), those of other tasks take what is left.  The
+  ops ready at a part's start: the others queue for the pool, one thread runs the
+  cheap ones.
 - Ties: events at one instant are handled in the order they were scheduled (SimPy's
   rule); inside one event, freed resources are handed out before newly ready ops queue,
   and newly ready ops queue in topological order.  Same input, same trace.
