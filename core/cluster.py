@@ -300,8 +300,11 @@ class Device:
     kernel of that type takes ``fixed`` seconds more (the call, argument checks, the
     output's allocation: what it takes on a tiny input) and its roofline time scaled by
     ``factor`` (how far the kernel is from the device's peak rates); a type it lacks takes
-    the entry ``"*"`` if there is one, else ``(0, 1)``.  See
-    :class:`core.costs.StaticCostModel`.
+    the entry ``"*"`` if there is one, else ``(0, 1)``.  ``parallel_min_elements``
+    (0: none) is where the device's multithreaded kernels switch to their parallel path
+    (the largest input or output of at least that many elements): there the entry
+    ``"<type>|parallel"`` holds the kernel's cost, if calibrated
+    (:meth:`kernel_cost` with ``parallel=True``).  See :class:`core.costs.StaticCostModel`.
 
     >>> d = Cluster.single_host().devices[0].replace_kernel_costs({"Add": (2e-6, 1.5)})
     >>> d.kernel_cost("Add"), d.kernel_cost("Mul")
@@ -325,6 +328,7 @@ class Device:
     intra_op_speedup: float
     op_overhead: float
     kernel_costs: tuple = ()
+    parallel_min_elements: int = 0
 
     def __post_init__(self):
         if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
@@ -339,13 +343,16 @@ class Device:
                                  f"factor), not {self.kernel_costs!r}", self.name) from None
         object.__setattr__(self, "kernel_costs", items)
 
-    def kernel_cost(self, op_type: str) -> tuple[float, float]:
-        """``(fixed seconds, roofline factor)`` of ``op_type``'s kernel here."""
+    def kernel_cost(self, op_type: str, parallel: bool = False) -> tuple[float, float]:
+        """``(fixed seconds, roofline factor)`` of ``op_type``'s kernel here; with
+        ``parallel``, on its parallel path (``"<type>|parallel"``, else as without)."""
         table = self.__dict__.get("_kernel_table")
         if table is None:  # a dict once per device: the cost models ask per op
             table = {k: (fixed, factor) for k, fixed, factor in self.kernel_costs}
             object.__setattr__(self, "_kernel_table", table)
-        cost = table.get(op_type)
+        cost = table.get(op_type + "|parallel") if parallel else None
+        if cost is None:
+            cost = table.get(op_type)
         return table.get("*", (0.0, 1.0)) if cost is None else cost
 
     def replace_kernel_costs(self, costs: Mapping[str, tuple]) -> "Device":
@@ -712,6 +719,7 @@ class Cluster:
         if not _is_number(d.intra_op_speedup) or d.intra_op_speedup < 1:
             raise InvalidCluster(f"intra_op_speedup must be >= 1, not {d.intra_op_speedup!r}", d.name)
         _non_negative(d.name, "op_overhead", d.op_overhead)
+        _non_negative_int(d.name, "parallel_min_elements", d.parallel_min_elements)
         for op_type, fixed, factor in d.kernel_costs:
             _non_negative(d.name, f"kernel_costs[{op_type!r}] fixed seconds", fixed)
             _positive(d.name, f"kernel_costs[{op_type!r}] factor", factor)
@@ -1009,7 +1017,7 @@ def _list(data: Mapping, key: str) -> list:
 
 
 # Record fields a cluster file may leave out (added after the format's first version).
-_ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs"}
+_ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs", "parallel_min_elements"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

@@ -68,8 +68,12 @@ class StaticCostModel(CostModel):
     where ``rate`` is the device's single-thread ``peak_flops``, times its
     ``intra_op_speedup`` when the op's kernel is multithreaded, and ``(fixed, factor)``
     is the device's calibrated cost of the op type's kernel
-    (:meth:`core.cluster.Device.kernel_cost`; ``(0, 1)`` when not calibrated).  Ops with
-    neither flops nor bytes (``NoOp``, ``Variable``) cost the overheads alone.
+    (:meth:`core.cluster.Device.kernel_cost`; ``(0, 1)`` when not calibrated), on its
+    parallel path when the kernel is multithreaded, the device has more than one
+    intra-op thread and the op's largest tensor has at least the device's
+    ``parallel_min_elements`` (a second regime: waking the kernel's thread team costs
+    what a serial loop does not).  Ops with neither flops nor bytes (``NoOp``,
+    ``Variable``) cost the overheads alone.
     """
 
     def op_time(self, op: Operation, device) -> float:
@@ -82,9 +86,25 @@ class StaticCostModel(CostModel):
         bandwidth = device.mem_bandwidth
         roofline = max(flops / rate, moved / bandwidth)
         if device.kernel_costs:
-            fixed, factor = device.kernel_cost(op.type)
+            parallel = (op_def.multithreaded and device.parallel_min_elements > 0
+                        and device.intra_op_threads > 1
+                        and _largest(ins, outs) >= device.parallel_min_elements)
+            fixed, factor = device.kernel_cost(op.type, parallel)
             return device.op_overhead + fixed + factor * roofline
         return device.op_overhead + roofline
+
+
+def _largest(*specs) -> int:
+    """Elements of the largest tensor among the lists of specs (an unknown dimension
+    counts as 1)."""
+    largest = 0
+    for group in specs:
+        for spec in group:
+            n = 1
+            for d in spec.shape:
+                n *= 1 if d is None else d
+            largest = max(largest, n)
+    return largest
 
 
 class MeasuredCostModel(CostModel):

@@ -26,7 +26,7 @@ from core.cluster import Cluster, ClusterSpec
 from core.costs import StaticCostModel, tensor_bytes
 from core.graph import ops_needed
 from core.placement import transfers
-from experiments.backends import measure_placements, predict, runtime_cluster_spec
+from experiments.backends import measure_placements, predict, runtime_cluster_spec, server_env
 from experiments.report import (per_device_MiB, print_table, results_parser, save_table,
                                 short_device)
 from experiments.workloads import (data_parallel_step, inception_training_step,
@@ -75,7 +75,9 @@ def placers_to_compare() -> dict[str, placers.Placer]:
         "simple": placers.SimplePlacer(),
         "round_robin": placers.RoundRobinPlacer(),
         "round_robin_vars": placers.RoundRobinPlacer(variables_only=True),
-        "cost_model": placers.CostModelPlacer(),
+        # The runtime's executor dispatches one op at a time per task (see
+        # CostModelPlacer's serial_dispatch): its placements are judged on that.
+        "cost_model": placers.CostModelPlacer(serial_dispatch=True),
     }
 
 
@@ -133,7 +135,8 @@ def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: 
     With ``"runtime"`` in ``backends`` each workload runs on a fresh
     :class:`runtime.LocalCluster` with the tasks of ``cluster`` (a fresh one, because
     variables outlive sessions on a cluster and workloads reuse variable names), its
-    servers with ``OPENBLAS_NUM_THREADS=blas_threads`` (0: the library's default).
+    servers with ``OPENBLAS_NUM_THREADS=blas_threads`` (0: the library's default) and
+    ``OMP_WAIT_POLICY=passive`` (:func:`experiments.backends.server_env`).
     """
     cost_model = StaticCostModel()
     rows = []
@@ -143,7 +146,7 @@ def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: 
             print(f"skipping {wname}: it needs the tasks {w.cluster_spec.tasks()}")
             continue
         with contextlib.ExitStack() as stack:
-            env = {"OPENBLAS_NUM_THREADS": str(blas_threads)} if blas_threads else {}
+            env = server_env(blas_threads)
             local = (stack.enter_context(runtime.LocalCluster(runtime_cluster_spec(cluster),
                                                               env=env))
                      if "runtime" in backends else None)

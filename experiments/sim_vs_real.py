@@ -21,10 +21,18 @@ Two cost models predict: ``static`` (the roofline on the calibrated cluster) and
 ``measured`` (per-op kernel times, the fastest over the traced steps of ONE profiling
 placement, the simple placer's, plus the executor's dispatch overhead between kernels
 measured in those traces, :func:`core.costs.dispatch_gaps`; applied to the other
-placements; the simple placement's own row is a replay and is left out of the
-summary).  The report gives each row's relative error, the median and max per cost
-model, and the ranking agreement: among pairs of placements of one workload whose
-measured times differ by more than 10%, how many the prediction orders the same way.
+placements; the rows of the simple placement itself are replays and are left out of
+the summary).  Placers that chose the same placement share one measurement (``same_as``
+names the placer whose identical placement was timed).  The report gives each row's
+relative error, the median and max per cost model, and the ranking agreement: among
+pairs of placements of one workload whose measured times differ by more than 10%, how
+many the prediction orders the same way.
+
+The simulator runs with :data:`SIM`: each task's Python dispatcher serves one op at a
+time (``serial_dispatch``), and the thread that ends an op goes on with the ops it made
+ready, taking the freed cores before a waiting thread of its process can
+(``inline_elements``, the executor's own limit for cheap ops): how the executor's threads
+share one interpreter lock.
 
 The re-placement loop (the whitepaper's): place with static costs (cost-model placer),
 run, build a measured cost model from that run's traces, place again with it, then time
@@ -38,6 +46,9 @@ Server processes run with ``OPENBLAS_NUM_THREADS`` = ``--blas-threads`` (default
 with the BLAS library's default (one spinning thread per core in each of 3 processes on
 2 cores) a GEMM waits for a descheduled BLAS thread for a whole time slice and a 0.1 ms
 MatMul takes ~10 ms as soon as two processes compute at once (measured; see the README).
+Likewise ``OMP_WAIT_POLICY`` = ``--omp-wait-policy`` (default ``passive``) for numba's
+OpenMP threads, in the servers and in this process (see
+:func:`experiments.backends.server_env`).
 
     python -m experiments.sim_vs_real --help
 """
@@ -52,6 +63,9 @@ if __name__ == "__main__":  # before numpy loads BLAS: this process calibrates t
     _blas = _argv[_argv.index("--blas-threads") + 1] if "--blas-threads" in _argv else "1"
     if _blas != "0":
         os.environ.setdefault("OPENBLAS_NUM_THREADS", _blas)
+    _omp = _argv[_argv.index("--omp-wait-policy") + 1] if "--omp-wait-policy" in _argv else "passive"
+    if _omp:
+        os.environ.setdefault("OMP_WAIT_POLICY", _omp)
 
 import itertools
 import statistics
@@ -66,19 +80,21 @@ import runtime
 import sim
 from core.cluster import Cluster, ClusterSpec, usable_cpu_cores
 from core.costs import MeasuredCostModel, StaticCostModel
-from experiments.backends import measure_placements, predict, runtime_cluster_spec
+from experiments.backends import measure_placements, predict, runtime_cluster_spec, server_env
 from experiments.compare_placers import WORKLOADS, placers_to_compare
 from experiments.report import print_table, results_parser, save_table
 from runtime.calibrate import calibrate, calibrate_distributed
+from runtime.executor import _CHEAP_ELEMENTS as CHEAP_ELEMENTS  # the executor's inline limit
 
 __all__ = ["main", "run", "loopback_cluster", "summarise", "ranking_agreement"]
 
-#: The runtime's executor dispatches ops in Python: one at a time per server process.
-SIM = sim.SimConfig(serial_dispatch=True)
+#: The runtime's executor dispatches ops in Python: one at a time per server process, and
+#: a thread goes on with the ops it made ready (its cheap ones and one other).
+SIM = sim.SimConfig(serial_dispatch=True, inline_elements=CHEAP_ELEMENTS)
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
-           "median_ms", "replay"]
+           "median_ms", "replay", "same_as"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "measured_cost_predicted_ms"]
 
@@ -135,14 +151,22 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
 def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tuple[list, dict]:
     placer_objs = placers_to_compare()
     placements = {pname: placer_objs[pname].place(w.graph, cluster) for pname in placer_names}
-    measured = measure_placements(w, placements, local, repeats=repeats, traced=3, config=config)
+    # Placers that chose the same placement share one measurement: timing it twice would
+    # only rank the machine's noise.
+    first: dict = {}
+    for pname, p in placements.items():
+        first.setdefault(p, pname)
+    timed = measure_placements(w, {name: p for p, name in first.items()}, local,
+                               repeats=repeats, traced=3, config=config)
+    measured = {pname: timed[first[p]] for pname, p in placements.items()}
     rows = []
     for pname, p in placements.items():
         m = measured[pname]
         predicted = predict(w, p, cluster, StaticCostModel(), SIM).step_time
         rows.append({"workload": wname, "placer": pname, "cost_model": "static",
                      "predicted_ms": predicted * 1e3, "measured_ms": m.step_time * 1e3,
-                     "median_ms": m.median * 1e3, "replay": False})
+                     "median_ms": m.median * 1e3, "replay": False,
+                     "same_as": "" if first[p] == pname else first[p]})
     profile = "simple" if "simple" in measured else next(iter(measured))
     measured_cost = profile_cost_model(measured[profile].traces, w.graph)
     profiled = measured_cost.with_overheads(cluster)
@@ -150,7 +174,7 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
         p = placements[row["placer"]]
         predicted = predict(w, p, profiled, measured_cost, SIM).step_time
         rows.append({**row, "cost_model": f"measured({profile})",
-                     "predicted_ms": predicted * 1e3, "replay": row["placer"] == profile})
+                     "predicted_ms": predicted * 1e3, "replay": p == placements[profile]})
     return rows, {"placements": placements, "measured": measured}
 
 
@@ -167,14 +191,16 @@ def profile_cost_model(traces, graph) -> MeasuredCostModel:
 def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
     """Place with static costs, run, measure a cost model from that run, place again;
     then time both placements side by side."""
-    static_p = first["placements"].get("cost_model") or placers.CostModelPlacer().place(w.graph, cluster)
+    static_p = first["placements"].get("cost_model") or placers.CostModelPlacer(
+        serial_dispatch=True).place(w.graph, cluster)
     profile = first["measured"].get("cost_model")
     if profile is None:
         profile = measure_placements(w, {"static": static_p}, local, repeats=1, traced=3,
                                      config=config)["static"]
     measured_cost = profile_cost_model(profile.traces, w.graph)
     profiled = measured_cost.with_overheads(cluster)
-    again = placers.CostModelPlacer(cost_model=measured_cost).place(w.graph, profiled)
+    again = placers.CostModelPlacer(cost_model=measured_cost, serial_dispatch=True).place(
+        w.graph, profiled)
     both = measure_placements(w, {"static": static_p, "again": again}, local, repeats=repeats,
                               config=config)
     same = all(static_p[op.name] == again[op.name] for op in w.graph.get_operations()
@@ -188,12 +214,13 @@ def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
 
 
 def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACERS,
-        blas_threads: int = 1, threads: int = 0, loop: bool = True, progress: bool = True):
+        blas_threads: int = 1, threads: int = 0, loop: bool = True, progress: bool = True,
+        omp_wait_policy: str = "passive"):
     """``(rows, loop_rows, cluster, figures)``: the comparison, the re-placement loop,
     the calibrated cluster and the calibration figures.  ``threads``: inter-op and
     intra-op threads of every device, in the model and on the servers (0: the host's
     cores)."""
-    env = {"OPENBLAS_NUM_THREADS": str(blas_threads)} if blas_threads else {}
+    env = server_env(blas_threads, omp_wait_policy)
     config = server_config(threads)
     base = loopback_cluster(threads)
     cluster = calibrate(base, quick=quick)  # with the kernel costs and dispatch per op
@@ -255,6 +282,9 @@ def main(argv=None):
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OPENBLAS_NUM_THREADS of the server processes (0: the library's "
                              "default, one thread per core)")
+    parser.add_argument("--omp-wait-policy", default="passive",
+                        help="OMP_WAIT_POLICY of numba's OpenMP threads, in the servers and "
+                             "here ('': the library's default, spinning)")
     parser.add_argument("--threads", type=int, default=0,
                         help="inter-op and intra-op threads of every device, in the model and "
                              "on the servers (0: the host's cores; 1: one-core devices, where "
@@ -266,6 +296,7 @@ def main(argv=None):
     frame, loop_frame, cluster, figures = run(
         args.workloads, repeats=repeats, quick=args.quick, placer_names=args.placers,
         blas_threads=args.blas_threads, threads=args.threads,
+        omp_wait_policy=args.omp_wait_policy,
         loop=not (args.quick or args.no_loop))
     print("\ncalibration: step overhead {:.3g} ms, per extra task {:.3g} ms, crossing "
           "latency {:.3g} ms, bandwidth {:.3g} GB/s, dispatch {:.3g} us/op".format(

@@ -56,11 +56,16 @@ class _Model:
     """Integer-indexed view of the ops, devices and costs, shared by the greedy pass and
     the estimates (so both use one model)."""
 
-    def __init__(self, ops: Sequence[Operation], cluster, cost_model: CostModel):
+    def __init__(self, ops: Sequence[Operation], cluster, cost_model: CostModel,
+                 serial_dispatch: bool = False):
         self.ops = list(ops)
         self.cluster = cluster
         self.cost_model = cost_model
+        self.serial_dispatch = serial_dispatch
         self.devices = list(cluster.devices)
+        tasks: dict[tuple, int] = {}
+        self.device_task = [tasks.setdefault((d.job, d.task), len(tasks)) for d in self.devices]
+        self._serial_part: dict = {}
         self.dev_index = {d.name: k for k, d in enumerate(self.devices)}
         index = {op.name: i for i, op in enumerate(self.ops)}
         self.index = index
@@ -112,6 +117,17 @@ class _Model:
             t = self._op_time[key] = self.cost_model.op_time(self.ops[i], self.devices[k])
         return t
 
+    def serial_part(self, i: int, k: int) -> float:
+        """What op ``i`` holds its task's dispatcher for on device ``k`` (the simulator's
+        serial dispatch): the device's ``op_overhead`` and its kernel type's fixed cost."""
+        key = (self.ops[i].type, k)
+        t = self._serial_part.get(key)
+        if t is None:
+            dev = self.devices[k]
+            t = dev.op_overhead + (dev.kernel_cost(key[0])[0] if dev.kernel_costs else 0.0)
+            self._serial_part[key] = t
+        return t
+
     def route(self, src: int, dst: int) -> tuple:
         route = self._routes.get((src, dst))
         if route is None:
@@ -150,6 +166,9 @@ class _Model:
         ready_at = [0.0] * n
         arrivals: dict[tuple[int, int], float] = {}
         link_free: dict[int, float] = {}  # link index -> when its last transfer ends
+        serial = self.serial_dispatch
+        device_task = self.device_task
+        dispatch_free = [0.0] * (max(device_task) + 1 if device_task else 0)  # per task
         heap = [(0.0, i) for i in range(n) if pending[i] == 0]
         heapq.heapify(heap)
         makespan = 0.0
@@ -159,6 +178,8 @@ class _Model:
             # A trial (commit=False) books its transfers' links in a scratch copy, so
             # that two inputs over one link queue up there too.
             links_now = link_free if commit else None
+            # Serial dispatch: the tasks' dispatchers, also in a scratch copy for a trial.
+            dispatch = dispatch_free if commit or not serial else list(dispatch_free)
             for j, t in self.data_inputs[i]:
                 src = device[j]
                 if src == k:
@@ -176,6 +197,10 @@ class _Model:
                     arrival = begin + self.transfer_time(tensor_bytes_cached(t), src, k)
                     for link in route:
                         links_now[link] = arrival
+                    if serial:  # each end's dispatcher holds half the route's latency
+                        half = sum(link.latency for link in self.route(src, k)) / 2
+                        for task, at in ((device_task[src], begin), (device_task[k], arrival)):
+                            dispatch[task] = max(dispatch[task], at) + half
                     if commit:
                         arrivals[(id(t), k)] = arrival
                 if arrival > start:
@@ -190,7 +215,15 @@ class _Model:
                 ordered = sorted(cores)
                 if ordered[need - 1] > start:
                     start = ordered[need - 1]
-            end = start + self.op_time(i, k)
+            duration = self.op_time(i, k)
+            begin = start
+            if serial:  # the op's first part waits for its task's dispatcher
+                task = device_task[k]
+                if dispatch[task] > begin:
+                    begin = dispatch[task]
+                if commit:
+                    dispatch[task] = begin + min(self.serial_part(i, k), duration)
+            end = begin + duration
             if commit:
                 s = slots[k]
                 s[s.index(free)] = end
@@ -233,19 +266,20 @@ def _signature(op: Operation):
 
 
 def estimate_step_time(graph: Graph, placement: Placement, cluster, cost_model: CostModel | None = None,
-                       fetches: Iterable | None = None) -> float:
+                       fetches: Iterable | None = None, serial_dispatch: bool = False) -> float:
     """The step time the cost-model placer's model predicts for ``placement``.
 
     A quick list-scheduling estimate (links carry one transfer at a time, in the order
     the schedule books them; no memory), not the simulator:
-    use :func:`sim.simulate` for a faithful prediction.
+    use :func:`sim.simulate` for a faithful prediction.  ``serial_dispatch``: as the
+    placer's option.
     """
     cost_model = cost_model or StaticCostModel()
     if fetches is None:
         ops = graph.get_operations()
     else:
         ops = ops_needed([f.op if isinstance(f, Tensor) else f for f in fetches])
-    model = _Model(topological_order(ops), cluster, cost_model)
+    model = _Model(topological_order(ops), cluster, cost_model, serial_dispatch)
     return _estimate(model, [model.dev_index[placement[op.name]] for op in model.ops])
 
 
@@ -281,13 +315,21 @@ class CostModelPlacer(BasePlacer):
     scope_candidates : also run the earliest-finish pass seeded by the graph's name scopes
         (layers, towers spread over the devices) on graphs of at most this many ops, and
         keep the best (0: never).
+    serial_dispatch : each task dispatches one op at a time, as :class:`sim.SimConfig`'s
+        option of that name models the runtime's Python executor: an op's ``op_overhead``
+        and kernel fixed cost wait for and hold its task's dispatcher, and each end of a
+        transfer holds its task's dispatcher for half the route's latency.  So a split
+        pays only when the work it spreads outweighs the CPU its crossings cost both
+        tasks.
 
     After :meth:`place`, ``estimated_step_time`` holds the model's step time of the result.
     """
 
     def __init__(self, cost_model: CostModel | None = None, check_memory: bool = True,
-                 single_device_guard: bool = True, scope_candidates: int = 20_000, **options):
+                 single_device_guard: bool = True, scope_candidates: int = 20_000,
+                 serial_dispatch: bool = False, **options):
         super().__init__(**options)
+        self.serial_dispatch = serial_dispatch
         self.cost_model = cost_model or StaticCostModel()
         self.check_memory = check_memory
         self.single_device_guard = single_device_guard
@@ -295,7 +337,8 @@ class CostModelPlacer(BasePlacer):
         self.estimated_step_time: float | None = None
 
     def choose(self, constraints):
-        model = _Model(constraints.order, constraints.cluster, self.cost_model)
+        model = _Model(constraints.order, constraints.cluster, self.cost_model,
+                       self.serial_dispatch)
         group_of = [constraints.op_group[op.name] for op in model.ops]
         fixed_groups = {g.index: model.dev_index[g.fixed]
                         for g in constraints.groups if g.fixed is not None}

@@ -17,7 +17,9 @@ figure                        measured by
                               ``kernel_costs``, the median gap between kernels of a traced
                               graph of every op type instead
 ``kernel_costs``              :func:`runtime.calibrate_kernels.measure_kernel_costs`: per op
-                              type, the kernel's fixed cost and a factor on the roofline
+                              type, the kernel's fixed cost and a factor on the roofline,
+                              and on the multithreaded kernels' parallel path
+``parallel_min_elements``     the kernels' own threshold for their parallel path
 memcpy link (bandwidth,       :func:`measure_memcpy`: a large array copy in host memory
 latency)                      (tasks on one host exchange tensors through it), and a tiny one
 pcie link                     :func:`measure_pcie`: ``to_device`` / ``copy_to_host``, only
@@ -220,9 +222,12 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
                 }
                 if kernel_costs:
                     from runtime.calibrate_kernels import measure_kernel_costs
+                    from runtime.kernels.cpu import PARALLEL_MIN_ELEMENTS
                     costs, dispatch = measure_kernel_costs(
-                        replace(d, **cpu_figures), steps=3 if quick else 20)
-                    cpu_figures.update(kernel_costs=costs, op_overhead=dispatch)
+                        replace(d, **cpu_figures), steps=3 if quick else 20,
+                        parallel_min_elements=PARALLEL_MIN_ELEMENTS)
+                    cpu_figures.update(kernel_costs=costs, op_overhead=dispatch,
+                                       parallel_min_elements=PARALLEL_MIN_ELEMENTS)
             cluster = cluster.replace_device(d.name, **cpu_figures)
         elif _real_gpu():
             if d.index not in gpu_figures:
@@ -243,7 +248,8 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
 
 
 #: The fields of a CPU device that :func:`calibrate` measures.
-CPU_FIGURES = ("peak_flops", "intra_op_speedup", "mem_bandwidth", "op_overhead", "kernel_costs")
+CPU_FIGURES = ("peak_flops", "intra_op_speedup", "mem_bandwidth", "op_overhead", "kernel_costs",
+               "parallel_min_elements")
 
 
 def with_cpu_figures(cluster: Cluster, calibrated) -> Cluster:

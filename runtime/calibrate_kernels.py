@@ -21,6 +21,7 @@ where :class:`core.costs.StaticCostModel` reads them.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import numpy as np
@@ -65,29 +66,45 @@ def _traced_steps(n: int, steps: int, config):
         return graph, [session.run(fetches, trace=True)[1] for _ in range(steps)]
 
 
-def _median_by_type(traces, value) -> dict[str, float]:
+def _fastest(traces):
+    """The trace of the fastest step: other load on a shared machine only ever adds
+    time (a median over steps would count it), and the experiments time the fastest
+    step too."""
+    return min(traces, key=lambda trace: trace.step_time)
+
+
+def _median_by_type(trace, value) -> dict[str, float]:
+    """Per op type, the median over its ops in ``trace`` of ``value(record)``."""
     samples: dict[str, list[float]] = {}
-    for trace in traces:
-        for rec in trace.ops:
-            v = value(rec)
-            if v is not None:
-                samples.setdefault(rec.type, []).append(v)
+    for rec in trace.ops:
+        v = value(rec)
+        if v is not None:
+            samples.setdefault(rec.type, []).append(v)
     return {op_type: statistics.median(v) for op_type, v in sorted(samples.items())}
 
 
 def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 128,
-                         config=None) -> tuple[dict[str, tuple[float, float]], float]:
+                         config=None, parallel_min_elements: int = 0
+                         ) -> tuple[dict[str, tuple[float, float]], float]:
     """``(kernel_costs, dispatch)`` of this machine's CPU kernels for ``device`` (a
     :class:`core.cluster.Device` whose rates are already calibrated).
 
     :func:`kernel_calibration_graph` runs ``steps`` traced steps on ``small`` and on
-    ``large`` square tensors in an in-process session.  Per op type, ``fixed`` is the
-    median kernel time on the small tensors and ``factor`` the median over its ops on the
-    large ones of ``(time - fixed) / roofline`` (the roofline on ``device``'s rates; ops
-    whose roofline is below half the fixed cost are left out, and a type without any
-    takes the ``"*"`` factor).  The entry ``"*"`` (the medians over the types)
-    stands for types the graph lacks.  ``dispatch`` is the median gap between kernels on
-    the small graph (:func:`core.costs.dispatch_gaps`).
+    ``large`` square tensors in an in-process session; the fastest step of each counts
+    (other load on a shared machine only adds time).  Per op type, ``fixed`` is the
+    median kernel time on the small tensors and ``factor`` the median over its ops on
+    the large ones of ``(time - fixed) / roofline`` (the roofline on ``device``'s rates;
+    ops whose roofline is below half the fixed cost are left out, and a type without any
+    takes the ``"*"`` factor).  The entry ``"*"`` (the medians over the types) stands
+    for types the graph lacks.  ``dispatch`` is the median gap between kernels on the
+    small graph (:func:`core.costs.dispatch_gaps`).
+
+    With ``parallel_min_elements`` (where the kernels switch to their parallel path; see
+    :class:`core.cluster.Device`) and more than one intra-op thread on ``device``, the
+    graph also runs on tensors of that many elements, and each multithreaded type whose
+    ops reached it gets a ``"<type>|parallel"`` entry: the same factor, and as fixed
+    cost the median of ``time - factor * roofline`` over those ops (what waking the
+    kernel's threads adds).
     """
     from dataclasses import replace
 
@@ -95,8 +112,9 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
     bare = replace(device, op_overhead=0.0, kernel_costs=())
     roofline = StaticCostModel()
     graph, traces = _traced_steps(small, steps, config)
-    fixed = _median_by_type(traces, lambda rec: rec.end - rec.start)
-    dispatch = dispatch_gaps(traces, graph).get("CPU", 0.0)
+    fastest = _fastest(traces)
+    fixed = _median_by_type(fastest, lambda rec: rec.end - rec.start)
+    dispatch = dispatch_gaps([fastest], graph).get("CPU", 0.0)
     graph, traces = _traced_steps(large, steps, config)
 
     def factor(rec):
@@ -106,12 +124,30 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
             return None
         return max(0.1, (rec.end - rec.start - fixed[rec.type]) / model)
 
-    factors = _median_by_type(traces, factor)
+    factors = _median_by_type(_fastest(traces), factor)
     default = (statistics.median(fixed.values()),
                statistics.median(factors.values()) if factors else 1.0)
     costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
     costs["*"] = default
+    if parallel_min_elements and device.intra_op_threads > 1:
+        n = math.isqrt(parallel_min_elements - 1) + 1  # n * n reaches the threshold
+        graph, traces = _traced_steps(n, max(3, steps // 4), config)
+
+        def launch(rec):
+            op = graph.get_operation_by_name(rec.op)
+            if not op.op_def.multithreaded or _largest(op) < parallel_min_elements:
+                return None
+            factor = costs.get(rec.type, default)[1]
+            return max(0.0, rec.end - rec.start - factor * roofline.op_time(op, bare))
+
+        for t, extra in _median_by_type(_fastest(traces), launch).items():
+            costs[f"{t}|parallel"] = (extra, costs.get(t, default)[1])
     return costs, dispatch
+
+
+def _largest(op) -> int:
+    """Elements of the largest input or output of ``op`` (the kernels' measure of work)."""
+    return max((math.prod(t.shape) for t in (*op.inputs, *op.outputs)), default=0)
 
 
 def with_kernel_costs(cluster: Cluster, costs: dict[str, tuple[float, float]],

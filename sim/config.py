@@ -38,6 +38,16 @@ class SimConfig:
         and holds it; the rest of the op (the kernel's work) runs in parallel.  Each end
         of a transfer between tasks also holds its task's dispatcher for half the
         route's latency (sending and taking in a tensor is Python work on both sides).
+    inline_elements : with ``serial_dispatch``, the thread that finished an op goes on
+        with the ops it made ready on its device, as the runtime's executor does: those
+        whose every input and output tensor has at most this many elements (cheap ops;
+        a ``Variable`` too) and one other; it runs them one after another (the last made
+        ready first) and takes the cores its op freed first, while the ops of its task
+        waiting for cores wait on (it holds the interpreter's lock, a waiting thread
+        wakes later; other tasks' ops take the cores left).  The other ready ops queue
+        for the pool; at a part's start one thread runs the cheap ready ops.  None
+        (default): every ready op queues for the pool and freed cores go to the waiting
+        ops first.
 
     >>> SimConfig(per_process_gpu_memory_fraction=0.4).record_oom
     False
@@ -50,6 +60,7 @@ class SimConfig:
     intra_op_threads: int | None = None
     link_order: str = "static"
     serial_dispatch: bool = False
+    inline_elements: int | None = None
 
     def __post_init__(self):
         f = self.per_process_gpu_memory_fraction
@@ -59,5 +70,9 @@ class SimConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be a positive integer or None, not {v!r}")
+        if self.inline_elements is not None and (
+                not isinstance(self.inline_elements, int) or self.inline_elements < 0):
+            raise ValueError("inline_elements must be a non-negative integer or None, not "
+                             f"{self.inline_elements!r}")
         if self.link_order not in LINK_ORDERS:
             raise ValueError(f"link_order must be one of {LINK_ORDERS}, not {self.link_order!r}")

@@ -34,6 +34,18 @@ of servers"):
   before that task's part of the step started (the client's call to the master, then
   the master's calls to the other tasks, from the tasks' ``step_overhead`` and
   ``part_overhead``; zero unless calibrated).
+- A control edge between tasks is a message, as in the runtime (its ``^op``
+  announcement): one per (op, destination device), arriving after the route's latency
+  (:meth:`_Simulation._setup_control_crossings`); with serial dispatch each end holds
+  its dispatcher for half of it, as for a transfer.
+- With ``SimConfig.serial_dispatch`` each task's dispatcher serves one op's first part
+  (and each end of a crossing) at a time; with ``SimConfig.inline_elements`` too, the
+  thread that finished an op goes on with the ops it made ready on its device (cheap
+  ones and one other, the last made ready first, :meth:`_Simulation.inline_ops`),
+  taking the freed cores first; ops of its task waiting for cores wait on (they would
+  need the interpreter lock it holds), those of other tasks take what is left.  The
+  ops ready at a part's start: the others queue for the pool, one thread runs the
+  cheap ones.
 - Ties: events at one instant are handled in the order they were scheduled (SimPy's
   rule); inside one event, freed resources are handed out before newly ready ops queue,
   and newly ready ops queue in topological order.  Same input, same trace.
@@ -171,6 +183,7 @@ class _Simulation:
         self._setup_devices()
         self._setup_durations()
         self._setup_transfers()
+        self._setup_control_crossings()
 
     # -- setup (all checks happen here, before time 0) ---------------------------------------
     def _setup_devices(self):
@@ -259,6 +272,25 @@ class _Simulation:
             parts.append(min(part, 1e300))
         return parts
 
+    def inline_ops(self) -> list[bool]:
+        """Per op, whether the runtime's executor counts it cheap (``SimConfig.
+        inline_elements``): a CPU op that is a ``Variable`` or whose every input and
+        output has a known shape of at most ``inline_elements`` elements."""
+        limit = self.config.inline_elements
+        cpu = [dev.is_cpu for dev in self.devices]
+
+        def small(tensor) -> bool:
+            n = 1
+            for dim in tensor.shape:
+                if dim is None:
+                    return False
+                n *= dim
+            return n <= limit
+
+        return [cpu[d] and (op.type == "Variable" or (all(map(small, op.inputs))
+                                                      and all(map(small, op.outputs))))
+                for op, d in zip(self.plan.ops, self.plan.op_device)]
+
     def _setup_transfers(self):
         plan, cluster = self.plan, self.cluster
         m, n_dev = plan.n_transfers, len(plan.devices)
@@ -303,6 +335,39 @@ class _Simulation:
             self.need = need = (route_len[pair_of] + 1).tolist()
             for k in first:
                 need[k] -= 1
+
+    def _setup_control_crossings(self):
+        """Control edges between tasks: taken out of the successor lists
+        (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, destination
+        task, successors)]``, one entry per destination device (None when there are
+        none: the plan's own lists are used)."""
+        plan = self.plan
+        self.succ = None
+        self.control_crossings = None
+        if len(set(self.task_of)) < 2:
+            return
+        ptr, succ = plan.array("csr_op_succ")
+        src = np.repeat(np.arange(plan.n_ops), np.diff(ptr))
+        op_task = np.asarray(self.task_of, np.int64)[plan.array("op_device")]
+        cross = op_task[src] != op_task[succ]
+        if not cross.any():
+            return
+        keep = ~cross
+        counts = np.bincount(src[keep], minlength=plan.n_ops)
+        self.succ = (np.concatenate([[0], np.cumsum(counts)]).tolist(), succ[keep].tolist())
+        op_device, names = plan.op_device, self.device_names
+        latency: dict[tuple[int, int], float] = {}
+        by_message: dict[tuple[int, int], list] = {}
+        for i, j in zip(src[cross].tolist(), succ[cross].tolist()):
+            by_message.setdefault((i, op_device[j]), []).append(j)
+        crossings: dict[int, list] = {}
+        for (i, d), js in by_message.items():
+            pair = (op_device[i], d)
+            if pair not in latency:
+                latency[pair] = float(sum(link.latency for link in
+                                          self.cluster.route(names[pair[0]], names[d])))
+            crossings.setdefault(i, []).append((latency[pair], self.task_of[d], js))
+        self.control_crossings = crossings
 
     # -- running ----------------------------------------------------------------------------
     def run(self) -> Trace:
@@ -351,7 +416,7 @@ class _Simulation:
                 refs[b] = 1
             buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
             tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
-        succ_ptr, succ = plan.csr_op_succ
+        succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
         release_ptr, releases = plan.csr_op_releases
         send_ptr, sends = plan.csr_op_sends
         consumer_ptr, consumers = plan.csr_transfer_consumers
@@ -411,6 +476,9 @@ class _Simulation:
         task_of = self.task_of
         serial_part = self.serial_parts() if serial else None
         dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
+        # SimConfig.inline_elements: the ops each thread (device, slot) runs itself next.
+        cheap = self.inline_ops() if serial and config.inline_elements is not None else None
+        stacks = [[[] for _ in range(pool.threads)] for pool in self.pools] if cheap else None
 
         def start(i, slot, cores):
             d = op_device[i]
@@ -453,28 +521,78 @@ class _Simulation:
                     if not left:
                         in_use[buffer_device[b]] -= buffer_bytes[b]
             d = op_device[i]
+            own = op_thread[i]
+            after = None  # the op this thread runs next itself (SimConfig.inline_elements)
+            now_ready = None
+            if cheap is not None:
+                now_ready = []
+                lo, hi = succ_ptr[i], succ_ptr[i + 1]
+                if lo != hi:
+                    for j in succ[lo:hi]:
+                        left = pending[j] - 1
+                        pending[j] = left
+                        if not left:
+                            now_ready.append(j)
+                stack = stacks[d][own]
+                other, queued = False, []
+                for j in now_ready:  # the executor's _dispatch
+                    if op_device[j] == d and (cheap[j] or not other):
+                        other = other or not cheap[j]
+                        stack.append(j)
+                    else:
+                        queued.append(j)
+                now_ready = queued
+                if stack:
+                    after = stack.pop()
             cores = op_cores[i]
+            if after is not None:
+                # It holds the interpreter's lock: it takes the freed cores first.
+                got = 0
+                if cores:  # a CPU op: of its cores and the free ones, as in take_thread
+                    host = host_of[d]
+                    total = host.free + cores
+                    got = want_cores[after]
+                    if got > total:
+                        got = total
+                    host.free = 0
+                    cores = total - got  # what is left goes to the waiting ops below
+                start(after, own, got)
             if cores:
                 host = host_of[d]
                 free_cores = host.free + cores
                 waiting = host.waiting
+                passed = None
                 while free_cores and waiting:
-                    _, j, slot = heappop(waiting)
+                    entry = heappop(waiting)
+                    _, j, slot = entry
+                    if after is not None and task_of[op_device[j]] == task_of[d]:
+                        # It would need the interpreter lock this thread holds.
+                        passed = passed or []
+                        passed.append(entry)
+                        continue
                     got = want_cores[j]
                     if got > free_cores:
                         got = free_cores
                     free_cores -= got
                     start(j, slot, got)
+                if passed:
+                    for entry in passed:
+                        heappush(waiting, entry)
                 host.free = free_cores
             free_slots = pool_free[d]
-            heappush(free_slots, op_thread[i])
-            lo, hi = succ_ptr[i], succ_ptr[i + 1]
-            if lo != hi:  # (most ops' successors are on other devices: no slice)
-                for j in succ[lo:hi]:
-                    left = pending[j] - 1
-                    pending[j] = left
-                    if not left:
-                        ready(j)
+            if after is None:
+                heappush(free_slots, own)
+            if now_ready is not None:  # (worked out above, SimConfig.inline_elements)
+                for j in now_ready:
+                    ready(j)
+            else:
+                lo, hi = succ_ptr[i], succ_ptr[i + 1]
+                if lo != hi:  # (most ops' successors are on other devices: no slice)
+                    for j in succ[lo:hi]:
+                        left = pending[j] - 1
+                        pending[j] = left
+                        if not left:
+                            ready(j)
             waiting = pool_waiting[d]
             while free_slots and waiting:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
@@ -489,6 +607,15 @@ class _Simulation:
                 else:
                     for k in sends[lo:hi]:
                         send(k)
+            if control_crossings is not None and i in control_crossings:
+                now, t = env._now, task_of[d]
+                for latency, dst_task, js in control_crossings[i]:
+                    if serial:  # the sender's dispatcher sends it
+                        begin = dispatch_free[t] if dispatch_free[t] > now else now
+                        dispatch_free[t] = begin + latency / 2
+                    event = new_event(_End)
+                    event.callbacks, event._value = control_arrived, (latency, dst_task, js)
+                    heappush(queue, (now + latency, NORMAL, next_id(), event))
 
         # -- transfers (sim.links) --
         # A transfer starts when it was sent and every link of its route is free with
@@ -612,7 +739,53 @@ class _Simulation:
         def part_start(event):
             ready(event._value)
 
+        control_crossings = self.control_crossings
+
+        def control_done(event):
+            """A control edge's message from another task arrived."""
+            latency, t, js = event._value
+            if serial:  # the receiver's dispatcher takes it in
+                now = env._now
+                begin = dispatch_free[t] if dispatch_free[t] > now else now
+                dispatch_free[t] = begin + latency / 2
+            for j in js:
+                left = pending[j] - 1
+                pending[j] = left
+                if not left:
+                    ready(j)
+
+        def begin_on_device(ops):
+            """SimConfig.inline_elements: a device's ops ready at its part's start, as
+            the runtime's executor starts them: the others queue for the pool first,
+            then one thread runs the cheap ones itself, one after another (each with
+            what it makes ready on the device)."""
+            d = op_device[ops[0]]
+            if env._now < start_at[d]:  # the task's part has not started yet
+                event = new_event(_End)
+                event.callbacks, event._value = devices_started, ops
+                heappush(queue, (start_at[d], NORMAL, next_id(), event))
+                return
+            for j in ops:
+                if not cheap[j]:
+                    ready(j)
+            mine = [j for j in ops if cheap[j]]
+            free_slots = pool_free[d]
+            if not mine:
+                return
+            if not free_slots:  # (a pool of fewer threads than pending work: queue them)
+                for j in mine:
+                    ready(j)
+                return
+            slot = heappop(free_slots)
+            stacks[d][slot].extend(reversed(mine[1:]))
+            take_thread(mine[0], slot)
+
+        def device_start(event):
+            begin_on_device(event._value)
+
         op_ended, transfer_ended, part_started = [op_done], [transfer_done], [part_start]
+        devices_started = [device_start]
+        control_arrived = [control_done]
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
@@ -625,8 +798,16 @@ class _Simulation:
                             out_of_memory(d, nbytes, tensor_op[b], None)
                         in_use[d] = use
                     note(~(n_made + b))
-            for i in np.flatnonzero(plan.array("initial_pending") == 0).tolist():
-                ready(i)
+            initial = np.flatnonzero(plan.array("initial_pending") == 0).tolist()
+            if cheap is None:
+                for i in initial:
+                    ready(i)
+            else:
+                by_device: dict[int, list] = {}
+                for i in initial:
+                    by_device.setdefault(op_device[i], []).append(i)
+                for ops in by_device.values():
+                    begin_on_device(ops)
             env.run()
         except OutOfMemory as e:
             e.trace = self._trace()

@@ -495,3 +495,21 @@ def test_kernel_costs_round_trip_and_are_checked():
         c.replace_device(d.name, kernel_costs={"Add": (1e-5, 0.0)})
     with pytest.raises(InvalidCluster, match="kernel_costs"):
         c.replace_device(d.name, kernel_costs={"Add": 1e-5})
+
+
+def test_parallel_min_elements_round_trips_and_older_files_load():
+    import json
+
+    from core.cluster import InvalidCluster
+    c = Cluster.single_host()
+    d = c.devices[0]
+    c2 = c.replace_device(d.name, parallel_min_elements=65536,
+                          kernel_costs={"Add": (1e-5, 2.0), "Add|parallel": (3e-5, 2.0)})
+    back = Cluster.from_dict(json.loads(json.dumps(c2.to_dict())))
+    assert back == c2 and back.devices[0].parallel_min_elements == 65536
+    assert back.devices[0].kernel_cost("Add", parallel=True) == (3e-5, 2.0)
+    old = c.to_dict()
+    del old["devices"][0]["parallel_min_elements"]
+    assert Cluster.from_dict(old) == c
+    with pytest.raises(InvalidCluster, match="parallel_min_elements"):
+        c.replace_device(d.name, parallel_min_elements=-1)

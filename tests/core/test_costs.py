@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -100,3 +101,27 @@ def test_measured_takes_the_statistic_asked_for():
     mm = graph().get_operation_by_name("mm")
     assert MeasuredCostModel.from_traces(traces).op_time(mm, W) == 3e-3
     assert MeasuredCostModel.from_traces(traces, statistic=min).op_time(mm, W) == 1e-3
+
+
+def test_static_takes_the_parallel_path_cost_from_the_devices_threshold_up():
+    g = tf.Graph()
+    with g.as_default():
+        small = tf.add(tf.constant(np.ones(64, np.float32)), 1.0, name="small")
+        big = tf.add(tf.constant(np.ones(256, np.float32)), 1.0, name="big")
+        tf.reshape(tf.constant(np.ones(256, np.float32)), [16, 16], name="moved")  # serial kind
+    costs = {"Add": (1e-6, 1.0), "Add|parallel": (9e-6, 1.0), "Reshape": (2e-6, 1.0)}
+    dev = replace(W, kernel_costs=costs, intra_op_threads=2, parallel_min_elements=256)
+    bare = replace(W, kernel_costs=(), op_overhead=0.0, intra_op_threads=2)
+    model = StaticCostModel()
+
+    def extra(name, device):
+        op = g.get_operation_by_name(name)
+        return model.op_time(op, device) - device.op_overhead - model.op_time(op, bare)
+
+    assert extra("small", dev) == pytest.approx(1e-6)
+    assert extra("big", dev) == pytest.approx(9e-6)
+    assert extra("moved", dev) == pytest.approx(2e-6)  # not multithreaded: one regime
+    assert extra("big", replace(dev, intra_op_threads=1)) == pytest.approx(1e-6)
+    assert extra("big", replace(dev, parallel_min_elements=0)) == pytest.approx(1e-6)
+    # A type without a parallel entry keeps its serial one.
+    assert replace(dev, kernel_costs={"Add": (1e-6, 1.0)}).kernel_cost("Add", True) == (1e-6, 1.0)

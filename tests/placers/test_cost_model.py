@@ -85,3 +85,47 @@ def test_among_equal_estimates_the_masters_task_wins():
             x = tf.tanh(x)
     p = placers.CostModelPlacer().place(g, cluster)
     assert set(p.values()) == {"/job:worker/replica:0/task:0/device:CPU:0"}
+
+
+class _Fixed:
+    """Every op takes ``t`` seconds; transfers as the base cost model prices them."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def op_time(self, op, device):
+        return self.t
+
+    def transfer_time(self, nbytes, route):
+        from core.costs import CostModel
+        return CostModel.transfer_time(self, nbytes, route)
+
+
+def test_serial_dispatch_serves_one_task_one_op_at_a_time_and_crossings_cost_both_ends():
+    # Two independent 1 ms ops, each all dispatch (op_overhead 1 ms): on one task with two
+    # inter-op threads they overlap unless the task dispatches one at a time.
+    spec = ClusterSpec({"worker": ["h:1", "h:2"]})
+    cluster = Cluster.from_spec(spec, hosts={("worker", 0): "h", ("worker", 1): "h"},
+                                cpu_cores=4, cpu_inter_op_threads=2)
+    for d in cluster.devices:
+        cluster = cluster.replace_device(d.name, op_overhead=1e-3)
+    cluster = cluster.replace_link("memcpy:h", latency=4e-3, bandwidth=1e12)
+    w0, w1 = (d.name for d in cluster.devices)
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.float32(1.0), name="a")
+        tf.constant(np.float32(2.0), name="b")
+        tf.identity(a, name="c")
+    model = _Fixed(1e-3)
+    together = placers.Placement({"a": w0, "b": w0, "c": w0})
+    assert estimate_step_time(g, together, cluster, model) == pytest.approx(2e-3)
+    assert estimate_step_time(g, together, cluster, model, serial_dispatch=True) == pytest.approx(3e-3)
+    # c on the other task: the crossing's 4 ms arrive at 5 ms, and its receiving end holds
+    # w1's dispatcher 2 ms more before c is dispatched.
+    split = placers.Placement({"a": w0, "b": w0, "c": w1})
+    assert estimate_step_time(g, split, cluster, model) == pytest.approx(6e-3)
+    assert estimate_step_time(g, split, cluster, model, serial_dispatch=True) == pytest.approx(8e-3)
+    # The placer then moves the independent b to the other task (it frees w0's
+    # dispatcher) and keeps c with a (its crossing would cost both dispatchers).
+    placed = placers.CostModelPlacer(cost_model=model, serial_dispatch=True).place(g, cluster)
+    assert placed["c"] == placed["a"] != placed["b"]

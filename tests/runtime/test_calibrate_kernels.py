@@ -56,3 +56,17 @@ def test_one_calibration_serves_other_cluster_shapes():
                                measured)
     for device in cluster.devices:
         assert all(getattr(device, f) == getattr(measured, f) for f in CPU_FIGURES)
+
+
+def test_the_parallel_path_gets_its_own_entries_from_the_threshold_up():
+    from dataclasses import replace
+    device = replace(Cluster.single_host(cpu_cores=2).devices[0], intra_op_threads=2)
+    costs, _ = measure_kernel_costs(device, steps=2, small=4, large=16, parallel_min_elements=1024)
+    parallel = {k.split("|")[0] for k in costs if k.endswith("|parallel")}
+    assert {"Add", "Mul", "Tanh", "Sum"} <= parallel  # multithreaded types on 32 x 32
+    assert "Reshape" not in parallel and "Identity" not in parallel
+    for t in parallel:
+        assert costs[f"{t}|parallel"][1] == costs[t][1] and costs[f"{t}|parallel"][0] >= 0
+    alone, _ = measure_kernel_costs(replace(device, intra_op_threads=1), steps=2, small=4,
+                                    large=16, parallel_min_elements=1024)
+    assert not any(k.endswith("|parallel") for k in alone)

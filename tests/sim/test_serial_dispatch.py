@@ -78,3 +78,73 @@ def test_both_ends_of_a_transfer_hold_their_dispatchers():
     assert plain["b"].start == pytest.approx(3e-3) and serial["b"].start == pytest.approx(3e-3)
     assert plain["c"].end == pytest.approx(4.5e-3)
     assert serial["c"].end == pytest.approx(5e-3)  # behind the receive
+
+
+# -- SimConfig.inline_elements: the thread that ended an op goes on with what it readied --
+
+INLINE = SimConfig(serial_dispatch=True, inline_elements=16)
+
+
+def two_core_task():
+    c = Cluster.from_spec(SPEC, hosts=HOSTS, cpu_cores=2, cpu_inter_op_threads=2,
+                          cpu_intra_op_threads=2)
+    for d in c.devices:
+        c = c.replace_device(d.name, op_overhead=0.0, intra_op_speedup=2.0)
+    return c
+
+
+def test_cheap_ops_ready_at_the_start_run_one_after_another_on_one_thread():
+    g, p = independent([W0, W0])  # two scalar constants: cheap
+    costs = FixedCost(default=1e-3)
+    c = cluster(overhead=0.0)
+    assert ends(simulate(g, p, c, cost_model=costs, config=SERIAL)) == [1e-3, 1e-3]
+    trace = simulate(g, p, c, cost_model=costs, config=INLINE)
+    assert ends(trace) == [1e-3, 2e-3]
+    assert {r.thread for r in trace.ops} == {0}
+
+
+def test_the_thread_that_ends_an_op_takes_its_cores_for_the_next_before_waiting_ops():
+    # x readies a and c (large multithreaded Adds, not cheap): the thread that ran x goes
+    # on with a, holding both cores; c waits for cores.  When a ends, b (readied by a)
+    # takes them again on that thread before c, which waited longer.
+    g = tf.Graph()
+    with g.as_default(), tf.device(W0):
+        x = tf.constant(np.ones(64, np.float32), name="x")
+        a = tf.add(x, x, name="a")
+        tf.add(a, a, name="b")
+        tf.add(x, x, name="c")
+    p = Placement({op.name: W0 for op in g.get_operations()})
+    costs = FixedCost(default=1e-3)
+    end = {r.op: round(r.end, 9) for r in
+           simulate(g, p, two_core_task(), cost_model=costs, config=SERIAL).ops}
+    assert end == {"x": 1e-3, "a": 2e-3, "c": 3e-3, "b": 4e-3}  # first come, first served
+    trace = simulate(g, p, two_core_task(), cost_model=costs, config=INLINE)
+    trace.validate(g, two_core_task())
+    end = {r.op: round(r.end, 9) for r in trace.ops}
+    assert end == {"x": 1e-3, "a": 2e-3, "b": 3e-3, "c": 4e-3}
+    thread = {r.op: r.thread for r in trace.ops}
+    assert thread["x"] == thread["a"] == thread["b"] != thread["c"]
+
+
+def test_ops_of_another_task_still_take_the_cores_left_free():
+    # W0: k readies x (multithreaded: both cores) on its thread, and k crosses to W1 in
+    # 0.5 ms, where y then waits for a core.  When x ends, a (single-threaded) goes on
+    # on W0's thread with one core, and y, of another process, takes the other at once.
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(W0):
+            k = tf.constant(np.float32(1.0), name="k")
+            tf.identity(tf.add(k, k, name="x"), name="a")
+        with tf.device(W1):
+            tf.identity(k, name="y")
+    p = Placement({op.name: op.device for op in g.get_operations()})
+    c = two_core_task().replace_link("memcpy:h", latency=0.5e-3, bandwidth=1e12)
+    trace = simulate(g, p, c, cost_model=FixedCost({"k": 0.0}, default=1e-3), config=INLINE)
+    trace.validate(g, c)
+    start = {r.op: round(r.start, 9) for r in trace.ops}
+    assert start == {"k": 0.0, "x": 0.0, "a": 1e-3, "y": 1e-3}
+
+
+def test_inline_elements_is_checked():
+    with pytest.raises(ValueError, match="inline_elements"):
+        SimConfig(inline_elements=-1)
