@@ -16,15 +16,70 @@ from typing import Mapping
 
 import runtime
 import sim
+from core.cluster import Cluster, ClusterSpec, usable_cpu_cores
 from core.costs import CostModel
 from core.graph import Graph
 from core.placement import Placement
 from core.serialize import graph_to_nodes, nodes_to_graph
 from core.trace import Trace
 from experiments.workloads.mlp import Workload
+from runtime.calibrate import calibrate, calibrate_distributed
+from runtime.executor import _CHEAP_ELEMENTS  # the executor's limit for ops run inline
 
 __all__ = ["Measurement", "pinned_graph", "predict", "measure", "measure_placements",
-           "runtime_cluster_spec", "server_env"]
+           "runtime_cluster_spec", "server_env", "this_host_cluster", "calibrate_this_host",
+           "describe_calibration", "RUNTIME_SIM"]
+
+#: The simulator's settings for predicting the runtime's executor: it dispatches ops in
+#: Python, one at a time per server process (``serial_dispatch``), and the thread that
+#: ends an op goes on with the ops it made ready, its cheap ones and one other, taking
+#: the freed cores before a waiting thread of its process can (``inline_elements``, the
+#: executor's own limit for cheap ops): how the executor's threads share one interpreter
+#: lock.
+RUNTIME_SIM = sim.SimConfig(serial_dispatch=True, inline_elements=_CHEAP_ELEMENTS)
+
+
+def this_host_cluster(threads: int = 0) -> Cluster:
+    """1 ps and 2 workers on this machine, as :class:`runtime.LocalCluster` runs them: one
+    host with the cores this process may use, shared by the tasks.  ``threads``: every
+    CPU device's inter-op and intra-op thread count (0: the host's cores)."""
+    spec = ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0", "127.0.0.1:0"]})
+    hosts = {("ps", 0): "localhost", ("worker", 0): "localhost", ("worker", 1): "localhost"}
+    threads = threads or None
+    return Cluster.from_spec(spec, hosts=hosts, cpu_cores=usable_cpu_cores(),
+                             cpu_inter_op_threads=threads, cpu_intra_op_threads=threads)
+
+
+def calibrate_this_host(cluster: Cluster, *, env: dict | None = None,
+                        config: runtime.SessionConfig | None = None,
+                        quick: bool = False) -> tuple[Cluster, dict]:
+    """``(cluster, figures)``: ``cluster`` (tasks on this host, e.g.
+    :func:`this_host_cluster`) measured on this machine: the devices' rates, each op
+    type's kernel cost and the executor's dispatch cost per op (:func:`runtime.calibrate`,
+    in this process), then the fixed costs of a distributed step (step and part
+    overheads, the latency and bandwidth of a tensor crossing processes:
+    :func:`runtime.calibrate.calibrate_distributed`, on server processes started with
+    ``env`` and ``config``).  ``figures`` holds those measurements; ``op_overhead`` is the
+    dispatch cost the devices got (``chain_op_overhead``: the one along a chain of tiny
+    ops).  About 10 s (6 s ``quick``)."""
+    cluster = calibrate(cluster, quick=quick)  # with the kernel costs and dispatch per op
+    with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env, config=config) as local:
+        cluster, figures = calibrate_distributed(cluster, local, quick=quick)
+    # The dispatch cost per op: measured between the kernels of a graph with a workload's
+    # fan-in and fan-out (calibrate's kernel costs), not along calibrate_distributed's
+    # chain of Identity ops.
+    figures["chain_op_overhead"] = figures["op_overhead"]
+    figures["op_overhead"] = cluster.devices[0].op_overhead
+    return cluster, figures
+
+
+def describe_calibration(figures: dict) -> str:
+    """One line with the fixed costs :func:`calibrate_this_host` measured."""
+    return ("step overhead {:.3g} ms, per extra task {:.3g} ms, crossing latency {:.3g} ms, "
+            "bandwidth {:.3g} GB/s, dispatch {:.3g} us/op".format(
+                figures["step_overhead"] * 1e3, figures["part_overhead"] * 1e3,
+                (figures["transfer_latency"] or 0) * 1e3,
+                (figures["transfer_bandwidth"] or 0) / 1e9, figures["op_overhead"] * 1e6))
 
 
 @dataclass

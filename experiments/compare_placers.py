@@ -5,8 +5,10 @@ Each workload is placed with every placer on one cluster, and the report gives, 
 time placing took, the step time the cost model estimates and, with the ``sim`` backend,
 the step time and peak memory the simulator predicts; with the ``runtime`` backend, the
 measured step (the fastest of the repeats, placements timed side by side in rounds; the
-median beside it) and peak memory (the largest, and per device in MiB).  The best
-placement per workload (by the last step-time column) is marked.
+median beside it) and peak memory (the largest, and per device in MiB); placers that
+chose the same placement share one measurement (``same_as`` names the placer whose
+identical placement was timed).  The best placement per workload (by the last step-time
+column) is marked: every placer that chose it.
 
     python -m experiments.compare_placers --help
 """
@@ -26,7 +28,9 @@ from core.cluster import Cluster, ClusterSpec
 from core.costs import StaticCostModel, tensor_bytes
 from core.graph import ops_needed
 from core.placement import transfers
-from experiments.backends import measure_placements, predict, runtime_cluster_spec, server_env
+from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
+                                  measure_placements, predict, runtime_cluster_spec,
+                                  server_env, this_host_cluster)
 from experiments.report import (per_device_MiB, print_table, results_parser, save_table,
                                 short_device)
 from experiments.workloads import (data_parallel_step, inception_training_step,
@@ -37,15 +41,8 @@ from experiments.workloads.mlp import Workload
 __all__ = ["CLUSTERS", "WORKLOADS", "compare", "placers_to_compare"]
 
 
-def _ps_workers_on_this_host() -> Cluster:
-    """1 ps and 2 workers as processes on this machine (how the runtime runs them)."""
-    spec = ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0", "127.0.0.1:0"]})
-    hosts = {("ps", 0): "localhost", ("worker", 0): "localhost", ("worker", 1): "localhost"}
-    return Cluster.from_spec(spec, hosts=hosts)
-
-
 CLUSTERS = {
-    "ps_workers": _ps_workers_on_this_host,
+    "ps_workers": this_host_cluster,
     "this_machine": Cluster.this_machine,
     "two_gpus": lambda: Cluster.single_host(gpus=2),
     "ps_workers_net": lambda: Cluster.from_spec(
@@ -90,7 +87,8 @@ def _fits(workload: Workload, cluster: Cluster) -> bool:
     return all((job, task) in tasks for job, task in spec.tasks())
 
 
-def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, repeats) -> list:
+def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, repeats,
+                     sim_config) -> list:
     """The rows of one workload: each placer's placement, estimated, predicted, measured."""
     fetch_ops = w.fetch_ops or w.graph.get_operations()
     step_ops = ops_needed(fetch_ops)
@@ -111,16 +109,24 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
                                                       fetches=fetch_ops) * 1e3,
         }
         if "sim" in backends:
-            trace = predict(w, p, cluster, cost_model)
+            trace = predict(w, p, cluster, cost_model, sim_config)
             row["sim_step_ms"] = trace.step_time * 1e3
             row["sim_peak_MiB"] = max(trace.peak_memory.values(), default=0) / 2**20
             row["sim_peak_MiB_per_device"] = per_device_MiB(trace.peak_memory)
         rows.append(row)
     if "runtime" in backends:
-        # Side by side, in rounds: a change in the machine's load hits every placer alike.
-        measured = measure_placements(w, placements, local, repeats=repeats)
+        # Placers that chose the same placement share one measurement (``same_as``):
+        # timing it twice would only rank the machine's noise.  Side by side, in rounds:
+        # a change in the machine's load hits every placement alike.
+        first: dict = {}
+        for pname, p in placements.items():
+            first.setdefault(p, pname)
+        timed = measure_placements(w, {name: p for p, name in first.items()}, local,
+                                   repeats=repeats)
         for row in rows:
-            m = measured[row["placer"]]
+            owner = first[placements[row["placer"]]]
+            row["same_as"] = "" if owner == row["placer"] else owner
+            m = timed[owner]
             row["real_step_ms"] = m.step_time * 1e3
             row["real_median_ms"] = m.median * 1e3
             row["real_peak_MiB"] = max(m.trace.peak_memory.values(), default=0) / 2**20
@@ -129,8 +135,10 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
 
 
 def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: int = 5,
-            blas_threads: int = 1) -> pd.DataFrame:
+            blas_threads: int = 1, sim_config: sim.SimConfig | None = None) -> pd.DataFrame:
     """One row per (workload, placer); workloads the cluster cannot run are skipped.
+    ``sim_config``: the simulator's settings (:data:`experiments.backends.RUNTIME_SIM`
+    to model the runtime's executor; the default ones when None).
 
     With ``"runtime"`` in ``backends`` each workload runs on a fresh
     :class:`runtime.LocalCluster` with the tasks of ``cluster`` (a fresh one, because
@@ -150,7 +158,8 @@ def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: 
             local = (stack.enter_context(runtime.LocalCluster(runtime_cluster_spec(cluster),
                                                               env=env))
                      if "runtime" in backends else None)
-            rows += _compare_placers(wname, w, cluster, backends, local, cost_model, repeats)
+            rows += _compare_placers(wname, w, cluster, backends, local, cost_model, repeats,
+                                     sim_config)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -174,16 +183,29 @@ def main(argv=None) -> pd.DataFrame:
                              "small machine makes concurrent matmuls wait for each other)")
     parser.add_argument("--cluster", default="ps_workers",
                         help=f"a preset ({', '.join(CLUSTERS)}) or a cluster JSON file")
+    parser.add_argument("--calibrate", choices=["full", "quick", "none"], default="full",
+                        help="on the cluster of this machine (ps_workers): measure it first "
+                             "(full: about 10 s, quick: about 6 s) so that the placers and "
+                             "the simulator see this machine, or not (none: default figures)")
     args = parser.parse_args(argv)
     cluster = CLUSTERS[args.cluster]() if args.cluster in CLUSTERS else Cluster.load(args.cluster)
     backends = {"both": BACKENDS, "none": ()}.get(args.backend, (args.backend,))
-    if "runtime" in backends:
-        if args.cluster not in RUNNABLE_CLUSTERS:
-            parser.error(f"--backend {args.backend} runs the cluster on this machine: use "
-                         f"--cluster {' or '.join(RUNNABLE_CLUSTERS)}, or --backend sim")
-    frame = compare(args.workloads, cluster, backends, args.repeats, args.blas_threads)
+    runnable = args.cluster in RUNNABLE_CLUSTERS
+    if "runtime" in backends and not runnable:
+        parser.error(f"--backend {args.backend} runs the cluster on this machine: use "
+                     f"--cluster {' or '.join(RUNNABLE_CLUSTERS)}, or --backend sim")
+    sim_config = None
+    measured = "default hardware figures"
+    if runnable and args.calibrate != "none":
+        cluster, figures = calibrate_this_host(cluster, env=server_env(args.blas_threads),
+                                               quick=args.calibrate == "quick")
+        sim_config = RUNTIME_SIM
+        measured = "calibrated"
+        print(f"calibrated this machine: {describe_calibration(figures)}")
+    frame = compare(args.workloads, cluster, backends, args.repeats, args.blas_threads,
+                    sim_config)
     shown = frame.drop(columns=[c for c in frame if c.endswith("_per_device") and "MiB" in c])
-    print_table(shown, f"placers on {args.cluster} ({len(cluster.devices)} devices); "
+    print_table(shown, f"placers on {args.cluster} ({len(cluster.devices)} devices, {measured}); "
                        "est: the cost model's estimate; sim: the simulator's; real: measured "
                        "(the peak memory per device is in the CSV)")
     print(f"saved {save_table(frame, 'compare_placers', args.out)}")

@@ -28,11 +28,11 @@ relative error, the median and max per cost model, and the ranking agreement: am
 pairs of placements of one workload whose measured times differ by more than 10%, how
 many the prediction orders the same way.
 
-The simulator runs with :data:`SIM`: each task's Python dispatcher serves one op at a
-time (``serial_dispatch``), and the thread that ends an op goes on with the ops it made
-ready, taking the freed cores before a waiting thread of its process can
-(``inline_elements``, the executor's own limit for cheap ops): how the executor's threads
-share one interpreter lock.
+The simulator runs with :data:`experiments.backends.RUNTIME_SIM`: each task's Python
+dispatcher serves one op at a time (``serial_dispatch``), and the thread that ends an op
+goes on with the ops it made ready, taking the freed cores before a waiting thread of its
+process can (``inline_elements``, the executor's own limit for cheap ops): how the
+executor's threads share one interpreter lock.
 
 The re-placement loop (the whitepaper's): place with static costs (cost-model placer),
 run, build a measured cost model from that run's traces, place again with it, then time
@@ -78,19 +78,17 @@ from tqdm import tqdm
 import placers
 import runtime
 import sim
-from core.cluster import Cluster, ClusterSpec, usable_cpu_cores
+from core.cluster import Cluster
 from core.costs import MeasuredCostModel, StaticCostModel
-from experiments.backends import measure_placements, predict, runtime_cluster_spec, server_env
+from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
+                                  measure_placements, predict, runtime_cluster_spec,
+                                  server_env, this_host_cluster)
 from experiments.compare_placers import WORKLOADS, placers_to_compare
 from experiments.report import print_table, results_parser, save_table
-from runtime.calibrate import calibrate, calibrate_distributed
-from runtime.executor import _CHEAP_ELEMENTS as CHEAP_ELEMENTS  # the executor's inline limit
 
 __all__ = ["main", "run", "loopback_cluster", "summarise", "ranking_agreement"]
 
-#: The runtime's executor dispatches ops in Python: one at a time per server process, and
-#: a thread goes on with the ops it made ready (its cheap ones and one other).
-SIM = sim.SimConfig(serial_dispatch=True, inline_elements=CHEAP_ELEMENTS)
+SIM = RUNTIME_SIM
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
@@ -100,15 +98,8 @@ LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_plac
 
 
 def loopback_cluster(threads: int = 0) -> Cluster:
-    """1 ps and 2 workers on this machine: one host with the usable cores, as the
-    runtime's LocalCluster runs them (the tasks share the host's cores).  ``threads``:
-    every CPU device's inter-op and intra-op thread count (0: the host's cores)."""
-    spec = ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0", "127.0.0.1:0"]})
-    hosts = {("ps", 0): "localhost", ("worker", 0): "localhost", ("worker", 1): "localhost"}
-    threads = threads or None
-    return Cluster.from_spec(spec, hosts=hosts, cpu_cores=usable_cpu_cores(),
-                             cpu_inter_op_threads=threads,
-                             cpu_intra_op_threads=threads)
+    """1 ps and 2 workers on this machine (:func:`experiments.backends.this_host_cluster`)."""
+    return this_host_cluster(threads)
 
 
 def server_config(threads: int = 0) -> runtime.SessionConfig | None:
@@ -222,16 +213,9 @@ def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACER
     cores)."""
     env = server_env(blas_threads, omp_wait_policy)
     config = server_config(threads)
-    base = loopback_cluster(threads)
-    cluster = calibrate(base, quick=quick)  # with the kernel costs and dispatch per op
+    cluster, figures = calibrate_this_host(loopback_cluster(threads), env=env, config=config,
+                                           quick=quick)
     counts = runtime_cluster_spec(cluster)
-    with runtime.LocalCluster(counts, env=env, config=config) as local:
-        cluster, figures = calibrate_distributed(cluster, local, quick=quick)
-    # The dispatch cost per op: measured between the kernels of a graph with a workload's
-    # fan-in and fan-out (calibrate's kernel costs), not along calibrate_distributed's
-    # chain of Identity ops.
-    figures["chain_op_overhead"] = figures["op_overhead"]
-    figures["op_overhead"] = cluster.devices[0].op_overhead
     rows, loop_rows = [], []
     for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
         w = WORKLOADS[wname]()
@@ -298,11 +282,7 @@ def main(argv=None):
         blas_threads=args.blas_threads, threads=args.threads,
         omp_wait_policy=args.omp_wait_policy,
         loop=not (args.quick or args.no_loop))
-    print("\ncalibration: step overhead {:.3g} ms, per extra task {:.3g} ms, crossing "
-          "latency {:.3g} ms, bandwidth {:.3g} GB/s, dispatch {:.3g} us/op".format(
-              figures["step_overhead"] * 1e3, figures["part_overhead"] * 1e3,
-              (figures["transfer_latency"] or 0) * 1e3, (figures["transfer_bandwidth"] or 0) / 1e9,
-              figures["op_overhead"] * 1e6))
+    print(f"\ncalibration: {describe_calibration(figures)}")
     print_table(frame, "predicted vs measured step time (ms); rel_error = (pred - meas) / meas")
     summary = summarise(frame)
     print_table(summary, "summary (replayed rows left out)")

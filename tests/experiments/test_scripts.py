@@ -6,19 +6,37 @@ from experiments import bench_placers, compare_placers, ps_sharding
 
 
 def test_compare_placers_marks_a_best_row(tmp_path, capsys):
-    """The main job: both backends, on server processes started here."""
-    frame = compare_placers.main(["--workloads", "mlp", "--repeats", "2", "--out", str(tmp_path)])
+    """The main job: both backends, on server processes started here, on this machine
+    as calibrated."""
+    frame = compare_placers.main(["--workloads", "mlp", "--repeats", "2", "--calibrate",
+                                  "quick", "--out", str(tmp_path)])
     assert set(frame["placer"]) == {"simple", "round_robin", "round_robin_vars", "cost_model"}
     assert (frame["best"] == "*").any()
     assert (frame["sim_step_ms"] > 0).all() and (frame["real_step_ms"] > 0).all()
     best = frame[frame.best == "*"].iloc[0]
     assert best.real_step_ms == frame.real_step_ms.min()
+    # Placers that chose one placement share its measurement, and name whose it is.
+    for _, row in frame[frame.same_as != ""].iterrows():
+        owner = frame[frame.placer == row.same_as].iloc[0]
+        assert owner.same_as == "" and owner.ops_per_device == row.ops_per_device
+        assert owner.real_step_ms == row.real_step_ms
     saved = pd.read_csv(tmp_path / "compare_placers.csv")
     assert len(saved) == len(frame)
     simple = frame[frame.placer == "simple"].iloc[0]  # all on the master's CPU
     assert simple.real_peak_MiB_per_device.startswith("worker:0/CPU:0=")
     assert "worker:0/CPU:0=" in simple.sim_peak_MiB_per_device
-    assert "placers on ps_workers" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "calibrated this machine: step overhead" in out
+    assert "placers on ps_workers (3 devices, calibrated)" in out
+
+
+def test_compare_placers_calibrates_only_this_machine(tmp_path, capsys):
+    """A hypothetical cluster is simulated as described: nothing here to measure."""
+    frame = compare_placers.main(["--workloads", "mlp", "--backend", "sim", "--cluster",
+                                  "two_gpus", "--out", str(tmp_path)])
+    assert (frame["sim_step_ms"] > 0).all() and "real_step_ms" not in frame
+    out = capsys.readouterr().out
+    assert "calibrated this machine" not in out and "default hardware figures" in out
 
 
 def test_bench_placers_reports_growth(tmp_path):
