@@ -155,15 +155,18 @@ def first_ids(keys: list) -> np.ndarray:
 
 
 class _OpArrays:
-    """What a plan reads of a list of ops, as flat arrays made with one C-level pass
-    (``map``, ``attrgetter``, ``dict.setdefault``) per field, never a Python loop.
+    """What a plan reads of a list of ops, as flat arrays: from a :class:`Graph`'s
+    columns (:meth:`from_columns`, kept as the graph's ops are created), or made with
+    one C-level pass (``map``, ``attrgetter``, ``dict.setdefault``) per field over
+    op-like objects, never a Python loop.
 
-    ``ops``, ``names``, ``types``, ``attrs`` (the ops' attribute dicts): lists; ``n_out``, ``n_in``, ``n_ctrl``: counts per op;
-    ``tensor_base``: first output tensor of each op; ``tensors``: the output tensors,
-    op by op; ``spec``: for each, an id of its (dtype, shape); ``in_op``, ``in_index``: producer
-    (position in ``ops``, -1 if outside) and output index of each data input, op by op
-    and slot by slot; ``ctrl_op``: position of each control input (-1 if outside);
-    ``persistent``, ``aliasing``: per op, from the op table.
+    ``ops``, ``names``, ``types``, ``attrs`` (the ops' attribute dicts, None: read when
+    needed): lists; ``n_out``, ``n_in``, ``n_ctrl``: counts per op; ``tensor_base``:
+    first output tensor of each op; ``tensors``: the output tensors, op by op (None:
+    made when needed); ``spec``: for each, an id of its (dtype, shape); ``in_op``,
+    ``in_index``: producer (position in ``ops``, -1 if outside) and output index of
+    each data input, op by op and slot by slot; ``ctrl_op``: position of each control
+    input (-1 if outside); ``persistent``, ``aliasing``: per op, from the op table.
     """
 
     def __init__(self, ops: list):
@@ -179,11 +182,8 @@ class _OpArrays:
         self.names, self.types = names, types
         self.attrs = attrs if not n or attrs[0] is not None else None  # None: read when needed
         self.n_out = np.fromiter(map(len, outputs), np.int64, n)
-        self.tensor_base = np.zeros(n, np.int64)
-        np.cumsum(self.n_out[:-1], out=self.tensor_base[1:])
         self.tensors = tensors = list(chain.from_iterable(outputs))  # op by op
         self.spec = first_ids(list(map(_spec_of, tensors)))
-        self.default_sizes = None  # tensor_bytes of each output tensor, made on first use
         self.n_in = np.fromiter(map(len, inputs), np.int64, n)
         flat_in = list(chain.from_iterable(inputs))
         # Each input found as the tensor object its producer made (a Graph's ops share
@@ -196,15 +196,44 @@ class _OpArrays:
             self.in_op = np.fromiter(map(pos.get, map(_op_of, flat_in), repeat(-1)), np.int64,
                                      len(flat_in))
             self.in_index = np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
+            self._finish(any(controls), pos)
         else:
             tensor_op = np.repeat(np.arange(n, dtype=np.int64), self.n_out)
+            self._finish(any(controls), pos, tid=tid, tensor_op=tensor_op)
+
+    @classmethod
+    def from_columns(cls, ops: list, columns) -> "_OpArrays":
+        """The arrays of a :class:`Graph`'s ``ops`` (all of them, creation order) from
+        its :class:`core.graph.OpColumns`: numpy copies of the lists, no pass over
+        the op objects (attributes and tensors are read when needed)."""
+        self = object.__new__(cls)
+        n = len(ops)
+        self.ops = ops
+        self.names, self.types, self.attrs, self.tensors = columns.names[:n], columns.types[:n], None, None
+        self.n_out, self.n_in = columns.array("n_out", n), columns.array("n_in", n)
+        edges = int(self.n_in.sum())
+        self.in_op, self.in_index = columns.array("in_op", edges), columns.array("in_index", edges)
+        self.spec = columns.array("spec", int(self.n_out.sum()))
+        self._finish(columns.controlled > 0, None)
+        self.attr_ids = columns.array("attr_id", n)
+        return self
+
+    def _finish(self, controls: bool, pos, tid=None, tensor_op=None) -> None:
+        """The columns both constructors make alike: tensor bases, producers (from
+        tensor ids ``tid`` when given), control inputs (read from the ops only when
+        ``controls``: they are rare), the op table's flags."""
+        ops, types, n = self.ops, self.types, len(self.ops)
+        self.default_sizes = None  # tensor_bytes of each output tensor, made on first use
+        self.tensor_base = np.zeros(n, np.int64)
+        np.cumsum(self.n_out[:-1], out=self.tensor_base[1:])
+        if tid is not None:
             self.in_op = tensor_op[tid]
             self.in_index = tid - self.tensor_base[self.in_op]
-        # Control inputs are rare: skip the pass when no op has one.
-        if any(controls):
+        if controls:
             pos = pos or dict(zip(ops, range(n)))
-            self.n_ctrl = np.fromiter(map(len, controls), np.int64, n)
-            self.ctrl_op = np.fromiter(map(pos.get, chain.from_iterable(controls), repeat(-1)),
+            ctrl = list(map(_controls_of, ops))
+            self.n_ctrl = np.fromiter(map(len, ctrl), np.int64, n)
+            self.ctrl_op = np.fromiter(map(pos.get, chain.from_iterable(ctrl), repeat(-1)),
                                        np.int64, int(self.n_ctrl.sum()))
         else:
             self.n_ctrl, self.ctrl_op = np.zeros(n, np.int64), np.zeros(0, np.int64)
@@ -232,16 +261,23 @@ class _OpArrays:
     def sizes(self, tensor_bytes) -> np.ndarray:
         """``tensor_bytes`` of each output tensor.  The default depends only on (dtype,
         shape), so it is called once per distinct ``spec`` (and kept)."""
-        if self.tensors is None:  # a selection: its ops' outputs
-            self.tensors = list(chain.from_iterable(map(_outputs_of, self.ops)))
-        tensors = self.tensors
         if tensor_bytes is not _default_tensor_bytes:
-            return np.array(list(map(tensor_bytes, tensors)), dtype=np.int64)
+            if self.tensors is None:  # (from a graph's columns, or a selection)
+                self.tensors = list(chain.from_iterable(map(_outputs_of, self.ops)))
+            return np.array(list(map(tensor_bytes, self.tensors)), dtype=np.int64)
         if self.default_sizes is None:
             _, first, which = np.unique(self.spec, return_index=True, return_inverse=True)
-            sizes = np.array([tensor_bytes(tensors[t]) for t in first.tolist()], dtype=np.int64)
+            sizes = np.array([tensor_bytes(self._tensor(t)) for t in first.tolist()],
+                             dtype=np.int64)
             self.default_sizes = sizes[which.reshape(-1)]
         return self.default_sizes
+
+    def _tensor(self, t: int):
+        """Output tensor ``t`` (op by op), from the list when there is one."""
+        if self.tensors is not None:
+            return self.tensors[t]
+        i = int(np.searchsorted(self.tensor_base, t, side="right")) - 1
+        return self.ops[i].outputs[t - int(self.tensor_base[i])]
 
     def select(self, sel: np.ndarray, ops: list) -> "_OpArrays":
         """The arrays of ``ops``, which are ``self.ops[sel]`` (positions renumbered)."""
@@ -327,6 +363,11 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 _VIEW = "core.dataflow"  # the name of the graph's arrays (Graph.cached_view)
 
 
+def _graph_arrays(graph: Graph) -> _OpArrays:
+    """The arrays of all of ``graph``'s ops, kept with it until its next change."""
+    return graph.cached_view(_VIEW, lambda ops: _OpArrays.from_columns(ops, graph.op_columns()))
+
+
 def _op_arrays(ops: list) -> _OpArrays:
     """The arrays of ``ops``.  For ops of one :class:`core.graph.Graph` they come from a
     view of the whole graph kept with it until its next change (``graph.version``), so
@@ -334,7 +375,7 @@ def _op_arrays(ops: list) -> _OpArrays:
     graph = getattr(ops[0], "graph", None) if ops else None
     if not isinstance(graph, Graph):
         return _OpArrays(ops)
-    view = graph.cached_view(_VIEW, _OpArrays)
+    view = _graph_arrays(graph)
     if ops == view.ops:
         return view
     pos = dict(zip(view.ops, range(len(view.ops))))
@@ -815,7 +856,7 @@ def _topological(ops: list[Operation]) -> list[Operation]:
     creation = whole or (graph is not None and _is_creation_order(ops, graph))
     if creation:
         if whole and isinstance(graph, Graph):  # the graph's arrays know (and are kept)
-            controls = graph.cached_view(_VIEW, _OpArrays).n_ctrl.any()
+            controls = _graph_arrays(graph).n_ctrl.any()
         else:
             controls = any(map(_controls_of, ops))
         if not controls:

@@ -80,7 +80,9 @@ def _same_signature(plan) -> np.ndarray:
     spec = spec.reshape(-1)
     n_specs = int(spec.max()) + 1 if len(spec) else 1
     key = _pack(type_of, plan.array("op_device"), len(plan.devices))
-    key = _pack(key, plan.op_attr_ids, n)
+    # (attribute ids are positions in the whole graph, so they may reach past n_ops)
+    attr = plan.op_attr_ids
+    key = _pack(key, attr, int(attr.max()) + 1)
     # Input and output specs, slot by slot, for the ops that have that slot: their new
     # keys are shifted past every current key, so they cannot meet an op without it,
     # and ops with as many slots go through the same steps, so theirs stay comparable.
