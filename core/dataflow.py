@@ -131,6 +131,12 @@ def _placed_devices(names: list[str], placement) -> list[str]:
     """The device of each op name; :class:`UnplacedOp` for the first one without."""
     # A Placement's own dict when there is one: its __getitem__ is a Python call per op.
     lookup = getattr(placement, "_devices", None) if isinstance(placement, Placement) else None
+    if lookup is not None and len(lookup) == len(names) and list(lookup) == names:
+        # Placed in this order (a placement made from the graph's ops, the usual case):
+        # its values (canonical names, never None) are the answer, no look-up per name
+        # (~20 ms at 100k ops).  (The names compare by identity first, as they are the
+        # ops' own strings.)
+        return list(lookup.values())
     try:
         found = list(map((lookup if lookup is not None else placement).__getitem__, names))
     except KeyError:
@@ -166,7 +172,8 @@ class _OpArrays:
     made when needed); ``spec``: for each, an id of its (dtype, shape); ``in_op``,
     ``in_index``: producer (position in ``ops``, -1 if outside) and output index of
     each data input, op by op and slot by slot; ``ctrl_op``: position of each control
-    input (-1 if outside); ``persistent``, ``aliasing``: per op, from the op table.
+    input (-1 if outside); ``type_ids``: per op, the position of the first op of its
+    type (:func:`first_ids`); ``persistent``, ``aliasing``: per op, from the op table.
     """
 
     def __init__(self, ops: list):
@@ -180,6 +187,7 @@ class _OpArrays:
             fields = [(*f, None) for f in map(attrgetter(*_OP_FIELDS[:-1]), ops)]
         names, types, outputs, inputs, controls, attrs = map(list, zip(*fields)) if n else ([],) * 6
         self.names, self.types = names, types
+        self.type_ids = first_ids(types)
         self.attrs = attrs if not n or attrs[0] is not None else None  # None: read when needed
         self.n_out = np.fromiter(map(len, outputs), np.int64, n)
         self.tensors = tensors = list(chain.from_iterable(outputs))  # op by op
@@ -214,6 +222,7 @@ class _OpArrays:
         edges = int(self.n_in.sum())
         self.in_op, self.in_index = columns.array("in_op", edges), columns.array("in_index", edges)
         self.spec = columns.array("spec", int(self.n_out.sum()))
+        self.type_ids = columns.array("type_id", n)
         self._finish(columns.controlled > 0, None)
         self.attr_ids = columns.array("attr_id", n)
         return self
@@ -237,9 +246,9 @@ class _OpArrays:
                                        np.int64, int(self.n_ctrl.sum()))
         else:
             self.n_ctrl, self.ctrl_op = np.zeros(n, np.int64), np.zeros(0, np.int64)
-        type_id = first_ids(types)  # the op table is read once per type
+        type_id = self.type_ids
         persistent, aliasing = np.zeros(n, bool), np.zeros(n, bool)
-        for i in np.unique(type_id).tolist():
+        for i in unique(type_id).tolist():  # the op table is read once per type
             op_def = get_op_def(types[i])
             persistent[i], aliasing[i] = op_def.persistent, bool(op_def.ref_inputs)
         self.persistent, self.aliasing = persistent[type_id], aliasing[type_id]
@@ -255,7 +264,7 @@ class _OpArrays:
                 self.attr_ids = view.attribute_ids()[sel]
             else:
                 attrs = self.attrs if self.attrs is not None else [op.attrs for op in self.ops]
-                self.attr_ids = _attribute_ids(attrs, first_ids(self.types))
+                self.attr_ids = _attribute_ids(attrs, self.type_ids)
         return self.attr_ids
 
     def sizes(self, tensor_bytes) -> np.ndarray:
@@ -302,6 +311,7 @@ class _OpArrays:
         ctrl_base = np.concatenate([[0], np.cumsum(self.n_ctrl)[:-1]]).astype(np.int64)
         out.ctrl_op = new_pos[self.ctrl_op[_ranges(ctrl_base[sel], out.n_ctrl)]]
         out.persistent, out.aliasing = self.persistent[sel], self.aliasing[sel]
+        out.type_ids = first_ids(out.types)
         out.parent, out.attr_ids = (self, sel), None
         return out
 
@@ -334,15 +344,33 @@ def _attribute_ids(attrs: list, type_of: np.ndarray) -> np.ndarray:
 def unique(values: np.ndarray) -> np.ndarray:
     """The distinct values, ascending: ``np.unique`` by a sort.  (numpy 2.3's
     ``np.unique`` without extra outputs hashes instead, ~30 times slower on 100k
-    distinct integers.)
+    distinct integers.)  The sort is the stable one (timsort for int64): the keys a
+    plan sorts are ordered op by op already, and timsort merges such runs ~10 times
+    faster than the default introsort sorts them.
 
     >>> unique(np.array([3, 1, 3])).tolist()
     [1, 3]
     """
-    values = np.sort(values)
+    values = np.sort(values, kind="stable")
     if len(values) > 1:
         values = values[np.concatenate([[True], values[1:] != values[:-1]])]
     return values
+
+
+def dense_ids(ids: np.ndarray) -> np.ndarray:
+    """``ids`` (non-negative integers, such as :func:`first_ids`) renumbered ``0, 1,
+    ...`` in ascending order: ``np.unique(ids, return_inverse=True)[1]``, by a table
+    over ``0..max`` instead of a sort (``ids`` are positions, so the table is no longer
+    than the list they index).
+
+    >>> dense_ids(np.array([4, 0, 4, 2])).tolist()
+    [2, 0, 2, 1]
+    """
+    if not len(ids):
+        return np.zeros(0, np.int64)
+    present = np.zeros(int(ids.max()) + 1, np.int64)
+    present[ids] = 1
+    return (np.cumsum(present) - 1)[ids]
 
 
 def _read_only(value):
@@ -410,7 +438,8 @@ _KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                 "transfer_dst", "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs",
                 "csr_op_releases", "initial_pending")
 _ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
-               "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "tensor_spec",
+               "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs",
+               "csr_op_releases", "tensor_spec",
                "tensor_base", "tensor_op", "tensor_bytes", "transfer_tensor", "transfer_dst",
                "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs")
 
@@ -474,6 +503,7 @@ class StepPlan:
     csr_op_input_tensors = _FromArray()
     csr_op_inputs = _FromArray()
     csr_op_dead_outputs = _FromArray()
+    csr_op_releases = _FromArray()
     tensor_spec = _FromArray()
     tensor_base = _FromArray()
     tensor_op = _FromArray()
@@ -680,6 +710,12 @@ class StepPlan:
     def op_index(self) -> dict[str, int]:
         """Op name -> op index."""
         return dict(zip(self.op_names, range(len(self.op_names))))
+
+    @property
+    def op_type_ids(self) -> np.ndarray:
+        """For each op, the index of the plan's first op of its type (kept with the
+        graph's other arrays when the plan runs all of its ops)."""
+        return self._arrays.type_ids
 
     @cached_property
     def op_attr_ids(self) -> np.ndarray:

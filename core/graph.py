@@ -187,7 +187,8 @@ class OpColumns:
     objects were just made.  The integer columns are ``array("q")``s, which numpy copies
     as one block (:meth:`array`).
 
-    Columns: ``names``, ``types`` (lists); per op ``n_out``, ``n_in``; per data input,
+    Columns: ``names``, ``types`` (lists); per op ``type_id`` (the position of the
+    graph's first op of its type), ``n_out``, ``n_in``; per data input,
     op by op and slot by slot, ``in_op`` (the producer's position) and ``in_index`` (its
     output index); per output tensor, op by op, ``spec``: the position of the graph's
     first tensor with the same ``(dtype, shape)``; per op, ``attr_id``: the position of
@@ -196,15 +197,17 @@ class OpColumns:
     many control inputs were ever given (0: no op has one).
     """
 
-    __slots__ = ("names", "types", "n_out", "n_in", "in_op", "in_index", "spec", "attr_id",
-                 "_first_spec", "_first_attrs", "controlled")
+    __slots__ = ("names", "types", "type_id", "n_out", "n_in", "in_op", "in_index", "spec",
+                 "attr_id", "_first_type", "_first_spec", "_first_attrs", "controlled")
 
     def __init__(self):
         self.names: list[str] = []
         self.types: list[str] = []
+        self.type_id = array("q")
         self.n_out, self.n_in = array("q"), array("q")
         self.in_op, self.in_index = array("q"), array("q")
         self.spec, self.attr_id = array("q"), array("q")
+        self._first_type: dict = {}  # type -> its first op's position
         self._first_spec: dict = {}  # (dtype, shape) -> its first tensor's position
         self._first_attrs: dict = {}  # (type, attribute items) -> its first op's position
         self.controlled = 0
@@ -212,8 +215,10 @@ class OpColumns:
     def add(self, op: "Operation") -> None:
         """Append ``op`` (the graph's next op; its inputs are earlier ops)."""
         inputs, outputs = op.inputs, op.outputs
+        position = len(self.names)
         self.names.append(op.name)
         self.types.append(op.type)
+        self.type_id.append(self._first_type.setdefault(op.type, position))
         self.n_out.append(len(outputs))
         self.n_in.append(len(inputs))
         for t in inputs:
@@ -222,7 +227,6 @@ class OpColumns:
         first, spec = self._first_spec, self.spec
         for t in outputs:
             spec.append(first.setdefault((t.dtype, t.shape), len(spec)))
-        position = len(self.attr_id)
         try:
             self.attr_id.append(self._first_attrs.setdefault((op.type, tuple(op.attrs.items())),
                                                              position))

@@ -417,7 +417,7 @@ class _Simulation:
             buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
             tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
-        release_ptr, releases = plan.csr_op_releases
+        release_ptr, releases = plan.csr_op_releases if track else (None, None)
         send_ptr, sends = plan.csr_op_sends
         consumer_ptr, consumers = plan.csr_transfer_consumers
         op_device = plan.op_device

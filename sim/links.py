@@ -119,7 +119,9 @@ def link_successors(order, routes: list[tuple[int, ...]], route_of: np.ndarray
     owner = np.repeat(order, length)  # the transfer of each (transfer, link) pair
     slot = np.arange(len(owner)) - np.repeat(np.cumsum(length) - length, length)
     link = flat_routes[route_start[route_of[owner]] + slot]
-    by_link = np.argsort(link, kind="stable")
+    # (numpy's stable sort is a radix sort for 16-bit keys, ~5 times faster here)
+    by_link = np.argsort(link.astype(np.int16) if len(routes) and flat_routes.max() < 2**15
+                         else link, kind="stable")
     link, owner, slot = link[by_link], owner[by_link], slot[by_link]
     same_link = link[1:] == link[:-1]
     after = np.full(len(owner), m, np.int64)
