@@ -326,14 +326,25 @@ class _Simulation:
         # The static order (see sim.links): what each transfer waits for before it
         # starts (being sent, and each link of its route offering itself), and the
         # transfer each link offers itself to after it.  Links start free, offering
-        # themselves to the first transfer of their queue.
-        self.need, self.next_ptr, self.next_on_links = [1] * m, [0] * (m + 1), []
+        # themselves to the first transfer of their queue.  Most routes have one or two
+        # links: their successors are two plain lists (m: none, a transfer whose count
+        # never reaches zero), read without a slice per transfer; a longer route is
+        # marked -1 in the first and read from the flat form (None when there is none).
+        self.need, self.next_first, self.next_second = [1] * m, [m] * m, [m] * m
+        self.next_ptr = self.next_on_links = None
         if self.static and m:
-            first, self.next_ptr, self.next_on_links = link_successors(
-                static_transfer_order(plan, self.durations), route_ids, pair_of)
-            route_len = np.fromiter(map(len, route_ids), np.int64, len(route_ids))
-            self.need = need = (route_len[pair_of] + 1).tolist()
-            for k in first:
+            first, ptr, flat = link_successors(static_transfer_order(plan, self.durations),
+                                               route_ids, pair_of)
+            length = np.diff(ptr)
+            padded = np.append(flat, [m, m])  # (reads past the end of a short route's part)
+            at = ptr[:-1]
+            self.next_first = np.where(length > 2, -1,
+                                       np.where(length > 0, padded[at], m)).tolist()
+            self.next_second = np.where(length == 2, padded[at + 1], m).tolist()
+            if (length > 2).any():
+                self.next_ptr, self.next_on_links = ptr.tolist(), flat.tolist()
+            self.need = need = (length + 1).tolist()
+            for k in first.tolist():
                 need[k] -= 1
 
     def _setup_control_crossings(self):
@@ -436,10 +447,11 @@ class _Simulation:
         n_links = len(self.link_names)
 
         static = self.static
-        need = next_ptr = next_on_links = None
+        need = None
+        next_first, next_second = self.next_first, self.next_second
+        next_ptr, next_on_links = self.next_ptr, self.next_on_links
         if static:  # the static link order's countdowns (see the transfers below)
             need = list(self.need) + [1 << 60]  # the last entry: "no next transfer"
-            next_ptr, next_on_links = self.next_ptr, self.next_on_links
 
         # -- ops: threads, cores (sim.pools) --
         start_at = self.start_at
@@ -658,7 +670,7 @@ class _Simulation:
             # and each link of its route offering itself).  When a transfer ends, each
             # link of its route offers itself to the transfer after it in that link's
             # queue (next_on_links).  Being sent counts down in op_done; a route of two
-            # links at most is handed on in transfer_done.
+            # links at most is handed on in transfer_done, this is for longer ones.
             def release_links(k):
                 following = next_on_links[next_ptr[k]:next_ptr[k + 1]]
                 startable = False
@@ -756,17 +768,21 @@ class _Simulation:
                 if not left:
                     ready(j)
             if static:
-                lo, hi = next_ptr[k], next_ptr[k + 1]
-                if hi - lo < 3:
+                j = next_first[k]
+                if j >= 0:
                     # Two links at most (release_links, written out): the transfers they
                     # offer themselves to start as they reach zero, which is in the
                     # order of their first link (one after both links reaches zero at
                     # the second).
-                    for j in next_on_links[lo:hi]:
-                        left = need[j] - 1
-                        need[j] = left
-                        if not left:
-                            start_transfer(j)
+                    left = need[j] - 1
+                    need[j] = left
+                    if not left:
+                        start_transfer(j)
+                    j = next_second[k]
+                    left = need[j] - 1
+                    need[j] = left
+                    if not left:
+                        start_transfer(j)
                     return
             release_links(k)
 
