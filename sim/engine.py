@@ -415,7 +415,7 @@ class _Simulation:
         out_of_memory = self._out_of_memory  # raises unless config.record_oom
 
         # StepState's counters (see core.dataflow), driven inline.
-        pending = list(plan.initial_pending)
+        pending = plan.array("initial_pending").tolist()
         # Buffer references as StepState counts them, except that an output nobody reads
         # holds one (its op's): an op's end lets go of its whole release list alike.
         # (Only a run that keeps bytes in use counts references; plan columns are read
