@@ -527,12 +527,13 @@ class StepPlan:
         an op without a device, before anything runs.  ``tensor_bytes(tensor)`` sizes
         the tensors (default: :func:`core.costs.tensor_bytes`).
 
-        How: one C-level pass per field pulls the ops into flat integer arrays (an
-        edge list, :class:`_OpArrays`); everything else (transfers, dependencies,
-        buffers, reverse edges) is numpy on those arrays.  A plain-Python loop per op
-        and edge cost ~13 us/op.  Ops of a :class:`core.graph.Graph` are read from
-        arrays of the whole graph kept with it until it changes, so planning the same
-        graph again (another placement, other fetches) skips that pass.
+        How: the ops become flat integer arrays (an edge list, :class:`_OpArrays`);
+        everything else (transfers, dependencies, buffers, reverse edges) is numpy on
+        those arrays.  A plain-Python loop per op and edge cost ~13 us/op.  Ops of a
+        :class:`core.graph.Graph` are read from the columns the graph keeps as its ops
+        are created (:class:`core.graph.OpColumns`), as arrays of the whole graph kept
+        with it until it changes, so no plan walks the op objects; other op-like
+        objects are pulled in with one C-level pass per field.
         """
         self = cls()
         ops = list(graph_ops)

@@ -9,10 +9,11 @@ order by a countdown per transfer, no scan of its route); the only scheduled eve
 the ends of ops and of transfers (one light :class:`_End` event each, pushed on the
 environment's heap with SimPy's own key).  That keeps the cost per op to about one
 SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is numpy
-over the plan's arrays; the placement-independent part of the plan (the graph pulled
-into arrays) is kept with the graph until it changes (``Graph.cached_view``), so the
-same graph under other placements skips it; and the trace's records are made on first
-access (:meth:`Trace.lazy`).  The run notes only the order of ends and allocations
+over the plan's arrays; the graph's part of them is read from columns the graph keeps
+as its ops are created (:class:`core.graph.OpColumns`, so even a first call on a fresh
+graph walks no op objects) and kept with the graph until it changes
+(``Graph.cached_view``), so the same graph under other placements reuses it; and the
+trace's records are made on first access (:meth:`Trace.lazy`).  The run notes only the order of ends and allocations
 (an int each); the memory records are worked out from it afterwards
 (:func:`sim.memory.memory_records`), and bytes in use are counted during the run only
 when some device could run out (else no allocation can exceed its capacity).
