@@ -242,7 +242,6 @@ class _Simulation:
         sizes = plan.array("buffer_bytes")[outs]
         total = np.concatenate([[0], np.cumsum(sizes)])
         self.op_alloc_array = total[ptr[1:]] - total[ptr[:-1]]
-        self.op_alloc = self.op_alloc_array.tolist()
         # Whether some device could run out of memory: only then does the run keep
         # each device's bytes in use (to check each allocation against the capacity);
         # else everything the step ever allocates fits at once, and the memory records
@@ -436,11 +435,17 @@ class _Simulation:
         transfer_dst = plan.transfer_dst if track or self.config.serial_dispatch else None
         transfer_src = plan.transfer_src if self.config.serial_dispatch else None
         all_bytes = plan.array("buffer_bytes")
-        recv_bytes = all_bytes[n_tensors:].tolist()
+        # The log codes of allocations, made once (0: no bytes): per op, of its
+        # outputs; per transfer, of its received copy.
+        op_note = np.where(self.op_alloc_array > 0, ~np.arange(n), 0).tolist()
+        recv_bytes = all_bytes[n_tensors:]
+        recv_note = np.where(recv_bytes > 0, ~(n + np.arange(m)), 0).tolist()
+        recv_bytes = recv_bytes.tolist() if track else None
         n_made = n + m  # log code of allocation ~(n_made + b): resident buffer b
 
         # Resources.
-        durations, want_cores, op_alloc = self.durations, self.want_cores, self.op_alloc
+        durations, want_cores = self.durations, self.want_cores
+        op_alloc = self.op_alloc_array.tolist() if track else None
         slowdown, host_of = self.slowdown, self.host_of
         pool_free = [pool.free for pool in self.pools]
         pool_waiting = [pool.waiting for pool in self.pools]
@@ -508,28 +513,28 @@ class _Simulation:
         stacks = [[[] for _ in range(pool.threads)] for pool in self.pools] if cheap else None
 
         def start(i, slot, cores):
-            d = op_device[i]
             duration = durations[i]
             if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
-                duration *= slowdown[d][cores]
+                duration *= slowdown[op_device[i]][cores]
             now = env._now
             if serial:
                 # The task's dispatcher serves one op at a time (its GIL).
-                t = task_of[d]
+                t = task_of[op_device[i]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + min(serial_part[i], duration)
                 duration += begin - now
             op_start[i] = now
             op_thread[i] = slot
             op_cores[i] = cores
-            nbytes = op_alloc[i]
-            if nbytes:  # its outputs' buffers
+            code = op_note[i]
+            if code:  # its outputs' buffers
                 if track:
+                    d, nbytes = op_device[i], op_alloc[i]
                     use = in_use[d] + nbytes
                     if use > capacity[d]:
                         out_of_memory(d, nbytes, i, None)
                     in_use[d] = use
-                note(~i)
+                note(code)
             event = new_event(_End)
             event.callbacks, event._value = op_ended, i
             heappush(queue, (now + duration, NORMAL, next_id(), event))
@@ -731,16 +736,17 @@ class _Simulation:
                 t = task_of[transfer_src[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + transfer_cpu[k]
-            nbytes = recv_bytes[k]
-            if nbytes:  # the received copy's buffer
+            code = recv_note[k]
+            if code:  # the received copy's buffer
                 if track:
                     d = transfer_dst[k]
+                    nbytes = recv_bytes[k]
                     use = in_use[d] + nbytes
                     if use > capacity[d]:
                         t = transfer_tensor[k]
                         out_of_memory(d, nbytes, tensor_op[t], t)
                     in_use[d] = use
-                note(~(n + k))
+                note(code)
             x_start[k] = now
             event = new_event(_End)
             event.callbacks, event._value = transfer_ended, k
@@ -748,10 +754,9 @@ class _Simulation:
 
         def transfer_done(event):
             k = event._value
-            now = env._now
-            x_end[k] = now
+            x_end[k] = env._now
             if serial:  # the receiver's dispatcher takes it in
-                t = task_of[transfer_dst[k]]
+                now, t = env._now, task_of[transfer_dst[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + transfer_cpu[k]
             note(n + k)
