@@ -204,10 +204,10 @@ class _OpArrays:
             self.in_op = np.fromiter(map(pos.get, map(_op_of, flat_in), repeat(-1)), np.int64,
                                      len(flat_in))
             self.in_index = np.fromiter(map(_value_index, flat_in), np.int64, len(flat_in))
-            self._finish(any(controls), pos)
+            self._finish(controls if any(controls) else None, pos)
         else:
             tensor_op = np.repeat(np.arange(n, dtype=np.int64), self.n_out)
-            self._finish(any(controls), pos, tid=tid, tensor_op=tensor_op)
+            self._finish(controls if any(controls) else None, pos, tid=tid, tensor_op=tensor_op)
 
     @classmethod
     def from_columns(cls, ops: list, columns) -> "_OpArrays":
@@ -217,20 +217,21 @@ class _OpArrays:
         self = object.__new__(cls)
         n = len(ops)
         self.ops = ops
-        self.names, self.types, self.attrs, self.tensors = columns.names[:n], columns.types[:n], None, None
+        self.names, self.types = columns.names[:n], columns.types[:n]
+        self.attrs = self.tensors = None  # (read from the ops when needed)
         self.n_out, self.n_in = columns.array("n_out", n), columns.array("n_in", n)
         edges = int(self.n_in.sum())
         self.in_op, self.in_index = columns.array("in_op", edges), columns.array("in_index", edges)
         self.spec = columns.array("spec", int(self.n_out.sum()))
         self.type_ids = columns.array("type_id", n)
-        self._finish(columns.controlled > 0, None)
+        self._finish(list(map(_controls_of, ops)) if columns.controlled else None, None)
         self.attr_ids = columns.array("attr_id", n)
         return self
 
-    def _finish(self, controls: bool, pos, tid=None, tensor_op=None) -> None:
+    def _finish(self, controls: list | None, pos, tid=None, tensor_op=None) -> None:
         """The columns both constructors make alike: tensor bases, producers (from
-        tensor ids ``tid`` when given), control inputs (read from the ops only when
-        ``controls``: they are rare), the op table's flags."""
+        tensor ids ``tid`` when given), control inputs (``controls``, each op's list;
+        None when no op has one, the common case), the op table's flags."""
         ops, types, n = self.ops, self.types, len(self.ops)
         self.default_sizes = None  # tensor_bytes of each output tensor, made on first use
         self.tensor_base = np.zeros(n, np.int64)
@@ -238,11 +239,10 @@ class _OpArrays:
         if tid is not None:
             self.in_op = tensor_op[tid]
             self.in_index = tid - self.tensor_base[self.in_op]
-        if controls:
+        if controls is not None:
             pos = pos or dict(zip(ops, range(n)))
-            ctrl = list(map(_controls_of, ops))
-            self.n_ctrl = np.fromiter(map(len, ctrl), np.int64, n)
-            self.ctrl_op = np.fromiter(map(pos.get, chain.from_iterable(ctrl), repeat(-1)),
+            self.n_ctrl = np.fromiter(map(len, controls), np.int64, n)
+            self.ctrl_op = np.fromiter(map(pos.get, chain.from_iterable(controls), repeat(-1)),
                                        np.int64, int(self.n_ctrl.sum()))
         else:
             self.n_ctrl, self.ctrl_op = np.zeros(n, np.int64), np.zeros(0, np.int64)
