@@ -13,10 +13,10 @@ over the plan's arrays; the graph's part of them is read from columns the graph 
 as its ops are created (:class:`core.graph.OpColumns`, so even a first call on a fresh
 graph walks no op objects) and kept with the graph until it changes
 (``Graph.cached_view``), so the same graph under other placements reuses it; and the
-trace's records are made on first access (:meth:`Trace.lazy`).  The run notes only the order of ends and allocations
-(an int each); the memory records are worked out from it afterwards
-(:func:`sim.memory.memory_records`), and bytes in use are counted during the run only
-when some device could run out (else no allocation can exceed its capacity).
+trace's records are made on first access (:meth:`Trace.lazy`).  The run notes only the
+order of ends and allocations (an int each); the memory records are worked out from it
+afterwards (:func:`sim.memory.memory_records`), and bytes in use are counted during the
+run only when some device could run out (else no allocation can exceed its capacity).
 
 Rules of the model (the semantics page, "Parallel execution", "GPU memory", "Clusters
 of servers"):
@@ -331,8 +331,8 @@ class _Simulation:
         # links: their successors are two plain lists (m: none, a transfer whose count
         # never reaches zero), read without a slice per transfer; a longer route is
         # marked -1 in the first and read from the flat form (None when there is none).
-        self.need, self.next_first, self.next_second = [1] * m, [m] * m, [m] * m
-        self.next_ptr = self.next_on_links = None
+        self.need = [1] * m
+        self.next_first = self.next_second = self.next_ptr = self.next_on_links = None
         if self.static and m:
             first, ptr, flat = link_successors(static_transfer_order(plan, self.durations),
                                                route_ids, pair_of)
