@@ -5,13 +5,14 @@ round-robin *by layer* over ``N`` single-CPU worker tasks, each on its own host,
 nearly every edge crosses devices and becomes a transfer over two network cards.  For
 each (size, devices) the table gives the seconds of the first simulate() call on a
 freshly built graph (everything simulate() does: plan, costs, SimPy run, trace
-building; graph building is not timed) and the simulated ops per second it makes;
-``warm_s``, the best of the ``--repeat`` - 1 calls after it on the same graph (which
-reuse the graph's cached arrays, see ``Graph.cached_view``); the seconds to read the
-trace's record lists once (made on first access, so not in simulate()'s time),
-transfers, the predicted step time, the peak memory simulate() allocates (tracemalloc,
-in a separate untimed run) and the growth exponent of the first call's time and of
-memory between sizes (1.0 = linear).
+building; graph building is not timed: the graph keeps the columns a plan reads as its
+ops are created, see ``core.graph.OpColumns``) and the simulated ops per second it
+makes; ``warm_s``, the best of the ``--repeat`` - 1 calls after it on the same graph
+(which reuse the arrays made from those columns, see ``Graph.cached_view``); the
+seconds to read the trace's record lists once (made on first access, so not in
+simulate()'s time), transfers, the predicted step time, the peak memory simulate()
+allocates (tracemalloc, in a separate untimed run) and the growth exponent of the first
+call's time and of memory between sizes (1.0 = linear).
 
     python -m experiments.bench_sim --sizes 1000 10000 100000 --devices 4 16
 """

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from core.costs import CostModel, StaticCostModel
-from core.dataflow import first_ids, unique
+from core.dataflow import dense_ids, unique
 from core.ops import get_op_def
 from sim.errors import InvalidCost
 
@@ -74,13 +74,13 @@ def _same_signature(plan) -> np.ndarray:
     n = plan.n_ops
     if not n:
         return np.zeros(0, np.int64)
-    _, type_of = np.unique(first_ids(plan.op_types), return_inverse=True)
-    type_of = type_of.reshape(-1)
-    _, spec = np.unique(plan.array("tensor_spec"), return_inverse=True)
-    spec = spec.reshape(-1)
+    type_of = dense_ids(plan.op_type_ids)
+    spec = dense_ids(plan.array("tensor_spec"))
     n_specs = int(spec.max()) + 1 if len(spec) else 1
     key = _pack(type_of, plan.array("op_device"), len(plan.devices))
-    key = _pack(key, plan.op_attr_ids, n)
+    # (attribute ids are positions in the whole graph, so they may reach past n_ops)
+    attr = plan.op_attr_ids
+    key = _pack(key, attr, int(attr.max()) + 1)
     # Input and output specs, slot by slot, for the ops that have that slot: their new
     # keys are shifted past every current key, so they cannot meet an op without it,
     # and ops with as many slots go through the same steps, so theirs stay comparable.
@@ -119,9 +119,9 @@ def multithreaded(plan, devices) -> list[bool]:
     """Whether each op's kernel spreads over its device's host cores (a multithreaded
     kernel on a CPU device with more than one intra-op thread)."""
     spread = np.array([dev.is_cpu and dev.intra_op_threads > 1 for dev in devices], dtype=bool)
-    first = first_ids(plan.op_types)  # the table is read once per op type
+    first = plan.op_type_ids  # the table is read once per op type
     kernel = np.zeros(plan.n_ops, bool)
-    for i in np.unique(first).tolist():
+    for i in unique(first).tolist():
         kernel[i] = get_op_def(plan.op_types[i]).multithreaded
     return (kernel[first] & spread[plan.array("op_device")]).tolist()
 

@@ -9,13 +9,14 @@ order by a countdown per transfer, no scan of its route); the only scheduled eve
 the ends of ops and of transfers (one light :class:`_End` event each, pushed on the
 environment's heap with SimPy's own key).  That keeps the cost per op to about one
 SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is numpy
-over the plan's arrays; the placement-independent part of the plan (the graph pulled
-into arrays) is kept with the graph until it changes (``Graph.cached_view``), so the
-same graph under other placements skips it; and the trace's records are made on first
-access (:meth:`Trace.lazy`).  The run notes only the order of ends and allocations
-(an int each); the memory records are worked out from it afterwards
-(:func:`sim.memory.memory_records`), and bytes in use are counted during the run only
-when some device could run out (else no allocation can exceed its capacity).
+over the plan's arrays; the graph's part of them is read from columns the graph keeps
+as its ops are created (:class:`core.graph.OpColumns`, so even a first call on a fresh
+graph walks no op objects) and kept with the graph until it changes
+(``Graph.cached_view``), so the same graph under other placements reuses it; and the
+trace's records are made on first access (:meth:`Trace.lazy`).  The run notes only the
+order of ends and allocations (an int each); the memory records are worked out from it
+afterwards (:func:`sim.memory.memory_records`), and bytes in use are counted during the
+run only when some device could run out (else no allocation can exceed its capacity).
 
 Rules of the model (the semantics page, "Parallel execution", "GPU memory", "Clusters
 of servers"):
@@ -164,8 +165,9 @@ class _End:
     SimPy's own key (``NORMAL`` priority, the environment's id counter), so ties keep
     SimPy's order; ``callbacks`` is one shared list per kind of event (``env.step`` only
     reads it, then sets the attribute to None); ``_value`` is the op or transfer index.
-    Made with ``object.__new__`` and two attribute stores: calling a class with a
-    Python ``__init__`` costs twice as much.
+    Made by calling the class, which has no ``__init__`` (all in C: ~45 ns, where
+    ``object.__new__(_End)`` took ~70 ns and a Python ``__init__`` twice as much), then
+    two attribute stores.
     """
 
     __slots__ = ("callbacks", "_value")
@@ -241,7 +243,6 @@ class _Simulation:
         sizes = plan.array("buffer_bytes")[outs]
         total = np.concatenate([[0], np.cumsum(sizes)])
         self.op_alloc_array = total[ptr[1:]] - total[ptr[:-1]]
-        self.op_alloc = self.op_alloc_array.tolist()
         # Whether some device could run out of memory: only then does the run keep
         # each device's bytes in use (to check each allocation against the capacity);
         # else everything the step ever allocates fits at once, and the memory records
@@ -326,14 +327,25 @@ class _Simulation:
         # The static order (see sim.links): what each transfer waits for before it
         # starts (being sent, and each link of its route offering itself), and the
         # transfer each link offers itself to after it.  Links start free, offering
-        # themselves to the first transfer of their queue.
-        self.need, self.next_ptr, self.next_on_links = [1] * m, [0] * (m + 1), []
+        # themselves to the first transfer of their queue.  Most routes have one or two
+        # links: their successors are two plain lists (m: none, a transfer whose count
+        # never reaches zero), read without a slice per transfer; a longer route is
+        # marked -1 in the first and read from the flat form (None when there is none).
+        self.need = [1] * m
+        self.next_first = self.next_second = self.next_ptr = self.next_on_links = None
         if self.static and m:
-            first, self.next_ptr, self.next_on_links = link_successors(
-                static_transfer_order(plan, self.durations), route_ids, pair_of)
-            route_len = np.fromiter(map(len, route_ids), np.int64, len(route_ids))
-            self.need = need = (route_len[pair_of] + 1).tolist()
-            for k in first:
+            first, ptr, flat = link_successors(static_transfer_order(plan, self.durations),
+                                               route_ids, pair_of)
+            length = np.diff(ptr)
+            padded = np.append(flat, [m, m])  # (reads past the end of a short route's part)
+            at = ptr[:-1]
+            self.next_first = np.where(length > 2, -1,
+                                       np.where(length > 0, padded[at], m)).tolist()
+            self.next_second = np.where(length == 2, padded[at + 1], m).tolist()
+            if (length > 2).any():
+                self.next_ptr, self.next_on_links = ptr.tolist(), flat.tolist()
+            self.need = need = (length + 1).tolist()
+            for k in first.tolist():
                 need[k] -= 1
 
     def _setup_control_crossings(self):
@@ -383,7 +395,6 @@ class _Simulation:
         plan, config = self.plan, self.config
         self.env = env = simpy.Environment()
         queue, next_id = env._queue, env._eid.__next__
-        new_event = object.__new__  # an _End without a Python __init__ call (see _End)
         n, m, n_tensors = plan.n_ops, plan.n_transfers, plan.n_tensors
 
         # What the run records (the trace's columns).
@@ -404,7 +415,7 @@ class _Simulation:
         out_of_memory = self._out_of_memory  # raises unless config.record_oom
 
         # StepState's counters (see core.dataflow), driven inline.
-        pending = list(plan.initial_pending)
+        pending = plan.array("initial_pending").tolist()
         # Buffer references as StepState counts them, except that an output nobody reads
         # holds one (its op's): an op's end lets go of its whole release list alike.
         # (Only a run that keeps bytes in use counts references; plan columns are read
@@ -417,18 +428,24 @@ class _Simulation:
             buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
             tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
-        release_ptr, releases = plan.csr_op_releases
+        release_ptr, releases = plan.csr_op_releases if track else (None, None)
         send_ptr, sends = plan.csr_op_sends
         consumer_ptr, consumers = plan.csr_transfer_consumers
         op_device = plan.op_device
         transfer_dst = plan.transfer_dst if track or self.config.serial_dispatch else None
         transfer_src = plan.transfer_src if self.config.serial_dispatch else None
         all_bytes = plan.array("buffer_bytes")
-        recv_bytes = all_bytes[n_tensors:].tolist()
+        # The log codes of allocations, made once (0: no bytes): per op, of its
+        # outputs; per transfer, of its received copy.
+        op_note = np.where(self.op_alloc_array > 0, ~np.arange(n), 0).tolist()
+        recv_bytes = all_bytes[n_tensors:]
+        recv_note = np.where(recv_bytes > 0, ~(n + np.arange(m)), 0).tolist()
+        recv_bytes = recv_bytes.tolist() if track else None
         n_made = n + m  # log code of allocation ~(n_made + b): resident buffer b
 
         # Resources.
-        durations, want_cores, op_alloc = self.durations, self.want_cores, self.op_alloc
+        durations, want_cores = self.durations, self.want_cores
+        op_alloc = self.op_alloc_array.tolist() if track else None
         slowdown, host_of = self.slowdown, self.host_of
         pool_free = [pool.free for pool in self.pools]
         pool_waiting = [pool.waiting for pool in self.pools]
@@ -436,10 +453,11 @@ class _Simulation:
         n_links = len(self.link_names)
 
         static = self.static
-        need = next_ptr = next_on_links = None
+        need = None
+        next_first, next_second = self.next_first, self.next_second
+        next_ptr, next_on_links = self.next_ptr, self.next_on_links
         if static:  # the static link order's countdowns (see the transfers below)
             need = list(self.need) + [1 << 60]  # the last entry: "no next transfer"
-            next_ptr, next_on_links = self.next_ptr, self.next_on_links
 
         # -- ops: threads, cores (sim.pools) --
         start_at = self.start_at
@@ -448,17 +466,31 @@ class _Simulation:
         def ready(i):
             d = op_device[i]
             if late and env._now < start_at[d]:  # the task's part has not started yet
-                event = new_event(_End)
+                event = _End()
                 event.callbacks, event._value = part_started, i
                 heappush(queue, (start_at[d], NORMAL, next_id(), event))
                 return
             free_slots = pool_free[d]
-            if free_slots and not pool_waiting[d]:
-                take_thread(i, heappop(free_slots))
-            else:
+            if not free_slots or pool_waiting[d]:
                 heappush(pool_waiting[d], (env._now, i))
+                return
+            # take_thread, written out: most ops get their thread here.
+            slot = heappop(free_slots)
+            cores = want_cores[i]
+            if cores:
+                host = host_of[d]
+                free = host.free
+                if not free or host.waiting:
+                    heappush(host.waiting, (env._now, i, slot))
+                    return
+                if cores > free:  # a multithreaded kernel takes what is free
+                    cores = free
+                host.free = free - cores
+            start(i, slot, cores)
 
         def take_thread(i, slot):
+            """Op ``i`` got thread ``slot``: it takes its cores and starts, or waits for
+            them."""
             cores = want_cores[i]
             if not cores:
                 start(i, slot, 0)
@@ -481,69 +513,56 @@ class _Simulation:
         stacks = [[[] for _ in range(pool.threads)] for pool in self.pools] if cheap else None
 
         def start(i, slot, cores):
-            d = op_device[i]
             duration = durations[i]
             if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
-                duration *= slowdown[d][cores]
+                duration *= slowdown[op_device[i]][cores]
             now = env._now
             if serial:
                 # The task's dispatcher serves one op at a time (its GIL).
-                t = task_of[d]
+                t = task_of[op_device[i]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + min(serial_part[i], duration)
                 duration += begin - now
             op_start[i] = now
             op_thread[i] = slot
             op_cores[i] = cores
-            nbytes = op_alloc[i]
-            if nbytes:  # its outputs' buffers
+            code = op_note[i]
+            if code:  # its outputs' buffers
                 if track:
+                    d, nbytes = op_device[i], op_alloc[i]
                     use = in_use[d] + nbytes
                     if use > capacity[d]:
                         out_of_memory(d, nbytes, i, None)
                     in_use[d] = use
-                note(~i)
-            event = new_event(_End)
+                note(code)
+            event = _End()
             event.callbacks, event._value = op_ended, i
             heappush(queue, (now + duration, NORMAL, next_id(), event))
 
-        def op_done(event):
-            i = event._value
-            op_end[i] = env._now
-            note(i)
-            # StepState.op_finished: the buffers it read and its unread outputs let go
-            # of (ascending), then freed resources are handed out, then the successors
-            # that became ready queue (ascending), then its sends go.
-            if track:
-                for b in releases[release_ptr[i]:release_ptr[i + 1]]:
-                    left = refs[b] - 1
-                    refs[b] = left
-                    if not left:
-                        in_use[buffer_device[b]] -= buffer_bytes[b]
-            d = op_device[i]
+        def finish_inline(i, d):
+            """op_done's hand-out under SimConfig.inline_elements: the thread that ran
+            ``i`` goes on with an op it made ready on its device (cheap ones first, the
+            last made ready first), taking the freed cores first; ops of its task
+            waiting for cores wait on (they would need the interpreter lock it holds);
+            the other successors queue."""
             own = op_thread[i]
-            after = None  # the op this thread runs next itself (SimConfig.inline_elements)
-            now_ready = None
-            if cheap is not None:
-                now_ready = []
-                lo, hi = succ_ptr[i], succ_ptr[i + 1]
-                if lo != hi:
-                    for j in succ[lo:hi]:
-                        left = pending[j] - 1
-                        pending[j] = left
-                        if not left:
-                            now_ready.append(j)
-                stack = stacks[d][own]
-                other, queued = False, []
-                for j in now_ready:  # the executor's _dispatch
-                    if op_device[j] == d and (cheap[j] or not other):
-                        other = other or not cheap[j]
-                        stack.append(j)
-                    else:
-                        queued.append(j)
-                now_ready = queued
-                if stack:
-                    after = stack.pop()
+            now_ready = []
+            lo, hi = succ_ptr[i], succ_ptr[i + 1]
+            if lo != hi:
+                for j in succ[lo:hi]:
+                    left = pending[j] - 1
+                    pending[j] = left
+                    if not left:
+                        now_ready.append(j)
+            stack = stacks[d][own]
+            other, queued = False, []
+            for j in now_ready:  # the executor's _dispatch
+                if op_device[j] == d and (cheap[j] or not other):
+                    other = other or not cheap[j]
+                    stack.append(j)
+                else:
+                    queued.append(j)
+            after = stack.pop() if stack else None
             cores = op_cores[i]
             if after is not None:
                 # It holds the interpreter's lock: it takes the freed cores first.
@@ -579,13 +598,41 @@ class _Simulation:
                     for entry in passed:
                         heappush(waiting, entry)
                 host.free = free_cores
-            free_slots = pool_free[d]
             if after is None:
-                heappush(free_slots, own)
-            if now_ready is not None:  # (worked out above, SimConfig.inline_elements)
-                for j in now_ready:
-                    ready(j)
-            else:
+                heappush(pool_free[d], own)
+            for j in queued:
+                ready(j)
+
+        def op_done(event):
+            i = event._value
+            op_end[i] = env._now
+            note(i)
+            # StepState.op_finished: the buffers it read and its unread outputs let go
+            # of (ascending), then freed resources are handed out, then the successors
+            # that became ready queue (ascending), then its sends go.
+            if track:
+                for b in releases[release_ptr[i]:release_ptr[i + 1]]:
+                    left = refs[b] - 1
+                    refs[b] = left
+                    if not left:
+                        in_use[buffer_device[b]] -= buffer_bytes[b]
+            d = op_device[i]
+            free_slots = pool_free[d]
+            if cheap is None:
+                cores = op_cores[i]
+                if cores:  # its cores go to the ops waiting for them (sim.pools)
+                    host = host_of[d]
+                    free_cores = host.free + cores
+                    waiting = host.waiting
+                    while free_cores and waiting:
+                        _, j, slot = heappop(waiting)
+                        got = want_cores[j]
+                        if got > free_cores:
+                            got = free_cores
+                        free_cores -= got
+                        start(j, slot, got)
+                    host.free = free_cores
+                heappush(free_slots, op_thread[i])
                 lo, hi = succ_ptr[i], succ_ptr[i + 1]
                 if lo != hi:  # (most ops' successors are on other devices: no slice)
                     for j in succ[lo:hi]:
@@ -593,6 +640,8 @@ class _Simulation:
                         pending[j] = left
                         if not left:
                             ready(j)
+            else:
+                finish_inline(i, d)
             waiting = pool_waiting[d]
             while free_slots and waiting:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
@@ -613,7 +662,7 @@ class _Simulation:
                     if serial:  # the sender's dispatcher sends it
                         begin = dispatch_free[t] if dispatch_free[t] > now else now
                         dispatch_free[t] = begin + latency / 2
-                    event = new_event(_End)
+                    event = _End()
                     event.callbacks, event._value = control_arrived, (latency, dst_task, js)
                     heappush(queue, (now + latency, NORMAL, next_id(), event))
 
@@ -626,20 +675,10 @@ class _Simulation:
             # Countdowns: need[k] counts what transfer k still waits for (being sent,
             # and each link of its route offering itself).  When a transfer ends, each
             # link of its route offers itself to the transfer after it in that link's
-            # queue (next_on_links).  Being sent counts down in op_done.
+            # queue (next_on_links).  Being sent counts down in op_done; a route of two
+            # links at most is handed on in transfer_done, this is for longer ones.
             def release_links(k):
-                lo, hi = next_ptr[k], next_ptr[k + 1]
-                if hi - lo < 3:
-                    # Two links at most: the transfers they offer themselves to start as
-                    # they reach zero, which is in the order of their first link (one
-                    # after both links reaches zero at the second).
-                    for j in next_on_links[lo:hi]:
-                        left = need[j] - 1
-                        need[j] = left
-                        if not left:
-                            start_transfer(j)
-                    return
-                following = next_on_links[lo:hi]
+                following = next_on_links[next_ptr[k]:next_ptr[k + 1]]
                 startable = False
                 for j in following:
                     left = need[j] - 1
@@ -697,27 +736,27 @@ class _Simulation:
                 t = task_of[transfer_src[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + transfer_cpu[k]
-            nbytes = recv_bytes[k]
-            if nbytes:  # the received copy's buffer
+            code = recv_note[k]
+            if code:  # the received copy's buffer
                 if track:
                     d = transfer_dst[k]
+                    nbytes = recv_bytes[k]
                     use = in_use[d] + nbytes
                     if use > capacity[d]:
                         t = transfer_tensor[k]
                         out_of_memory(d, nbytes, tensor_op[t], t)
                     in_use[d] = use
-                note(~(n + k))
+                note(code)
             x_start[k] = now
-            event = new_event(_End)
+            event = _End()
             event.callbacks, event._value = transfer_ended, k
             heappush(queue, (now + transfer_time[k], NORMAL, next_id(), event))
 
         def transfer_done(event):
             k = event._value
-            now = env._now
-            x_end[k] = now
+            x_end[k] = env._now
             if serial:  # the receiver's dispatcher takes it in
-                t = task_of[transfer_dst[k]]
+                now, t = env._now, task_of[transfer_dst[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + transfer_cpu[k]
             note(n + k)
@@ -734,6 +773,23 @@ class _Simulation:
                 pending[j] = left
                 if not left:
                     ready(j)
+            if static:
+                j = next_first[k]
+                if j >= 0:
+                    # Two links at most (release_links, written out): the transfers they
+                    # offer themselves to start as they reach zero, which is in the
+                    # order of their first link (one after both links reaches zero at
+                    # the second).
+                    left = need[j] - 1
+                    need[j] = left
+                    if not left:
+                        start_transfer(j)
+                    j = next_second[k]
+                    left = need[j] - 1
+                    need[j] = left
+                    if not left:
+                        start_transfer(j)
+                    return
             release_links(k)
 
         def part_start(event):
@@ -761,7 +817,7 @@ class _Simulation:
             what it makes ready on the device)."""
             d = op_device[ops[0]]
             if env._now < start_at[d]:  # the task's part has not started yet
-                event = new_event(_End)
+                event = _End()
                 event.callbacks, event._value = devices_started, ops
                 heappush(queue, (start_at[d], NORMAL, next_id(), event))
                 return
@@ -798,6 +854,12 @@ class _Simulation:
                             out_of_memory(d, nbytes, tensor_op[b], None)
                         in_use[d] = use
                     note(~(n_made + b))
+            # A step that ran to its end notes each op's and transfer's end and each
+            # allocation once (an op's or a received copy's with bytes): so the log's
+            # length tells whether it stalled (a scan of op_end for None, comparing
+            # each float with None, took 20 ms at 100k ops).
+            complete_log = (len(log) + n + m + int(np.count_nonzero(self.op_alloc_array))
+                            + int(np.count_nonzero(all_bytes[n_tensors:])))
             initial = np.flatnonzero(plan.array("initial_pending") == 0).tolist()
             if cheap is None:
                 for i in initial:
@@ -812,7 +874,7 @@ class _Simulation:
         except OutOfMemory as e:
             e.trace = self._trace()
             raise
-        if None in op_end or None in x_end:
+        if len(log) != complete_log:
             raise SimulationStalled([plan.op_names[i] for i in range(n) if op_end[i] is None])
         return self._trace()
 

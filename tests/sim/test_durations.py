@@ -3,9 +3,11 @@ memo must give each op exactly what a call for it would."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 
+import core as tf
 from core.cluster import Cluster
 from core.costs import StaticCostModel
 from core.dataflow import StepPlan
@@ -59,3 +61,25 @@ def test_signatures_of_workloads(build):
 def test_signatures_of_random_graphs(placed):
     graph, cluster, placement = placed
     check_groups(StepPlan.build(graph.get_operations(), placement))
+
+
+def test_signatures_of_a_fetched_part_whose_attribute_ids_exceed_its_op_count():
+    """A plan of the ops some fetches need reads the graph's attribute ids, which are
+    positions in the whole graph (here up to 5 for a 3-op plan): packed by the op count
+    alone, Relu b (type 1, id 4) and Identity c (type 2, id 1) met at 1*3+4 == 2*3+1."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(np.ones((8, 8), np.float32), name="x")
+        tf.identity(x, name="first_identity")
+        tf.constant(np.ones((8, 8), np.float32), name="y")
+        tf.constant(np.ones((8, 8), np.float32), name="z")
+        tf.relu(x, name="first_relu")
+        a = tf.constant(np.ones((8, 8), np.float32), name="a")
+        b = tf.relu(a, name="b")
+        c = tf.identity(b, name="c")
+    cpu = Cluster.single_host().devices[0].name
+    placement = Placement({op.name: cpu for op in g.get_operations()})
+    plan = StepPlan.build(g.get_operations(), placement, [c])
+    assert plan.op_names == ["a", "b", "c"]
+    assert plan.op_attr_ids.max() >= plan.n_ops  # the case this is about
+    check_groups(plan)

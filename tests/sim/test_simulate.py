@@ -212,3 +212,23 @@ def test_a_trace_reads_pickles_and_compares_as_plain_data():
     again = pickle.loads(pickle.dumps(simulate(g, p, ONE)))
     assert again == trace and type(again.ops) is list and len(trace.transfers) == 3
     assert all(type(r).__name__ == "OpRecord" for r in again.ops)
+
+
+def test_a_run_that_leaves_an_op_unrun_raises_simulation_stalled():
+    """The stall check (the run's log of ends and allocations falls short): forced here
+    by a transfer that waits for one link offer too many, so it never starts and its
+    consumer never runs."""
+    from core.costs import StaticCostModel as Static
+    from sim.engine import _Simulation
+    from sim.errors import SimulationStalled
+
+    g = chain(3)
+    placement = Placement({"op0": CPU, "op1": GPU0, "op2": GPU0})
+    run = _Simulation(g, placement, ONE, None, Static(), SimConfig())
+    assert run.plan.n_transfers == 1
+    run.need[0] += 1
+    with pytest.raises(SimulationStalled) as stalled:
+        run.run()
+    assert stalled.value.waiting == ["op1", "op2"]
+    # Unforced, the same run completes.
+    simulate(g, placement, ONE)
