@@ -97,6 +97,60 @@ def test_steps_across_in_process_servers(servers):
         assert p["mul"] == "/job:worker/replica:0/task:1/device:CPU:0"
 
 
+def _tiny_graph():
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            a = tf.Variable(1.0, name="a")
+        with tf.device("/job:worker/task:0"):
+            b = a + 2
+        with tf.device("/job:worker/task:1"):
+            c = a + b
+    return g, a, c
+
+
+def test_a_finished_parts_tensor_for_the_master_travels_in_its_answer(servers, monkeypatch):
+    master, ps = servers[("worker", 0)], servers[("ps", 0)]
+    carried, pushed = [], []
+    deliver, push = master.master._deliver_pushed, ps.worker._push
+    monkeypatch.setattr(master.master, "_deliver_pushed", lambda reply: (
+        carried.extend(wire.split_frame(f)[0].key for f in reply.pushed), deliver(reply)))
+    monkeypatch.setattr(ps.worker, "_push", lambda dst, key, *a, **k: (
+        pushed.append(key), push(dst, key, *a, **k)))
+    g, a, c = _tiny_graph()
+    with Session(master.target, graph=g) as sess:
+        sess.run(a.initializer)
+        carried.clear(), pushed.clear()
+        assert sess.run(c) == 4.0
+        values, trace = sess.run(c, trace=True)
+    assert values == 4.0
+    w0, w1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+    # ps's part ends with its sends: the master's copy of `a` rides in the answer, the
+    # other worker's is pushed; each step's exactly once.
+    assert [k.split(";")[1:3] for k in carried] == [["a/read:0", w0]] * 2
+    assert [k.split(";")[1:3] for k in pushed] == [["a/read:0", w1]] * 2
+    trace.validate(g, sess.cluster, tolerance=1e-4)
+    assert {(x.tensor, x.dst) for x in trace.transfers} >= {("a/read:0", w0), ("a/read:0", w1)}
+
+
+def test_a_small_tensor_for_the_master_and_a_large_one_elsewhere_both_arrive(servers):
+    # The answer would wait for the large push: the small tensor may not wait with it.
+    x = np.arange(3 << 18, dtype=np.float32)  # 3 MiB: a chunked PushTensor call
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            v = tf.Variable(x, name="v")
+            small = tf.reduce_sum(v, name="small")
+        with tf.device("/job:worker/task:1"):
+            big_sum = tf.reduce_sum(tf.identity(v), name="big_sum")
+        with tf.device("/job:worker/task:0"):
+            both = tf.add(small, big_sum, name="both")
+    with Session(servers[("worker", 0)].target, graph=g) as sess:
+        sess.run(v.initializer)
+        for _ in range(3):
+            np.testing.assert_allclose(sess.run(both), 2 * x.sum(), rtol=1e-5)
+
+
 def test_large_tensor_streams_in_chunks_over_the_socket(servers):
     x = np.random.default_rng(0).standard_normal((3, 1 << 20)).astype(np.float32)  # 12 MiB
     g = tf.Graph()
