@@ -1668,11 +1668,19 @@ class _LocalConnection:
             self._break()
 
 
+#: Seconds a :class:`LocalCaller` that found no local listener sends its calls by gRPC
+#: before it tries to connect again (a server of another host, or one that takes no
+#: local calls: trying on every call cost a socket, a failed connect and a serialized
+#: request thrown away, three times per step of the gRPC-only tiny step).
+LOCAL_RETRY_SECONDS = 1.0
+
+
 class LocalCaller(StreamCaller):
     """:class:`StreamCaller`'s calls over :class:`LocalCallListener` connections to a
     server of this host, falling back to ``fallback`` (the gRPC stream caller) when
     none listens (another host, a platform without abstract sockets, a server that is
-    not up: then gRPC's own error names the peer)."""
+    not up: then gRPC's own error names the peer). Once no listener answered, calls
+    go straight to ``fallback`` for :data:`LOCAL_RETRY_SECONDS`."""
 
     def __init__(self, address: str, method: str, response_deserializer, fallback: StreamCaller,
                  *, keep_idle: int = 4):
@@ -1681,6 +1689,14 @@ class LocalCaller(StreamCaller):
         self._method_bytes = method.encode("ascii")
         self.fallback = fallback
         self._blocking_idle: list = []  # connections of call(), read by the caller
+        self._remote_until = 0.0  # time.monotonic() until which calls go by gRPC
+
+    def _by_grpc(self) -> bool:
+        """True while no local listener is expected (see :data:`LOCAL_RETRY_SECONDS`)."""
+        return time.monotonic() < self._remote_until
+
+    def _no_listener(self) -> None:
+        self._remote_until = time.monotonic() + LOCAL_RETRY_SECONDS
 
     def open(self) -> None:
         pass  # connections open on the first call
@@ -1701,14 +1717,19 @@ class LocalCaller(StreamCaller):
         """Like :meth:`StreamCaller.call`, but the calling thread reads the answer
         itself, on a connection of its own kind (no reader thread: one thread handoff
         fewer on each call, which shows on a busy host)."""
-        frame = self._frame(request)
+        if self._by_grpc():
+            return self.fallback.call(request, timeout)
         started = time.perf_counter()
         deadline = time.monotonic() + timeout
+        frame = None
         for _ in range(2):
             try:
                 sock = self._acquire_blocking()
             except OSError:  # nothing of this host listens: gRPC
+                self._no_listener()
                 return self.fallback.call(request, timeout)
+            if frame is None:
+                frame = self._frame(request)
             try:
                 _send_all(sock, frame, deadline)
             except (BrokenPipeError, ConnectionResetError):
@@ -1765,16 +1786,21 @@ class LocalCaller(StreamCaller):
 
     def call_async(self, request: Any, callback: Callable, timeout: float = DEFAULT_DEADLINE,
                    ) -> Callable[[], bool]:
-        frame = self._frame(request)
+        if self._by_grpc():
+            return self.fallback.call_async(request, callback, timeout)
         deadline = time.monotonic() + timeout
+        frame = None
         for _ in range(2):
             try:
                 conn = self._acquire()
             except OSError:  # nothing of this host listens: gRPC
+                self._no_listener()
                 return self.fallback.call_async(request, callback, timeout)
             except TransportError as err:  # closed (the peer was reset meanwhile)
                 callback(None, err)
                 return lambda: False
+            if frame is None:
+                frame = self._frame(request)
             if conn.send(frame, callback, deadline):
                 return lambda: conn.abandon(callback)
         callback(None, PeerUnavailable(self.address, self.method, None,

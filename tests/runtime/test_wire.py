@@ -589,6 +589,35 @@ def test_local_caller_answers_calls_and_falls_back_to_grpc_without_a_listener(ec
         caller.close()
 
 
+def test_local_caller_without_a_listener_tries_again_only_after_a_while(echo_server,
+                                                                      monkeypatch):
+    _, grpc_address = echo_server
+    monkeypatch.setattr(wire, "LOCAL_RETRY_SECONDS", 0.3)
+    address = _local_address()
+    caller = _local_caller(address, grpc_address)
+    listener = None
+    try:
+        assert caller.call(tensor_pb2.PingRequest(payload=b"a"), 5).payload == b"a"
+        listener = _echo_listener(address)  # a local listener from now on
+        got: list = []
+        caller.call_async(tensor_pb2.PingRequest(payload=b"b"),
+                          lambda r, e: got.append(r.payload), 5)
+        assert caller.call(tensor_pb2.PingRequest(payload=b"c"), 5).payload == b"c"
+        # Within the window: by gRPC, no local connection tried.
+        assert not caller._blocking_idle and not caller._open
+        time.sleep(0.4)
+        assert caller.call(tensor_pb2.PingRequest(payload=b"d"), 5).payload == b"d"
+        assert len(caller._blocking_idle) == 1  # found the listener, kept its connection
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == [b"b"]
+    finally:
+        caller.close()
+        if listener is not None:
+            listener.close()
+
+
 def test_local_caller_deadline_and_dead_peer_are_errors_not_hangs(echo_server):
     _, grpc_address = echo_server
     address = _local_address()
