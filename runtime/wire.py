@@ -842,13 +842,105 @@ class _CallStream:
         self._requests.put(self._END)
 
 
+class _Deadlines:
+    """One thread for the process that cancels a :class:`_ReadStream`'s call when the
+    answer it waits for passes its deadline (the waiting thread reads the stream
+    itself, with no timeout of its own). It sleeps until the earliest deadline in
+    force; a call's deadline is later than the one it sleeps for in the usual case
+    (calls one after the other with one timeout), so watching a call costs no wake-up."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._streams: set = set()
+        self._wake = math.inf
+        self._thread: threading.Thread | None = None
+
+    def watch(self, stream: "_ReadStream", deadline: float) -> None:
+        with self._cond:
+            stream.deadline = deadline
+            self._streams.add(stream)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="stream deadlines")
+                self._thread.start()
+            if deadline < self._wake:
+                self._wake = deadline
+                self._cond.notify()
+
+    def unwatch(self, stream: "_ReadStream") -> bool:
+        """Stop watching; False if the deadline passed first (the call was cancelled)."""
+        with self._cond:
+            stream.deadline = None
+            self._streams.discard(stream)
+            return not stream.expired
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                live = set()
+                for stream in self._streams:
+                    if stream.deadline is None:
+                        continue
+                    if stream.deadline <= now:
+                        stream.deadline = None
+                        stream.expired = True
+                        stream.call.cancel()  # the waiting thread wakes with CANCELLED
+                    else:
+                        live.add(stream)
+                self._streams = live
+                self._wake = min((st.deadline for st in live), default=math.inf)
+                self._cond.wait(None if self._wake == math.inf else self._wake - now)
+
+
+_DEADLINES = _Deadlines()
+
+
+class _ReadStream:
+    """One open stream of :meth:`StreamCaller.call`: the calling thread sends the
+    request and reads the answer itself (no reader thread: one thread handoff fewer on
+    the answer's way, as in :meth:`LocalCaller.call`); :data:`_DEADLINES` cancels the
+    call if its deadline passes first."""
+
+    _END = object()
+
+    def __init__(self, caller: "StreamCaller"):
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.call = caller._multicallable(iter(self._requests.get, self._END),
+                                          timeout=STREAM_LIFETIME, wait_for_ready=False)
+        self.deadline: float | None = None
+        self.expired = False
+        self.ended = False
+
+    def ask(self, request: Any, deadline: float) -> Any:
+        """Send ``request`` and return the next response; raises ``grpc.RpcError``
+        (``CANCELLED`` with ``expired`` set when the deadline passed), or
+        ``StopIteration`` when the peer closed the stream."""
+        _DEADLINES.watch(self, deadline)
+        try:
+            self._requests.put(request)
+            response = next(self.call)
+        except BaseException:
+            self.ended = True
+            _DEADLINES.unwatch(self)
+            raise
+        if not _DEADLINES.unwatch(self):
+            self.ended = True  # cancelled just after the answer came: not reusable
+        return response
+
+    def close(self) -> None:
+        self.ended = True
+        self._requests.put(self._END)
+
+
 class StreamCaller:
     """Unary-style calls of one bidirectional-streaming method (``rpc M(stream Req)
     returns (stream Resp)``, answering each request with one response, in order), sent
     as messages on long-lived streams.
 
-    :meth:`call` blocks for the answer with a deadline; :meth:`call_async` returns at
-    once and calls back from the stream's reader thread. Failures are
+    :meth:`call` blocks for the answer with a deadline, reading it in the calling thread
+    (its streams have no reader thread); :meth:`call_async` returns at once and calls
+    back from the stream's reader thread. Failures are
     :class:`TransportError` subclasses as from :func:`call_rpc`: a dead or unreachable
     peer is :class:`PeerUnavailable` as soon as its stream breaks, a missed deadline
     :class:`DeadlineExceeded` (and that stream is cancelled). Thread-safe.
@@ -867,7 +959,8 @@ class StreamCaller:
         self._keep_idle = keep_idle
         self._lock = threading.Lock()
         self._idle: list[_CallStream] = []
-        self._open: set[_CallStream] = set()
+        self._open: set = set()
+        self._read_idle: list[_ReadStream] = []  # the streams of call()
         self._closed = False
 
     def open(self) -> None:
@@ -929,24 +1022,49 @@ class StreamCaller:
         return lambda: False
 
     def call(self, request: Any, timeout: float) -> Any:
-        """Send ``request`` and wait up to ``timeout`` seconds for the answer."""
-        done = threading.Event()
-        box: list = []
-
-        def callback(response, error) -> None:
-            box.append((response, error))
-            done.set()
-
+        """Send ``request`` and wait up to ``timeout`` seconds for the answer, read in
+        this thread (see :class:`_ReadStream`)."""
         started = time.perf_counter()
-        abandon = self.call_async(request, callback, timeout)
-        if not done.wait(max(0.0, timeout)) and abandon():
-            raise DeadlineExceeded(self.address, self.method, grpc.StatusCode.DEADLINE_EXCEEDED,
-                                   f"no answer within {timeout:.3f} s",
-                                   time.perf_counter() - started)
-        done.wait()  # the answer raced the deadline: it is here or about to be
-        response, error = box[0]
-        if error is not None:
-            raise error
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            if self._closed:
+                raise PeerUnavailable(self.address, self.method, None, "the channel is closed",
+                                      0.0)
+            stream = self._read_idle.pop() if self._read_idle else None
+        if stream is None:
+            stream = _ReadStream(self)
+            with self._lock:
+                self._open.add(stream)
+        try:
+            response = stream.ask(request, deadline)
+        except grpc.RpcError as err:
+            elapsed = time.perf_counter() - started
+            if stream.expired:
+                raise DeadlineExceeded(self.address, self.method,
+                                       grpc.StatusCode.DEADLINE_EXCEEDED,
+                                       f"no answer within {timeout:.3f} s", elapsed) from None
+            failure = translate_rpc_error(err, self.address, self.method, elapsed)
+            if failure.code == grpc.StatusCode.CANCELLED:  # not by us: the peer went away
+                failure = PeerUnavailable(failure.address, failure.method, failure.code,
+                                          failure.details, elapsed)
+            raise failure from None
+        except StopIteration:
+            raise PeerUnavailable(self.address, self.method, None,
+                                  "the peer closed the stream before the answer",
+                                  time.perf_counter() - started) from None
+        finally:
+            if stream.ended:
+                with self._lock:
+                    self._open.discard(stream)
+        if not stream.ended:
+            with self._lock:
+                if not self._closed and len(self._read_idle) < self._keep_idle:
+                    self._read_idle.append(stream)
+                    stream = None
+            if stream is not None:
+                stream.close()
+                with self._lock:
+                    self._open.discard(stream)
         return response
 
     def close(self) -> None:
@@ -954,7 +1072,8 @@ class StreamCaller:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for stream in idle:
+            read_idle, self._read_idle = self._read_idle, []
+        for stream in idle + read_idle:
             stream.close()
 
 

@@ -548,6 +548,27 @@ def test_stream_caller_deadline_and_dead_peer_are_errors_not_hangs(echo_server):
         nobody.call(tensor_pb2.PingRequest(payload=b"x"), 5)
 
 
+def test_stream_caller_call_reads_its_answer_in_the_calling_thread(echo_server):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    _, address = echo_server
+    caller = _stream_caller(address)
+    try:
+        assert caller.call(tensor_pb2.PingRequest(payload=b"a"), 5).payload == b"a"
+        assert not [t for t in threading.enumerate() if t.name.startswith("stream Echo")]
+        # An earlier deadline than the one the deadline thread sleeps for still holds.
+        with ThreadPoolExecutor(2) as pool:
+            slow = pool.submit(caller.call, tensor_pb2.PingRequest(payload=b"slow"), 5)
+            time.sleep(0.1)
+            start = time.monotonic()
+            with pytest.raises(wire.DeadlineExceeded):
+                caller.call(tensor_pb2.PingRequest(payload=b"slow"), 0.2)
+            assert time.monotonic() - start < 0.8
+            assert slow.result(5).payload == b"slow"  # its own deadline not reached
+    finally:
+        caller.close()
+
+
 def _free_port_list():
     from runtime.launcher import free_ports
     return free_ports(1)
