@@ -23,8 +23,9 @@ makes that server its master:
    that stays open between steps (``WorkerClient.run_graphs``: :class:`runtime.wire.
    LocalCaller`, :class:`runtime.wire.StreamCaller`; the master's own part runs
    in-process, without an RPC); workers push tensors directly to each other (a part's
-   last small tensors for this task ride in its answer, ``RunGraphResponse.pushed``,
-   delivered into this task's rendezvous before the answer counts). The first
+   last small tensors for this task that would cross by gRPC ride in its answer,
+   ``RunGraphResponse.pushed``, delivered into this task's rendezvous before the answer
+   counts). The first
    failure aborts the step on every other worker and is the answer at once (a dead
    peer breaks its connection or stream), so nobody waits for a dead peer; the error
    names the task. An answer that does not come within the step's deadline (plus

@@ -25,12 +25,12 @@ the segment back when it no longer refers to the tensor (:class:`SegmentPool`,
 a pusher thread sends straight into the destination worker's rendezvous. The
 receiving executor takes tensors from the rendezvous with a callback (``recv_async``):
 the thread that delivers a tensor goes on to run the cheap ops it made ready, so no
-helper thread waits for it. One exception saves a message per step: a small tensor for
-the master's own task, sent once every op of the part has run (only sends remain, and
-the part's answer follows at once), travels in the ``RunGraph`` answer
-(``RunGraphResponse.pushed``), which the master delivers into its rendezvous before it
-counts the answer (unless large pushes of the part are still streaming: then it is
-pushed as usual, as the answer waits for those).
+helper thread waits for it. One exception saves a gRPC message per step: a small tensor
+for the master's own task that would be pushed by gRPC, sent once every op of the part
+has run (only sends remain, and the part's answer follows at once), travels in the
+``RunGraph`` answer (``RunGraphResponse.pushed``), which the master delivers into its
+rendezvous before it counts the answer (unless large pushes of the part are still
+streaming: then it is pushed as usual, as the answer waits for those).
 
 A step that fails anywhere is aborted everywhere: the master's ``AbortStep`` wakes the
 step's pending receives and stops its executor between ops (:meth:`Rendezvous.watch`).
@@ -80,7 +80,8 @@ SHM_MIN_BYTES = 256 * 1024
 
 #: Tensors up to this size sent to the master's task by a part whose ops have all run
 #: travel in the part's RunGraph answer (``RunGraphResponse.pushed``), which follows at
-#: once, instead of as a push message of their own.
+#: once, instead of as a gRPC push message of their own (not when the push would take
+#: a local socket: that leaves at once, from the producing thread).
 ANSWER_MAX_BYTES = 64 * 1024
 
 #: ``ErrorStatus.type`` of a RunGraph for a partition the worker does not hold (it
@@ -841,7 +842,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         ``answer_to``, ``answer_frames``: the task that asked for this step (the
         master's) and a list: a tensor of at most :data:`ANSWER_MAX_BYTES` for that task,
         sent once every op of the part has run, is appended to the list as a push frame
-        instead of pushed; the caller's answer carries it (it follows at once).
+        instead of pushed by gRPC; the caller's answer carries it (it follows at once).
         """
         timeout = sess.config.operation_timeout if timeout is None or timeout <= 0 else timeout
         deadline = time.monotonic() + timeout
@@ -873,9 +874,13 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             key = wire.rendezvous_key(placement[producer], tensor_name, dst_device, step_id)
             dst_task = task_of_device(dst_device)
             nbytes = getattr(value, "nbytes", 0)
-            if final and dst_task == answer_to and nbytes <= ANSWER_MAX_BYTES:
+            if (final and dst_task == answer_to and nbytes <= ANSWER_MAX_BYTES
+                    and not self._pushes_locally(dst_task)):
                 # The part's answer goes to that task right after this: it carries the
-                # tensor (a copy, made here), one message fewer than a push of its own.
+                # tensor (a copy, made here), one gRPC message fewer than a push of its
+                # own, which would wait for gRPC's sending thread. (A push on a local
+                # socket leaves at once from this thread: held, it would wait for the
+                # rest of the part and the answer; measured slower.)
                 start = time.perf_counter()
                 held.append((dst_task, key, next(wire.encode_frames(value, key))))
                 sends.append((tensor_name, dst_device, start, time.perf_counter()))
@@ -950,6 +955,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 return None
             self._task_names[name] = task
         return task
+
+    def _pushes_locally(self, dst_task: tuple[str, int]) -> bool:
+        """True when a push to ``dst_task`` goes on its local socket (same host)."""
+        return (self._same_host(dst_task)
+                and self.peers.get(self._address_of[dst_task]).local_sender() is not None)
 
     def _same_host(self, dst_task: tuple[str, int]) -> bool:
         same = self._same_host_cache.get(dst_task)  # asked on every push

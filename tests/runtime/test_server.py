@@ -109,7 +109,28 @@ def _tiny_graph():
     return g, a, c
 
 
-def test_a_finished_parts_tensor_for_the_master_travels_in_its_answer(servers, monkeypatch):
+@pytest.fixture(scope="module")
+def grpc_servers():
+    """ps:1 + worker:2 in this process, by gRPC only (as between hosts)."""
+    spec = _spec(ps=1, worker=2)
+    started = []
+    try:
+        for job, addrs in spec.items():
+            for i in range(len(addrs)):
+                started.append(Server(spec, job, i, shm_min_bytes=None, local_sockets=False))
+        yield {(s.job_name, s.task_index): s for s in started}
+    finally:
+        for s in started:
+            s.stop()
+
+
+W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def _carried_and_pushed(servers, monkeypatch):
+    """Run the tiny step twice (once traced) with the session on worker 0; return the
+    (tensor, dst) of what ps's answers carried to the master and of what ps pushed."""
     master, ps = servers[("worker", 0)], servers[("ps", 0)]
     carried, pushed = [], []
     deliver, push = master.master._deliver_pushed, ps.worker._push
@@ -124,13 +145,25 @@ def test_a_finished_parts_tensor_for_the_master_travels_in_its_answer(servers, m
         assert sess.run(c) == 4.0
         values, trace = sess.run(c, trace=True)
     assert values == 4.0
-    w0, w1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+    trace.validate(g, sess.cluster, tolerance=1e-4)
+    assert {(x.tensor, x.dst) for x in trace.transfers} >= {("a/read:0", W0), ("a/read:0", W1)}
+    return ([tuple(k.split(";")[1:3]) for k in carried],
+            [tuple(k.split(";")[1:3]) for k in pushed])
+
+
+def test_a_finished_parts_tensor_for_the_master_travels_in_its_answer(grpc_servers,
+                                                                      monkeypatch):
+    carried, pushed = _carried_and_pushed(grpc_servers, monkeypatch)
     # ps's part ends with its sends: the master's copy of `a` rides in the answer, the
     # other worker's is pushed; each step's exactly once.
-    assert [k.split(";")[1:3] for k in carried] == [["a/read:0", w0]] * 2
-    assert [k.split(";")[1:3] for k in pushed] == [["a/read:0", w1]] * 2
-    trace.validate(g, sess.cluster, tolerance=1e-4)
-    assert {(x.tensor, x.dst) for x in trace.transfers} >= {("a/read:0", w0), ("a/read:0", w1)}
+    assert carried == [("a/read:0", W0)] * 2
+    assert pushed == [("a/read:0", W1)] * 2
+
+
+def test_on_local_sockets_the_masters_tensor_is_pushed_at_once(servers, monkeypatch):
+    carried, pushed = _carried_and_pushed(servers, monkeypatch)
+    assert carried == []  # a local push leaves at once: the answer would wait
+    assert sorted(pushed) == sorted([("a/read:0", W0), ("a/read:0", W1)] * 2)
 
 
 def test_a_small_tensor_for_the_master_and_a_large_one_elsewhere_both_arrive(servers):
