@@ -8,7 +8,10 @@ host) and measures, with a client session opened on ``/job:worker/task:0``:
    between processes of one host (``local``: steps as messages on local Unix-socket
    connections, small tensors pushed on them) and by gRPC only, as between hosts
    (``grpc``: ``local_sockets=False``, steps as messages on open gRPC streams, small
-   tensors pushed on an open gRPC stream).
+   tensors pushed on an open gRPC stream; ``a`` for worker 0 rides in ps's answer to
+   the master, worker 0). Eight messages cross per step, six of them one after the
+   other: client -> worker 0 -> ps -> worker 0 (``a``) -> worker 1 (``b``) -> worker 0
+   (``c``) -> client.
 2. ``transfer``: a 64 MiB float32 variable on ps read by worker 1 (which slices one
    element of it, so the step is the transfer), through shared memory (``shm``, the
    servers' default between tasks of one host) and over the socket (``socket``: a

@@ -431,6 +431,8 @@ class _ExecPlan:
                     and math.prod(t.shape) <= _CHEAP_ELEMENTS
                     for t in (*m.real.inputs, *m.real.outputs)))
         self.nodes = nodes
+        # One sink per destination device of sends; it finishes once its sends are done.
+        self.n_sinks = sum(1 for n in nodes if n.kind == SINK)
         # Tensors that are a variable's live buffer (copied before they leave the step).
         self.aliases = frozenset(
             nodes[i].out_base for i, m in enumerate(plan.ops) if nodes[i].n_out and (
@@ -533,7 +535,8 @@ class _Step:
 
     __slots__ = ("ex", "xp", "plan", "state", "lock", "vals", "done", "error", "aborted",
                  "recv", "send", "trace", "op_times", "xfer_records", "mem_events", "sent",
-                 "pending_vars", "fetch_bufs", "keep", "start", "send_copies", "recv_async")
+                 "pending_vars", "fetch_bufs", "keep", "start", "send_copies", "recv_async",
+                 "send_final", "sinks_left")
 
     def __init__(self, ex: "Executor", xp: _ExecPlan, recv, send, trace: bool):
         self.ex, self.xp, self.plan = ex, xp, xp.plan
@@ -550,6 +553,8 @@ class _Step:
         self.sent = []
         self.send_copies = False
         self.recv_async = None
+        self.send_final = False
+        self.sinks_left = xp.n_sinks
         self.pending_vars = {}
         self.keep = xp.keep
 
@@ -581,6 +586,7 @@ class _Step:
         nodes = self.xp.nodes
         for j in ready:
             if nodes[j].kind == SINK:
+                self.sinks_left -= 1
                 self._progress(self.state.op_finished(j), now, ready_out, sends_out)
             else:
                 ready_out.append(j)
@@ -823,7 +829,13 @@ class _Step:
             if (not self.send_copies and value is not _CONTROL_VALUE
                     and shares_variable(value, self.ex.variables)):
                 value = value.copy()
-            self.send(name, value, dst)
+            if self.send_final:
+                # Every op of the part but the send sinks has run: only sends remain,
+                # and the step ends when they returned (read without the lock: a stale
+                # count can only say no).
+                self.send(name, value, dst, self.state.ops_left == self.sinks_left)
+            else:
+                self.send(name, value, dst)
         except Unavailable as e:  # the peer is gone: that, not this op, is what failed
             self.fail(e)
             return False
@@ -1023,7 +1035,7 @@ class Executor:
                  timeout: float | None = None,
                  on_abort: Callable[[Callable[[BaseException], None]], None] | None = None,
                  send_copies: bool = False, recv_async: Callable | None = None,
-                 ) -> StepResult:
+                 send_final: bool = False) -> StepResult:
         """Run this task's part of one step; see the module docstring.
 
         ``recv_async(tensor_name, src_device, dst_device, callback)``, when given, is
@@ -1035,6 +1047,10 @@ class Executor:
         ``send_copies``: ``send`` has copied what it needs of a value when it returns,
         so a variable's live buffer goes to it without the executor's own copy.
 
+        ``send_final``: ``send`` takes a fourth argument, True when every op of this
+        part has run (only sends remain: the step ends as soon as they return), so the
+        worker can let its answer carry the tensor instead of a message of its own.
+
         ``on_abort``, when given, is called once with a function ``abort(error)`` that
         stops the step (no further op starts; ``run_step`` raises ``error``): the
         worker calls it when another task's part of the step failed.
@@ -1044,6 +1060,7 @@ class Executor:
         step = _Step(self, xp, recv, send, trace)
         step.send_copies = send_copies
         step.recv_async = recv_async
+        step.send_final = send_final
         if on_abort is not None:
             on_abort(step.fail)
         plan = xp.plan
@@ -1069,6 +1086,7 @@ class Executor:
                     else:
                         step._progress(step.state.op_finished(i), start, ready, sends)
                 elif node.kind == SINK:
+                    step.sinks_left -= 1
                     step._progress(step.state.op_finished(i), start, ready, sends)
                 else:
                     ready.append(i)

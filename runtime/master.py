@@ -22,7 +22,10 @@ makes that server its master:
    connection to a worker of the same host, else as a message on a ``RunGraphs`` stream
    that stays open between steps (``WorkerClient.run_graphs``: :class:`runtime.wire.
    LocalCaller`, :class:`runtime.wire.StreamCaller`; the master's own part runs
-   in-process, without an RPC); workers push tensors directly to each other. The first
+   in-process, without an RPC); workers push tensors directly to each other (a part's
+   last small tensors for this task that would cross by gRPC ride in its answer,
+   ``RunGraphResponse.pushed``, delivered into this task's rendezvous before the answer
+   counts). The first
    failure aborts the step on every other worker and is the answer at once (a dead
    peer breaks its connection or stream), so nobody waits for a dead peer; the error
    names the task. An answer that does not come within the step's deadline (plus
@@ -416,6 +419,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 elif reply.error.type:
                     fail(error_from_proto(reply.error))
                 else:
+                    self._deliver_pushed(reply)
                     with lock:
                         results[p.task] = reply
             except BaseException as err:  # noqa: BLE001
@@ -437,7 +441,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 self._register(sess, p, sig.node_count, deadline=deadline)
                 request = worker_pb2.RunGraphRequest(
                     session_handle=sess.handle, partition_handle=p.handle, step_id=step_id,
-                    feeds=[feeds_by_name[n] for n in p.feeds], trace=trace, timeout=timeout)
+                    feeds=[feeds_by_name[n] for n in p.feeds], trace=trace, timeout=timeout,
+                    caller=self.task_name)
                 client = self.peers.get(self._address[p.task])
                 calls.append((p, client.run_graphs.call_async(
                     request, lambda reply, error, p=p, client=client, request=request:
@@ -527,7 +532,15 @@ class MasterService(master_pb2_grpc.MasterServicer):
             raise transport_error(err, task_name(*p.task)) from None
         if reply.error.type:
             raise error_from_proto(reply.error)
+        self._deliver_pushed(reply)
         return reply
+
+    def _deliver_pushed(self, reply: worker_pb2.RunGraphResponse) -> None:
+        """The tensors a part's answer carries for this task (``RunGraphResponse.pushed``),
+        into the rendezvous as pushes are (checked the same way; a bad one fails the
+        step). Before the answer counts: this task's part may be waiting for them."""
+        for frame in reply.pushed:
+            self.worker._take_frame(frame)
 
     def _abort(self, step_id: int, tasks: list, err: BaseException) -> None:
         """Abort ``step_id`` on every task of ``tasks`` (fire and forget)."""

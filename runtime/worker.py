@@ -25,7 +25,12 @@ the segment back when it no longer refers to the tensor (:class:`SegmentPool`,
 a pusher thread sends straight into the destination worker's rendezvous. The
 receiving executor takes tensors from the rendezvous with a callback (``recv_async``):
 the thread that delivers a tensor goes on to run the cheap ops it made ready, so no
-helper thread waits for it.
+helper thread waits for it. One exception saves a gRPC message per step: a small tensor
+for the master's own task that would be pushed by gRPC, sent once every op of the part
+has run (only sends remain, and the part's answer follows at once), travels in the
+``RunGraph`` answer (``RunGraphResponse.pushed``), which the master delivers into its
+rendezvous before it counts the answer (unless large pushes of the part are still
+streaming: then it is pushed as usual, as the answer waits for those).
 
 A step that fails anywhere is aborted everywhere: the master's ``AbortStep`` wakes the
 step's pending receives and stops its executor between ops (:meth:`Rendezvous.watch`).
@@ -72,6 +77,12 @@ __all__ = ["WorkerService", "Rendezvous", "StepAborted", "PeerChannels", "Worker
 #: Tensors at least this large go through shared memory to a task on the same host
 #: (below it the socket is as fast and needs no segment).
 SHM_MIN_BYTES = 256 * 1024
+
+#: Tensors up to this size sent to the master's task by a part whose ops have all run
+#: travel in the part's RunGraph answer (``RunGraphResponse.pushed``), which follows at
+#: once, instead of as a gRPC push message of their own (not when the push would take
+#: a local socket: that leaves at once, from the producing thread).
+ANSWER_MAX_BYTES = 64 * 1024
 
 #: ``ErrorStatus.type`` of a RunGraph for a partition the worker does not hold (it
 #: restarted, or never got it): the master registers again and retries.
@@ -737,6 +748,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self._local_listener: wire.LocalPushListener | None = None
         self._address_of: dict[tuple[str, int], str] = {
             (t.job, t.index): t.address for t in cluster.tasks}
+        self._task_names: dict[str, tuple[str, int]] = {}
 
     # -- helpers ---------------------------------------------------------------------
     def _host_of(self, job: str, task: int) -> str:
@@ -819,12 +831,18 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     # -- running -----------------------------------------------------------------------
     def run_partition(self, sess: _WorkerSession, part: _Partition, step_id: int,
                       feeds: Mapping[str, np.ndarray], *, trace: bool = False,
-                      timeout: float | None = None):
+                      timeout: float | None = None, answer_to: tuple | None = None,
+                      answer_frames: list | None = None):
         """Run one step of ``part``; return ``(StepResult, sends)``.
 
         ``sends`` lists ``(tensor, dst_device, start, end)`` of the pushes. Raises the
         executor's errors, or :class:`runtime.errors.Unavailable` naming a peer task
         that could not be reached.
+
+        ``answer_to``, ``answer_frames``: the task that asked for this step (the
+        master's) and a list: a tensor of at most :data:`ANSWER_MAX_BYTES` for that task,
+        sent once every op of the part has run, is appended to the list as a push frame
+        instead of pushed by gRPC; the caller's answer carries it (it follows at once).
         """
         timeout = sess.config.operation_timeout if timeout is None or timeout <= 0 else timeout
         deadline = time.monotonic() + timeout
@@ -833,6 +851,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         pushes: list[Future] = []
         sends: list = []
         failed: list[BaseException] = []
+        held: list = []  # (dst_task, key, frame) for the answer to carry
 
         def recv(tensor_name: str, src_device: str, dst_device: str):
             key = wire.rendezvous_key(src_device, tensor_name, dst_device, step_id)
@@ -849,12 +868,24 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 # Our own recvs may wait for a reply the dead peer will never send.
                 rendezvous.abort(step_id, StepAborted(f"step {step_id} aborted: {err}"))
 
-        def send(tensor_name: str, value, dst_device: str) -> None:
+        def send(tensor_name: str, value, dst_device: str, final: bool = False) -> None:
             producer = tensor_name[1:] if tensor_name.startswith("^") else \
                 tensor_name.rpartition(":")[0]
             key = wire.rendezvous_key(placement[producer], tensor_name, dst_device, step_id)
             dst_task = task_of_device(dst_device)
-            if getattr(value, "nbytes", 0) <= wire.DEFAULT_CHUNK_BYTES:
+            nbytes = getattr(value, "nbytes", 0)
+            if (final and dst_task == answer_to and nbytes <= ANSWER_MAX_BYTES
+                    and not self._pushes_locally(dst_task)):
+                # The part's answer goes to that task right after this: it carries the
+                # tensor (a copy, made here), one gRPC message fewer than a push of its
+                # own, which would wait for gRPC's sending thread. (A push on a local
+                # socket leaves at once from this thread: held, it would wait for the
+                # rest of the part and the answer; measured slower.)
+                start = time.perf_counter()
+                held.append((dst_task, key, next(wire.encode_frames(value, key))))
+                sends.append((tensor_name, dst_device, start, time.perf_counter()))
+                return
+            if nbytes <= wire.DEFAULT_CHUNK_BYTES:
                 # One message queued on the open stream: cheap enough to do right here
                 # (the frame is a copy: a variable's buffer may change afterwards).
                 self._push(dst_task, key, value, deadline, sends)
@@ -890,11 +921,18 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 part.ops, placement, fetches=part.fetches, targets=part.targets, feeds=feeds,
                 recv=recv, send=send, send_to=part.send_to, step_id=step_id, trace=trace,
                 timeout=timeout, on_abort=lambda abort: rendezvous.watch(step_id, abort),
-                send_copies=True, recv_async=recv_async)
+                send_copies=True, recv_async=recv_async, send_final=answer_to is not None)
         except BaseException as err:
             if failed:  # the root cause: a peer we push to is gone
                 raise failed[0] from err
             raise
+        if held:
+            if any(not fut.done() for fut in pushes):
+                # The answer waits for the large pushes still streaming: not these.
+                for dst_task, key, frame in held:
+                    self._send_frame(dst_task, key, frame)
+            else:
+                answer_frames.extend(frame for _, _, frame in held)
         for fut in list(pushes):
             remaining = max(0.0, deadline - time.monotonic())
             try:
@@ -903,6 +941,25 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 raise errors.DeadlineExceeded(
                     f"pushing tensors from {self.task_name} ran past the step's deadline") from None
         return result, sends
+
+    def _task_of_name(self, name: str) -> tuple[str, int] | None:
+        """``(job, task)`` of a task name ``/job:j/replica:0/task:i``; None when it is
+        not a task of this cluster (then nothing travels in the answer)."""
+        task = self._task_names.get(name)
+        if task is None:
+            try:
+                task = task_of_device(name)
+            except Exception:  # noqa: BLE001 - a malformed name: push as usual
+                return None
+            if task not in self._address_of:
+                return None
+            self._task_names[name] = task
+        return task
+
+    def _pushes_locally(self, dst_task: tuple[str, int]) -> bool:
+        """True when a push to ``dst_task`` goes on its local socket (same host)."""
+        return (self._same_host(dst_task)
+                and self.peers.get(self._address_of[dst_task]).local_sender() is not None)
 
     def _same_host(self, dst_task: tuple[str, int]) -> bool:
         same = self._same_host_cache.get(dst_task)  # asked on every push
@@ -946,23 +1003,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                                               nbytes=arr.nbytes)).SerializeToString()
                 else:
                     frame = next(wire.encode_frames(arr, key))
-                local = client.local_sender() if self._same_host(dst_task) else None
-                if local is not None:
-                    try:
-                        local.send(frame)
-                    except ConnectionError:
-                        # The peer closed the connection: a restarted peer takes the
-                        # frame on a new one; a dead one refuses it (an error below).
-                        local = client.local_sender(fresh=True)
-                        if local is None:
-                            raise
-                        local.send(frame)
-                else:
-                    client.push_stream().send(frame)
-            except Exception as err:  # noqa: BLE001 - the stream ended: the peer is gone
-                self.peers.reset(address, client)
-                raise errors.Unavailable(task_name(*dst_task),
-                                         f"pushing {key!r} to {address} failed: {err}") from None
+                self._send_frame(dst_task, key, frame, client)
             finally:
                 if segment is not None:  # reused once the receiver let go (its flag)
                     self.segments.release(segment)
@@ -979,6 +1020,31 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 raise transport_error(err, task_name(*dst_task)) from None
         parts = key.split(";")
         sends.append((parts[1], parts[2], start, time.perf_counter()))
+
+    def _send_frame(self, dst_task: tuple[str, int], key: str, frame: bytes,
+                    client: WorkerClient | None = None) -> None:
+        """One push frame to ``dst_task``: on its local socket (same host) or its open
+        PushStream. Raises :class:`runtime.errors.Unavailable` when the peer is gone."""
+        address = self._address_of[dst_task]
+        client = client or self.peers.get(address)
+        try:
+            local = client.local_sender() if self._same_host(dst_task) else None
+            if local is not None:
+                try:
+                    local.send(frame)
+                except ConnectionError:
+                    # The peer closed the connection: a restarted peer takes the
+                    # frame on a new one; a dead one refuses it (an error below).
+                    local = client.local_sender(fresh=True)
+                    if local is None:
+                        raise
+                    local.send(frame)
+            else:
+                client.push_stream().send(frame)
+        except Exception as err:  # noqa: BLE001 - the stream ended: the peer is gone
+            self.peers.reset(address, client)
+            raise errors.Unavailable(task_name(*dst_task),
+                                     f"pushing {key!r} to {address} failed: {err}") from None
 
     # -- gRPC methods --------------------------------------------------------------------
     def GetStatus(self, request, context):  # noqa: N802 (gRPC's names)
@@ -1002,9 +1068,12 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                         f"{request.partition_handle!r}"))
         try:
             feeds = {p.name: tensor_from_proto(p.value, p.name) for p in request.feeds}
+            answer_to = self._task_of_name(request.caller) if request.caller else None
+            pushed: list = []
             result, sends = self.run_partition(sess, part, step_id, feeds, trace=request.trace,
-                                               timeout=request.timeout)
-            response = worker_pb2.RunGraphResponse()
+                                               timeout=request.timeout, answer_to=answer_to,
+                                               answer_frames=pushed)
+            response = worker_pb2.RunGraphResponse(pushed=pushed)
             add_named_tensors(response.values, result.values)
             if request.trace:
                 stats_to_proto(result.ops, result.transfers, result.memory, result.oom, sends,

@@ -92,30 +92,34 @@ class RegisterGraphResponse(_message.Message):
     def __init__(self, error: _Optional[_Union[_graph_pb2.ErrorStatus, _Mapping]] = ..., node_count: _Optional[int] = ...) -> None: ...
 
 class RunGraphRequest(_message.Message):
-    __slots__ = ("session_handle", "partition_handle", "step_id", "feeds", "trace", "timeout")
+    __slots__ = ("session_handle", "partition_handle", "step_id", "feeds", "trace", "timeout", "caller")
     SESSION_HANDLE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_HANDLE_FIELD_NUMBER: _ClassVar[int]
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     FEEDS_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
     session_handle: str
     partition_handle: str
     step_id: int
     feeds: _containers.RepeatedCompositeFieldContainer[_graph_pb2.NamedTensor]
     trace: bool
     timeout: float
-    def __init__(self, session_handle: _Optional[str] = ..., partition_handle: _Optional[str] = ..., step_id: _Optional[int] = ..., feeds: _Optional[_Iterable[_Union[_graph_pb2.NamedTensor, _Mapping]]] = ..., trace: _Optional[bool] = ..., timeout: _Optional[float] = ...) -> None: ...
+    caller: str
+    def __init__(self, session_handle: _Optional[str] = ..., partition_handle: _Optional[str] = ..., step_id: _Optional[int] = ..., feeds: _Optional[_Iterable[_Union[_graph_pb2.NamedTensor, _Mapping]]] = ..., trace: _Optional[bool] = ..., timeout: _Optional[float] = ..., caller: _Optional[str] = ...) -> None: ...
 
 class RunGraphResponse(_message.Message):
-    __slots__ = ("values", "stats", "error")
+    __slots__ = ("values", "stats", "error", "pushed")
     VALUES_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PUSHED_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedCompositeFieldContainer[_graph_pb2.NamedTensor]
     stats: _graph_pb2.StepStats
     error: _graph_pb2.ErrorStatus
-    def __init__(self, values: _Optional[_Iterable[_Union[_graph_pb2.NamedTensor, _Mapping]]] = ..., stats: _Optional[_Union[_graph_pb2.StepStats, _Mapping]] = ..., error: _Optional[_Union[_graph_pb2.ErrorStatus, _Mapping]] = ...) -> None: ...
+    pushed: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, values: _Optional[_Iterable[_Union[_graph_pb2.NamedTensor, _Mapping]]] = ..., stats: _Optional[_Union[_graph_pb2.StepStats, _Mapping]] = ..., error: _Optional[_Union[_graph_pb2.ErrorStatus, _Mapping]] = ..., pushed: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class PushTensorResponse(_message.Message):
     __slots__ = ("key", "nbytes")

@@ -225,6 +225,36 @@ def test_recv_and_send_cross_task_tensors_once_per_destination():
     assert [s[:2] for s in r.sent] == [("local:0", w1)]
 
 
+def test_send_final_tells_the_sends_made_once_every_op_has_run():
+    cluster, _, _, w0, w1 = _two_tasks()
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(w0):
+            x = tf.constant(np.float32(3.0), name="x")
+            early = tf.multiply(x, 2.0, name="early")
+            last = tf.add(early, 1.0, name="last")
+        with tf.device(w1):
+            tf.identity(early, name="use_early")
+            tf.identity(last, name="use_last")
+    placement = Placement({op.name: op.device for op in g.get_operations()})
+    devices = LocalDevices.for_task(cluster, "worker", 0, SessionConfig())
+    ex = Executor(devices, VariableStore())
+    sent = []
+
+    def send(name, value, dst, final):
+        sent.append((name, float(value), dst, final))
+
+    mine = [op for op in g.get_operations() if placement[op.name] == w0]
+    try:
+        r = ex.run_step(mine, placement, fetches=["last:0"], send=send, send_final=True)
+    finally:
+        ex.close()
+        devices.close()
+    assert r.values["last:0"] == 7.0
+    # `early` leaves while `last` has still to run; `last` leaves after everything ran.
+    assert sent == [("early:0", 6.0, w1, False), ("last:0", 7.0, w1, True)]
+
+
 def test_a_failing_recv_aborts_the_step_naming_the_op():
     cluster, g, placement, w0, w1 = _two_tasks()
     devices = LocalDevices.for_task(cluster, "worker", 0, SessionConfig())

@@ -97,6 +97,93 @@ def test_steps_across_in_process_servers(servers):
         assert p["mul"] == "/job:worker/replica:0/task:1/device:CPU:0"
 
 
+def _tiny_graph():
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            a = tf.Variable(1.0, name="a")
+        with tf.device("/job:worker/task:0"):
+            b = a + 2
+        with tf.device("/job:worker/task:1"):
+            c = a + b
+    return g, a, c
+
+
+@pytest.fixture(scope="module")
+def grpc_servers():
+    """ps:1 + worker:2 in this process, by gRPC only (as between hosts)."""
+    spec = _spec(ps=1, worker=2)
+    started = []
+    try:
+        for job, addrs in spec.items():
+            for i in range(len(addrs)):
+                started.append(Server(spec, job, i, shm_min_bytes=None, local_sockets=False))
+        yield {(s.job_name, s.task_index): s for s in started}
+    finally:
+        for s in started:
+            s.stop()
+
+
+W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def _carried_and_pushed(servers, monkeypatch):
+    """Run the tiny step twice (once traced) with the session on worker 0; return the
+    (tensor, dst) of what ps's answers carried to the master and of what ps pushed."""
+    master, ps = servers[("worker", 0)], servers[("ps", 0)]
+    carried, pushed = [], []
+    deliver, push = master.master._deliver_pushed, ps.worker._push
+    monkeypatch.setattr(master.master, "_deliver_pushed", lambda reply: (
+        carried.extend(wire.split_frame(f)[0].key for f in reply.pushed), deliver(reply)))
+    monkeypatch.setattr(ps.worker, "_push", lambda dst, key, *a, **k: (
+        pushed.append(key), push(dst, key, *a, **k)))
+    g, a, c = _tiny_graph()
+    with Session(master.target, graph=g) as sess:
+        sess.run(a.initializer)
+        carried.clear(), pushed.clear()
+        assert sess.run(c) == 4.0
+        values, trace = sess.run(c, trace=True)
+    assert values == 4.0
+    trace.validate(g, sess.cluster, tolerance=1e-4)
+    assert {(x.tensor, x.dst) for x in trace.transfers} >= {("a/read:0", W0), ("a/read:0", W1)}
+    return ([tuple(k.split(";")[1:3]) for k in carried],
+            [tuple(k.split(";")[1:3]) for k in pushed])
+
+
+def test_a_finished_parts_tensor_for_the_master_travels_in_its_answer(grpc_servers,
+                                                                      monkeypatch):
+    carried, pushed = _carried_and_pushed(grpc_servers, monkeypatch)
+    # ps's part ends with its sends: the master's copy of `a` rides in the answer, the
+    # other worker's is pushed; each step's exactly once.
+    assert carried == [("a/read:0", W0)] * 2
+    assert pushed == [("a/read:0", W1)] * 2
+
+
+def test_on_local_sockets_the_masters_tensor_is_pushed_at_once(servers, monkeypatch):
+    carried, pushed = _carried_and_pushed(servers, monkeypatch)
+    assert carried == []  # a local push leaves at once: the answer would wait
+    assert sorted(pushed) == sorted([("a/read:0", W0), ("a/read:0", W1)] * 2)
+
+
+def test_a_small_tensor_for_the_master_and_a_large_one_elsewhere_both_arrive(servers):
+    # The answer would wait for the large push: the small tensor may not wait with it.
+    x = np.arange(3 << 18, dtype=np.float32)  # 3 MiB: a chunked PushTensor call
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            v = tf.Variable(x, name="v")
+            small = tf.reduce_sum(v, name="small")
+        with tf.device("/job:worker/task:1"):
+            big_sum = tf.reduce_sum(tf.identity(v), name="big_sum")
+        with tf.device("/job:worker/task:0"):
+            both = tf.add(small, big_sum, name="both")
+    with Session(servers[("worker", 0)].target, graph=g) as sess:
+        sess.run(v.initializer)
+        for _ in range(3):
+            np.testing.assert_allclose(sess.run(both), 2 * x.sum(), rtol=1e-5)
+
+
 def test_large_tensor_streams_in_chunks_over_the_socket(servers):
     x = np.random.default_rng(0).standard_normal((3, 1 << 20)).astype(np.float32)  # 12 MiB
     g = tf.Graph()

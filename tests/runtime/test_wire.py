@@ -548,6 +548,27 @@ def test_stream_caller_deadline_and_dead_peer_are_errors_not_hangs(echo_server):
         nobody.call(tensor_pb2.PingRequest(payload=b"x"), 5)
 
 
+def test_stream_caller_call_reads_its_answer_in_the_calling_thread(echo_server):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    _, address = echo_server
+    caller = _stream_caller(address)
+    try:
+        assert caller.call(tensor_pb2.PingRequest(payload=b"a"), 5).payload == b"a"
+        assert not [t for t in threading.enumerate() if t.name.startswith("stream Echo")]
+        # An earlier deadline than the one the deadline thread sleeps for still holds.
+        with ThreadPoolExecutor(2) as pool:
+            slow = pool.submit(caller.call, tensor_pb2.PingRequest(payload=b"slow"), 5)
+            time.sleep(0.1)
+            start = time.monotonic()
+            with pytest.raises(wire.DeadlineExceeded):
+                caller.call(tensor_pb2.PingRequest(payload=b"slow"), 0.2)
+            assert time.monotonic() - start < 0.8
+            assert slow.result(5).payload == b"slow"  # its own deadline not reached
+    finally:
+        caller.close()
+
+
 def _free_port_list():
     from runtime.launcher import free_ports
     return free_ports(1)
@@ -587,6 +608,35 @@ def test_local_caller_answers_calls_and_falls_back_to_grpc_without_a_listener(ec
         assert caller.fallback._open
     finally:
         caller.close()
+
+
+def test_local_caller_without_a_listener_tries_again_only_after_a_while(echo_server,
+                                                                      monkeypatch):
+    _, grpc_address = echo_server
+    monkeypatch.setattr(wire, "LOCAL_RETRY_SECONDS", 0.3)
+    address = _local_address()
+    caller = _local_caller(address, grpc_address)
+    listener = None
+    try:
+        assert caller.call(tensor_pb2.PingRequest(payload=b"a"), 5).payload == b"a"
+        listener = _echo_listener(address)  # a local listener from now on
+        got: list = []
+        caller.call_async(tensor_pb2.PingRequest(payload=b"b"),
+                          lambda r, e: got.append(r.payload), 5)
+        assert caller.call(tensor_pb2.PingRequest(payload=b"c"), 5).payload == b"c"
+        # Within the window: by gRPC, no local connection tried.
+        assert not caller._blocking_idle and not caller._open
+        time.sleep(0.4)
+        assert caller.call(tensor_pb2.PingRequest(payload=b"d"), 5).payload == b"d"
+        assert len(caller._blocking_idle) == 1  # found the listener, kept its connection
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == [b"b"]
+    finally:
+        caller.close()
+        if listener is not None:
+            listener.close()
 
 
 def test_local_caller_deadline_and_dead_peer_are_errors_not_hangs(echo_server):
