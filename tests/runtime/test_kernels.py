@@ -376,7 +376,7 @@ def test_parallel_kernels_run_from_four_inter_op_threads_at_once():
     rng = np.random.default_rng(2)
     a = rng.standard_normal((256, 128)).astype(np.float32)
     b = rng.standard_normal((128, 256)).astype(np.float32)
-    x = rng.standard_normal((512, 256)).astype(np.float32)  # above PARALLEL_MIN_ELEMENTS
+    x = rng.standard_normal((512, 256)).astype(np.float32)
     expected = {
         "MatMul": a.astype(np.float64) @ b.astype(np.float64),
         "Sum": x.astype(np.float64).sum(axis=0),
@@ -401,10 +401,11 @@ def test_parallel_kernels_run_from_four_inter_op_threads_at_once():
             errors.append(exc)
 
     threads = [threading.Thread(target=inter_op_thread, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    with parallel_everywhere():  # these sizes are below the parallel thresholds
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
     assert not any(t.is_alive() for t in threads), "a kernel hung"
     assert not errors, errors
 
