@@ -5,7 +5,8 @@ machine, all on one host with its real cores).  It is calibrated first: the devi
 rates, each op type's kernel cost (fixed, and a factor on the roofline) and the
 executor's dispatch cost per op by :func:`runtime.calibrate` (micro-benchmarks in this
 process; :func:`runtime.calibrate_kernels.measure_kernel_costs` traces a graph of every
-op type on tiny and on mid-sized tensors), then the fixed costs of a distributed step by
+op type on tiny tensors and on a few larger sizes), then the fixed costs of a distributed
+step by
 :func:`runtime.calibrate.calibrate_distributed` (tiny graphs on a
 :class:`runtime.LocalCluster`: step and RunGraph overheads per task, the latency and
 bandwidth of a tensor crossing processes).  Each workload is then placed by every

@@ -7,8 +7,8 @@ compiled kernel, argument checks, the output's allocation.  On graphs of many sm
 mid-sized tensors a simple kernel runs well below the device's peak rates.  So
 :func:`measure_kernel_costs` measures, per op type, a fixed cost and a factor on the
 roofline: one graph holding every CPU op type (forward, gradients and updates) runs
-traced in an in-process session, on tiny and on mid-sized tensors (the trace times the
-kernel call alone).  The same traces give the executor's work between kernels, per op
+traced in an in-process session, on tiny tensors and on a few larger sizes (the trace
+times the kernel call alone).  The same traces give the executor's work between kernels, per op
 (:func:`core.costs.dispatch_gaps`: on a graph with a real workload's fan-in and fan-out
 it is several times what a chain of Identity ops shows).  :func:`with_kernel_costs`
 writes both into a cluster's CPU devices (``Device.kernel_costs`` and ``op_overhead``),
@@ -30,7 +30,8 @@ import core as tf
 from core.cluster import Cluster
 from core.costs import dispatch_gaps
 
-__all__ = ["kernel_calibration_graph", "measure_kernel_costs", "with_kernel_costs"]
+__all__ = ["kernel_calibration_graph", "measure_kernel_costs", "with_kernel_costs", "fit_factors",
+           "FIT_SIZES"]
 
 
 def kernel_calibration_graph(n: int = 8, seed: int = 0):
@@ -73,31 +74,80 @@ def _fastest(traces):
     return min(traces, key=lambda trace: trace.step_time)
 
 
-def _median_by_type(trace, value) -> dict[str, float]:
-    """Per op type, the median over its ops in ``trace`` of ``value(record)``."""
+def _fastest_kernels(traces) -> dict[str, float]:
+    """Each op's fastest kernel time over ``traces``: its undisturbed time.  Taken per
+    op, not from the fastest step, whose every op may still hold a disturbed one."""
+    best: dict[str, float] = {}
+    for trace in traces:
+        for rec in trace.ops:
+            t = rec.end - rec.start
+            if t < best.get(rec.op, math.inf):
+                best[rec.op] = t
+    return best
+
+
+def _median_by_type(graph, times: dict[str, float], value) -> dict[str, float]:
+    """Per op type, the median over its ops of ``value(op, time)`` (None: left out)."""
     samples: dict[str, list[float]] = {}
-    for rec in trace.ops:
-        v = value(rec)
+    for name, t in times.items():
+        op = graph.get_operation_by_name(name)
+        v = value(op, t)
         if v is not None:
-            samples.setdefault(rec.type, []).append(v)
+            samples.setdefault(op.type, []).append(v)
     return {op_type: statistics.median(v) for op_type, v in sorted(samples.items())}
 
 
-def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 128,
-                         config=None, parallel_min_elements: int = 0
+def fit_factors(samples: dict[str, list[tuple[float, float]]],
+                fixed: dict[str, float]) -> dict[str, float]:
+    """Per op type, the factor of ``time = fixed + factor * roofline`` that fits its
+    ``(roofline, time)`` samples best in relative terms (least squares of
+    ``(fixed + factor * roofline - time) / time``), at least 0.1.  Samples whose roofline
+    is below half the type's fixed cost are left out, and types without a fixed cost or
+    without samples left get no factor.
+
+    >>> fit_factors({"Add": [(10.0, 21.0), (100.0, 201.0), (0.1, 5.0)]}, {"Add": 1.0})
+    {'Add': 2.0}
+    """
+    out = {}
+    for op_type, points in samples.items():
+        if op_type not in fixed:
+            continue
+        base = fixed[op_type]
+        num = den = 0.0
+        for model, t in points:
+            if t <= 0 or model < 0.5 * max(base, 1e-6):
+                continue
+            num += (model / t) * ((t - base) / t)
+            den += (model / t) ** 2
+        if den > 0:
+            out[op_type] = max(0.1, num / den)
+    return out
+
+
+#: The tensor sizes (n x n) whose kernel times fit each type's factor on the roofline.
+FIT_SIZES = (128, 256, 512)
+
+
+def measure_kernel_costs(device, steps: int = 20, small: int = 8,
+                         large: int | tuple[int, ...] = FIT_SIZES, config=None,
+                         parallel_min_elements: int = 0
                          ) -> tuple[dict[str, tuple[float, float]], float]:
     """``(kernel_costs, dispatch)`` of this machine's CPU kernels for ``device`` (a
     :class:`core.cluster.Device` whose rates are already calibrated).
 
-    :func:`kernel_calibration_graph` runs ``steps`` traced steps on ``small`` and on
-    ``large`` square tensors in an in-process session; the fastest step of each counts
-    (other load on a shared machine only adds time).  Per op type, ``fixed`` is the
-    median kernel time on the small tensors and ``factor`` the median over its ops on
-    the large ones of ``(time - fixed) / roofline`` (the roofline on ``device``'s rates;
-    ops whose roofline is below half the fixed cost are left out, and a type without any
-    takes the ``"*"`` factor).  The entry ``"*"`` (the medians over the types) stands
-    for types the graph lacks.  ``dispatch`` is the median gap between kernels on the
-    small graph (:func:`core.costs.dispatch_gaps`).
+    :func:`kernel_calibration_graph` runs ``steps`` traced steps in an in-process
+    session on ``small`` square tensors and on each size of ``large``; each op's
+    fastest kernel time over its steps counts (other load on a shared machine only adds
+    time).  Per op type, ``fixed`` is the median time of its ops on the small tensors,
+    and ``factor`` the least-squares fit of ``time = fixed + factor * roofline`` (the
+    roofline on ``device``'s rates) over its ops on all the large sizes, in relative
+    terms (each time weighs by its inverse: a 20 us and a 3 ms kernel count alike).
+    Ops whose roofline is below half the fixed cost are left out of the fit: there the
+    factor is the difference of two noisy numbers (on one size, 128, it came out
+    between 0.1 and 1.9 for Mul from one calibration to the next); a type without any
+    takes the ``"*"`` factor.  The entry ``"*"`` (the medians over the types) stands
+    for types the graph lacks.  ``dispatch`` is the median gap between kernels in the
+    fastest step on the small graph (:func:`core.costs.dispatch_gaps`).
 
     With ``parallel_min_elements`` (where the kernels switch to their parallel path; see
     :class:`core.cluster.Device`) and more than one intra-op thread on ``device``, the
@@ -112,19 +162,16 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
     bare = replace(device, op_overhead=0.0, kernel_costs=())
     roofline = StaticCostModel()
     graph, traces = _traced_steps(small, steps, config)
-    fastest = _fastest(traces)
-    fixed = _median_by_type(fastest, lambda rec: rec.end - rec.start)
-    dispatch = dispatch_gaps([fastest], graph).get("CPU", 0.0)
-    graph, traces = _traced_steps(large, steps, config)
+    fixed = _median_by_type(graph, _fastest_kernels(traces), lambda op, t: t)
+    dispatch = dispatch_gaps([_fastest(traces)], graph).get("CPU", 0.0)
 
-    def factor(rec):
-        model = roofline.op_time(graph.get_operation_by_name(rec.op), bare)
-        # Only ops whose roofline is not lost in the fixed cost say anything of the factor.
-        if rec.type not in fixed or model < 0.5 * max(fixed[rec.type], 1e-6):
-            return None
-        return max(0.1, (rec.end - rec.start - fixed[rec.type]) / model)
-
-    factors = _median_by_type(_fastest(traces), factor)
+    samples: dict[str, list[tuple[float, float]]] = {}
+    for n in (large,) if isinstance(large, int) else large:
+        graph, traces = _traced_steps(n, steps, config)
+        for name, t in _fastest_kernels(traces).items():
+            op = graph.get_operation_by_name(name)
+            samples.setdefault(op.type, []).append((roofline.op_time(op, bare), t))
+    factors = fit_factors(samples, fixed)
     default = (statistics.median(fixed.values()),
                statistics.median(factors.values()) if factors else 1.0)
     costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
@@ -133,14 +180,13 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8, large: int = 1
         n = math.isqrt(parallel_min_elements - 1) + 1  # n * n reaches the threshold
         graph, traces = _traced_steps(n, max(3, steps // 4), config)
 
-        def launch(rec):
-            op = graph.get_operation_by_name(rec.op)
+        def launch(op, t):
             if not op.op_def.multithreaded or _largest(op) < parallel_min_elements:
                 return None
-            factor = costs.get(rec.type, default)[1]
-            return max(0.0, rec.end - rec.start - factor * roofline.op_time(op, bare))
+            factor = costs.get(op.type, default)[1]
+            return max(0.0, t - factor * roofline.op_time(op, bare))
 
-        for t, extra in _median_by_type(_fastest(traces), launch).items():
+        for t, extra in _median_by_type(graph, _fastest_kernels(traces), launch).items():
             costs[f"{t}|parallel"] = (extra, costs.get(t, default)[1])
     return costs, dispatch
 

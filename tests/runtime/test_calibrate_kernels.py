@@ -6,8 +6,8 @@ import pytest
 
 from core.cluster import Cluster
 from core.costs import StaticCostModel
-from runtime.calibrate_kernels import (kernel_calibration_graph, measure_kernel_costs,
-                                       with_kernel_costs)
+from runtime.calibrate_kernels import (fit_factors, kernel_calibration_graph,
+                                       measure_kernel_costs, with_kernel_costs)
 
 # The op types the workloads use most, which the calibration graph must cover.
 COVERED = {"MatMul", "Add", "Sub", "Mul", "Neg", "Relu", "Tanh", "Sigmoid", "Softmax", "Concat",
@@ -70,3 +70,18 @@ def test_the_parallel_path_gets_its_own_entries_from_the_threshold_up():
     alone, _ = measure_kernel_costs(replace(device, intra_op_threads=1), steps=2, small=4,
                                     large=16, parallel_min_elements=1024)
     assert not any(k.endswith("|parallel") for k in alone)
+
+
+def test_the_factor_fits_every_size_in_relative_terms():
+    """Samples on a line are fitted exactly; a slow outlier on a small kernel moves the
+    factor no more than one on a large kernel would in absolute terms; samples lost in
+    the fixed cost, and types without a fixed cost, give nothing."""
+    line = [(r, 5e-6 + 2.0 * r) for r in (1e-5, 1e-4, 1e-3)]
+    assert fit_factors({"Mul": line}, {"Mul": 5e-6})["Mul"] == pytest.approx(2.0)
+    small_outlier = line + [(1e-5, 10 * (5e-6 + 2.0 * 1e-5))]
+    large_outlier = line + [(1e-3, 10 * (5e-6 + 2.0 * 1e-3))]
+    assert fit_factors({"Mul": small_outlier}, {"Mul": 5e-6})["Mul"] == pytest.approx(
+        fit_factors({"Mul": large_outlier}, {"Mul": 5e-6})["Mul"], rel=0.2)
+    assert fit_factors({"Mul": [(1e-6, 9e-6)]}, {"Mul": 5e-6}) == {}
+    assert fit_factors({"Tanh": line}, {"Mul": 5e-6}) == {}
+    assert fit_factors({"Mul": [(1e-3, 1e-6)]}, {"Mul": 5e-6}) == {"Mul": 0.1}
