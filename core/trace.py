@@ -399,7 +399,9 @@ class Trace:
 
         and, when ``cluster`` is given: every device exists; no device runs more ops at
         once than its ``inter_op_threads`` (and no thread slot runs two at once); the
-        CPU ops of a host never hold more than its cores; memory never exceeds a
+        CPU ops of a host (of a task, in a trace of the runtime, ``meta["backend"] ==
+        "runtime"``: its processes share the cores by time slices) never hold more than
+        its cores; memory never exceeds a
         device's capacity unless an out-of-memory event on that device came first.
         ``tolerance`` (seconds) forgives clock skew in measured traces.
         """
@@ -475,14 +477,19 @@ class Trace:
             except KeyError:
                 problems.append(f"device {name} is not in the cluster")
         by_device: dict[str, list[OpRecord]] = {}
-        by_host: dict[str, list[OpRecord]] = {}
+        # A real run's server processes share a host's cores by the OS's time slices, so
+        # ops of several processes may overlap beyond the cores; each process holds its
+        # own ops to them (the runtime counts cores per process).
+        measured = self.meta.get("backend") == "runtime"
+        by_host: dict[tuple, list[OpRecord]] = {}
         for r in self.ops:
             dev = devices.get(r.device)
             if dev is None:
                 continue
             by_device.setdefault(r.device, []).append(r)
             if dev.is_cpu:
-                by_host.setdefault(dev.host, []).append(r)
+                by_host.setdefault((dev.host, dev.job, dev.task) if measured else (dev.host,),
+                                   []).append(r)
             if not 0 <= r.thread < dev.inter_op_threads:
                 problems.append(f"op {r.op!r} ran on thread {r.thread} of {r.device}, which has "
                                 f"{dev.inter_op_threads} inter-op threads")
@@ -499,11 +506,12 @@ class Trace:
                 most, when = _max_overlap(iv, tol)
                 if most > 1:
                     problems.append(f"{name} thread {thread} ran {most} ops at once at {when}")
-        for host, recs in by_host.items():
+        for (host, *task), recs in by_host.items():
             cores = cluster.host(host).cpu_cores
             most, when = _max_overlap([(r.start, r.end, max(r.cores, 1)) for r in recs], tol)
             if most > cores:
-                problems.append(f"host {host} had CPU ops holding {most} cores at {when}, with "
+                who = f"task /job:{task[0]}/task:{task[1]} on host {host}" if task else f"host {host}"
+                problems.append(f"{who} had CPU ops holding {most} cores at {when}, with "
                                 f"{cores} cores")
         first_oom: dict[str, float] = {}
         for e in self.oom_events:

@@ -105,6 +105,27 @@ def test_thread_and_core_oversubscription():
     assert "ran 3 ops at once" in text and "holding 3 cores" in text and "thread 0 ran 2" in text
 
 
+def test_a_real_runs_processes_share_a_hosts_cores_by_time_slices():
+    """Three tasks of one 2-core host each run a one-core op at once: the simulator may
+    not, but server processes may (the OS time-slices them); one process may not."""
+    spec = {"ps": ["h:1"], "worker": ["h:2", "h:3"]}
+    hosts = {("ps", 0): "h", ("worker", 0): "h", ("worker", 1): "h"}
+    cluster = Cluster.from_spec(spec, hosts=hosts, cpu_cores=2)
+    g = tf.Graph()
+    with g.as_default():
+        for i in range(3):
+            tf.constant(1.0, name=f"c{i}")
+    cpus = [d.name for d in cluster.devices]
+    ops = [OpRecord(f"c{i}", "Const", cpus[i], 0, 0.0, 1.0) for i in range(3)]
+    with pytest.raises(InvalidTrace, match="host h had CPU ops holding 3 cores"):
+        Trace(ops=list(ops)).validate(g, cluster)
+    Trace(ops=list(ops), meta={"backend": "runtime"}).validate(g, cluster)
+    cluster = Cluster.from_spec(spec, hosts=hosts, cpu_cores=2, cpu_inter_op_threads=3)
+    one_task = [r._replace(device=cpus[0], thread=i) for i, r in enumerate(ops)]
+    with pytest.raises(InvalidTrace, match="task /job:ps/task:0 on host h had CPU ops holding 3"):
+        Trace(ops=one_task, meta={"backend": "runtime"}).validate(g, cluster)
+
+
 def test_an_oom_event_excuses_going_over():
     t = good_trace()
     t.memory.append(MemoryRecord(W1, 2.0, 200))
