@@ -510,7 +510,8 @@ class Trace:
             cores = cluster.host(host).cpu_cores
             most, when = _max_overlap([(r.start, r.end, max(r.cores, 1)) for r in recs], tol)
             if most > cores:
-                who = f"task /job:{task[0]}/task:{task[1]} on host {host}" if task else f"host {host}"
+                who = (f"task /job:{task[0]}/task:{task[1]} on host {host}" if task
+                       else f"host {host}")
                 problems.append(f"{who} had CPU ops holding {most} cores at {when}, with "
                                 f"{cores} cores")
         first_oom: dict[str, float] = {}

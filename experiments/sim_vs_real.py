@@ -69,7 +69,6 @@ if __name__ == "__main__":  # before numpy loads BLAS: this process calibrates t
         os.environ.setdefault("OMP_WAIT_POLICY", _omp)
 
 import itertools
-import statistics
 import time
 from pathlib import Path
 
@@ -78,8 +77,6 @@ from tqdm import tqdm
 
 import placers
 import runtime
-import sim
-from core.cluster import Cluster
 from core.costs import MeasuredCostModel, StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
                                   measure_placements, predict, runtime_cluster_spec,
@@ -87,20 +84,13 @@ from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_cal
 from experiments.compare_placers import WORKLOADS, placers_to_compare
 from experiments.report import print_table, results_parser, save_table
 
-__all__ = ["main", "run", "loopback_cluster", "summarise", "ranking_agreement"]
-
-SIM = RUNTIME_SIM
+__all__ = ["main", "run", "summarise", "ranking_agreement"]
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
            "median_ms", "replay", "same_as"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "measured_cost_predicted_ms"]
-
-
-def loopback_cluster(threads: int = 0) -> Cluster:
-    """1 ps and 2 workers on this machine (:func:`experiments.backends.this_host_cluster`)."""
-    return this_host_cluster(threads)
 
 
 def server_config(threads: int = 0) -> runtime.SessionConfig | None:
@@ -154,7 +144,7 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
     rows = []
     for pname, p in placements.items():
         m = measured[pname]
-        predicted = predict(w, p, cluster, StaticCostModel(), SIM).step_time
+        predicted = predict(w, p, cluster, StaticCostModel(), RUNTIME_SIM).step_time
         rows.append({"workload": wname, "placer": pname, "cost_model": "static",
                      "predicted_ms": predicted * 1e3, "measured_ms": m.step_time * 1e3,
                      "median_ms": m.median * 1e3, "replay": False,
@@ -164,7 +154,7 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
     profiled = measured_cost.with_overheads(cluster)
     for row in list(rows):
         p = placements[row["placer"]]
-        predicted = predict(w, p, profiled, measured_cost, SIM).step_time
+        predicted = predict(w, p, profiled, measured_cost, RUNTIME_SIM).step_time
         rows.append({**row, "cost_model": f"measured({profile})",
                      "predicted_ms": predicted * 1e3, "replay": p == placements[profile]})
     return rows, {"placements": placements, "measured": measured}
@@ -200,9 +190,10 @@ def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
     return {"workload": wname, "static_ms": both["static"].step_time * 1e3,
             "measured_cost_ms": both["again"].step_time * 1e3,
             "ratio": both["again"].step_time / both["static"].step_time, "same_placement": same,
-            "static_predicted_ms": predict(w, static_p, cluster, None, SIM).step_time * 1e3,
+            "static_predicted_ms": predict(w, static_p, cluster, None,
+                                           RUNTIME_SIM).step_time * 1e3,
             "measured_cost_predicted_ms": predict(w, again, profiled, measured_cost,
-                                                  SIM).step_time * 1e3}
+                                                  RUNTIME_SIM).step_time * 1e3}
 
 
 def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACERS,
@@ -214,7 +205,7 @@ def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACER
     cores)."""
     env = server_env(blas_threads, omp_wait_policy)
     config = server_config(threads)
-    cluster, figures = calibrate_this_host(loopback_cluster(threads), env=env, config=config,
+    cluster, figures = calibrate_this_host(this_host_cluster(threads), env=env, config=config,
                                            quick=quick)
     counts = runtime_cluster_spec(cluster)
     rows, loop_rows = [], []

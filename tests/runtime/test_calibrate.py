@@ -33,10 +33,10 @@ def test_each_measurement_is_positive():
 
 def test_distributed_figures_are_positive_and_load(tmp_path):
     import runtime
-    from experiments.sim_vs_real import loopback_cluster
+    from experiments.backends import this_host_cluster
     from runtime.calibrate import calibrate_distributed
 
-    base = loopback_cluster()
+    base = this_host_cluster()
     path = tmp_path / "cluster.json"
     with runtime.LocalCluster({"ps": 1, "worker": 2}) as local:
         measured, figures = calibrate_distributed(base, local, quick=True, path=path)

@@ -76,27 +76,6 @@ def test_hardware_view_puts_loopback_tasks_on_one_host_and_masters_on_the_server
     assert [t.host for t in c.tasks] == ["localhost", "localhost", "10.0.0.5"]
 
 
-def test_steps_across_in_process_servers(servers):
-    g = tf.Graph()
-    with g.as_default():
-        with tf.device("/job:ps/task:0"):
-            a = tf.Variable(1.0, name="a")
-        with tf.device("/job:worker/task:0"):
-            b = a + 2
-        with tf.device("/job:worker/task:1"):
-            c = a + b
-        d = c * 10  # unpinned: the master's (worker/task:1's) default device
-    with Session(servers[("worker", 1)].target, graph=g) as sess:
-        sess.run(a.initializer)
-        assert sess.run(c) == 4.0
-        assert sess.run([c, d]) == [4.0, 40.0]
-        p = sess.placement
-        assert p["a"] == "/job:ps/replica:0/task:0/device:CPU:0"
-        assert p["add"] == "/job:worker/replica:0/task:0/device:CPU:0"
-        assert p["add_1"] == "/job:worker/replica:0/task:1/device:CPU:0"
-        assert p["mul"] == "/job:worker/replica:0/task:1/device:CPU:0"
-
-
 def _tiny_graph():
     g = tf.Graph()
     with g.as_default():
@@ -107,6 +86,21 @@ def _tiny_graph():
         with tf.device("/job:worker/task:1"):
             c = a + b
     return g, a, c
+
+
+def test_steps_across_in_process_servers(servers):
+    g, a, c = _tiny_graph()
+    with g.as_default():
+        d = c * 10  # unpinned: the master's (worker/task:1's) default device
+    with Session(servers[("worker", 1)].target, graph=g) as sess:
+        sess.run(a.initializer)
+        assert sess.run(c) == 4.0
+        assert sess.run([c, d]) == [4.0, 40.0]
+        p = sess.placement
+        assert p["a"] == "/job:ps/replica:0/task:0/device:CPU:0"
+        assert p["add"] == "/job:worker/replica:0/task:0/device:CPU:0"
+        assert p["add_1"] == "/job:worker/replica:0/task:1/device:CPU:0"
+        assert p["mul"] == "/job:worker/replica:0/task:1/device:CPU:0"
 
 
 @pytest.fixture(scope="module")
