@@ -29,6 +29,7 @@ Design
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numba
@@ -353,17 +354,29 @@ def _pool_threads(ctx, work: int, threshold: int) -> int:
     return threads
 
 
-def _flat(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).reshape(-1)
+@functools.lru_cache(maxsize=1024)
+def _binary_plan(x_shape: tuple, y_shape: tuple, out_shape: tuple | None):
+    """``(out_shape, shape, xs, ys)`` of an elementwise op: the broadcast output shape
+    (``out_shape`` when given) and the collapsed iteration shape and operand strides as
+    the int64 arrays the numba kernels take (see :func:`.layout.broadcast_layout`).
+
+    Cached per shapes: working it out in Python took ~6 of the ~9 us a small Add cost,
+    and a graph repeats a few shapes over and over.  The kernels only read the arrays.
+    """
+    if out_shape is None:
+        out_shape = np.broadcast_shapes(x_shape, y_shape)
+    shape, (xs, ys) = broadcast_layout(out_shape, [x_shape, y_shape])
+    return (out_shape, np.array(shape, np.int64), np.array(xs, np.int64),
+            np.array(ys, np.int64))
 
 
 def _binary(code: int, ctx, x: np.ndarray, y: np.ndarray, out: np.ndarray | None = None):
     """Elementwise ``f(x, y)`` with numpy broadcasting, into a new array or into ``out``."""
+    out_shape, shape, xs, ys = _binary_plan(x.shape, y.shape, None if out is None else out.shape)
     if out is None:
-        out = np.empty(np.broadcast_shapes(x.shape, y.shape), dtype=x.dtype)
-    shape, (xs, ys) = broadcast_layout(out.shape, [x.shape, y.shape])
-    args = (code, _flat(x), np.array(xs, np.int64), _flat(y), np.array(ys, np.int64),
-            np.array(shape, np.int64), out.reshape(-1))
+        out = np.empty(out_shape, dtype=x.dtype)
+    # ravel: a view of a C-contiguous operand, else a C-ordered copy.
+    args = (code, x.ravel(), xs, y.ravel(), ys, shape, out.reshape(-1))
     threads = _pool_threads(ctx, out.size, PARALLEL_MIN_ELEMENTS)
     if threads == 1:
         _binary_serial(*args)
@@ -377,10 +390,10 @@ def _unary(serial, parallel, code: int, ctx, x: np.ndarray) -> np.ndarray:
     out = np.empty(x.shape, dtype=x.dtype)
     threads = _pool_threads(ctx, x.size, PARALLEL_MIN_ELEMENTS)
     if threads == 1:
-        serial(code, _flat(x), out.reshape(-1))
+        serial(code, x.ravel(), out.reshape(-1))
     else:
         with parallel_region:
-            parallel(code, _flat(x), out.reshape(-1), threads * _CHUNKS_PER_THREAD)
+            parallel(code, x.ravel(), out.reshape(-1), threads * _CHUNKS_PER_THREAD)
     return out
 
 
@@ -550,15 +563,26 @@ def softmax_grad(ctx, inputs, attrs):
     return (out,)
 
 
+@functools.lru_cache(maxsize=1024)
+def _reduce_plan(shape: tuple, axis, keepdims: bool):
+    """``(out_shape, perm, (O, R, I))`` of a reduction over ``axis`` of an array of
+    ``shape`` (see :func:`.layout.reduce_layout`), cached per shape and axes as
+    :func:`_binary_plan` is."""
+    axes = normalize_axes(axis, len(shape))
+    if keepdims:
+        out_shape = tuple(1 if d in axes else n for d, n in enumerate(shape))
+    else:
+        out_shape = tuple(n for d, n in enumerate(shape) if d not in axes)
+    return (out_shape, *reduce_layout(shape, axes))
+
+
 def _reduce_sum(ctx, x: np.ndarray, attrs) -> tuple[np.ndarray, np.ndarray, int]:
     """The sums over the reduced axes, in float64 (int64 for integers) and of the output's
     shape, and how many elements each sum has."""
-    axes = normalize_axes(attrs.get("axis"), x.ndim)
-    if attrs.get("keepdims"):
-        out_shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
-    else:
-        out_shape = tuple(n for d, n in enumerate(x.shape) if d not in axes)
-    perm, (o, r, i) = reduce_layout(x.shape, axes)
+    axis = attrs.get("axis")
+    out_shape, perm, (o, r, i) = _reduce_plan(
+        x.shape, axis if axis is None or isinstance(axis, int) else tuple(axis),
+        bool(attrs.get("keepdims")))
     src = x if perm is None else x.transpose(perm)
     x3 = np.ascontiguousarray(src).reshape(o, r, i)
     acc_dtype = np.float64 if x.dtype.kind == "f" else np.int64
