@@ -216,6 +216,50 @@ def _unary_float_parallel(code, x, out, nchunks):
         _unary_float_range(code, x, out, c * n // nchunks, (c + 1) * n // nchunks)
 
 
+# float32 tanh: a rational approximation p(x) / q(x) on [-9, 9] (odd numerator of degree
+# 13, even denominator of degree 6; beyond +-9 tanh rounds to +-1 in float32), the one
+# Eigen's fast tanh, and so TensorFlow's CPU kernel, uses.  Measured against float64 tanh
+# on 2M points of [-9, 9]: at most 3.9e-7 relative (a few ulp).  Multiply-adds and one
+# division: the loop vectorises, where libm's tanhf is one call per element (a Tanh on
+# 1024 floats took 18 us, most of an RNN cell's time).
+_TANH_P = (4.89352455891786e-03, 6.37261928875436e-04, 1.48572235717979e-05,
+           5.12229709037114e-08, -8.60467152213735e-11, 2.00018790482477e-13,
+           -2.76076847742355e-16)
+_TANH_Q = (4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04,
+           1.19825839466702e-06)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")  # no zero-divisor check: the loop vectorises
+def _tanh32_range(x, out, start, stop):
+    a = x[start:stop]
+    c = out[start:stop]
+    p0, p1, p2, p3 = (np.float32(_TANH_P[0]), np.float32(_TANH_P[1]),
+                      np.float32(_TANH_P[2]), np.float32(_TANH_P[3]))
+    p4, p5, p6 = np.float32(_TANH_P[4]), np.float32(_TANH_P[5]), np.float32(_TANH_P[6])
+    q0, q1, q2, q3 = (np.float32(_TANH_Q[0]), np.float32(_TANH_Q[1]),
+                      np.float32(_TANH_Q[2]), np.float32(_TANH_Q[3]))
+    hi, lo = np.float32(9.0), np.float32(-9.0)
+    for i in range(stop - start):
+        v = a[i]  # clamped by selects (a NaN passes through)
+        v = hi if v > hi else v
+        v = lo if v < lo else v
+        v2 = v * v
+        p = v * (p0 + v2 * (p1 + v2 * (p2 + v2 * (p3 + v2 * (p4 + v2 * (p5 + v2 * p6))))))
+        c[i] = p / (q0 + v2 * (q1 + v2 * (q2 + v2 * q3)))
+
+
+@njit(cache=True, nogil=True)
+def _tanh32_serial(code, x, out):
+    _tanh32_range(x, out, 0, out.size)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _tanh32_parallel(code, x, out, nchunks):
+    n = out.size
+    for c in prange(nchunks):
+        _tanh32_range(x, out, c * n // nchunks, (c + 1) * n // nchunks)
+
+
 # --- reductions -------------------------------------------------------------------------------
 
 @njit(cache=True, nogil=True)
@@ -514,8 +558,11 @@ def relu(ctx, inputs, attrs):
 
 @register("Tanh", CPU, FLOATING)
 def tanh(ctx, inputs, attrs):
-    """tanh(x)."""
-    return (_unary(_unary_float_serial, _unary_float_parallel, TANH, ctx, inputs[0]),)
+    """tanh(x); in float32 by a rational approximation (see ``_TANH_P``), as TensorFlow."""
+    x = inputs[0]
+    if x.dtype == np.float32:
+        return (_unary(_tanh32_serial, _tanh32_parallel, TANH, ctx, x),)
+    return (_unary(_unary_float_serial, _unary_float_parallel, TANH, ctx, x),)
 
 
 @register("Sigmoid", CPU, FLOATING)
@@ -716,6 +763,8 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = Tru
         _reduce_serial(x3, acc)
         if floating:
             _unary_float_serial(TANH, v, o)
+            if dtype == np.float32:
+                _tanh32_serial(TANH, v, o)
             _softmax_serial(m2, o2)
             _softmax_grad_serial(m2, m2, o2)
             _matmul_blas_serial(m2, m2, o2)
@@ -733,6 +782,8 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = Tru
             _reduce_parallel_split(x3, np.zeros((2,) + acc.shape, acc.dtype), 2)
             if floating:
                 _unary_float_parallel(TANH, v, o, 2)
+                if dtype == np.float32:
+                    _tanh32_parallel(TANH, v, o, 2)
                 _softmax_parallel(m2, o2, 2)
                 _softmax_grad_parallel(m2, m2, o2, 2)
             else:

@@ -140,6 +140,20 @@ def test_sigmoid_does_not_overflow():
     np.testing.assert_allclose(out, [0.0, 1.9287498479639178e-22, 0.5, 1.0, 1.0])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float32_tanh_approximation_is_within_a_few_ulp(threads):
+    # The float32 kernel is a rational approximation (as TensorFlow's): held to 1e-6
+    # relative over a dense grid, the saturated ends, and NaN and infinities.
+    x = np.concatenate([np.linspace(-12, 12, 200_001, dtype=np.float32),
+                        np.array([1e-30, -1e-30, 0.0, 1e4, -1e4], np.float32)])
+    (out,) = run("Tanh", (x,), threads=threads)
+    exact = np.tanh(x.astype(np.float64))
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, exact, rtol=1e-6, atol=1e-37)
+    (special,) = run("Tanh", (np.array([np.nan, np.inf, -np.inf], np.float32),))
+    assert np.isnan(special[0]) and special[1] == 1.0 and special[2] == -1.0
+
+
 # --- state ---------------------------------------------------------------------------------
 
 @st.composite
