@@ -683,9 +683,6 @@ def matmul(ctx, inputs, attrs):
     m, k = a.shape
     n = b.shape[1]
     out = np.empty((m, n), dtype=a.dtype)
-    threads = _pool_threads(ctx, m * n * k, PARALLEL_MIN_MACS)
-    if threads > 1 and m < 2 * threads:
-        threads = 1
     if a.dtype.kind == "f":
         if k == 0 or m == 0 or n == 0:
             out[...] = 0
@@ -696,7 +693,8 @@ def matmul(ctx, inputs, attrs):
         _matmul_blas_serial(a, b, out)
         return (out,)
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    if threads == 1:
+    threads = _pool_threads(ctx, m * n * k, PARALLEL_MIN_MACS)
+    if threads == 1 or m < 2 * threads:
         _matmul_int_serial(a, b, out)
     else:
         with parallel_region:
