@@ -993,6 +993,7 @@ class Executor:
         self._plans: OrderedDict = OrderedDict()
         self._plan_cache_size = plan_cache_size
         self._plans_lock = threading.Lock()
+        self._names_memo: dict = {}  # id(ops tuple) -> (the tuple, its op names)
         self._recv_executor: ThreadPoolExecutor | None = None
         self._recv_size = 0
         self._recv_lock = threading.Lock()
@@ -1005,7 +1006,7 @@ class Executor:
         fed = frozenset(fed)
         send_key = None if send_to is None else frozenset(
             (k, tuple(sorted(v))) for k, v in send_to.items())
-        key = (tuple(op.name for op in ops), id(placement), fetches, targets, fed, send_key)
+        key = (self._op_names(ops), id(placement), fetches, targets, fed, send_key)
         with self._plans_lock:
             xp = self._plans.get(key)
             if xp is not None and xp.placement is placement:
@@ -1017,6 +1018,23 @@ class Executor:
             while len(self._plans) > self._plan_cache_size:
                 self._plans.popitem(last=False)
         return xp
+
+    def _op_names(self, ops: Sequence[Operation]) -> tuple:
+        """The names of ``ops``, the plan's key.  Remembered for a tuple of ops (the
+        session and the worker pass the same tuple every step; a tuple cannot change and
+        the memo keeps it alive, so its identity is not reused): on a 350-op graph
+        making the names each step was ~3% of the step."""
+        if type(ops) is not tuple:
+            return tuple(op.name for op in ops)
+        hit = self._names_memo.get(id(ops))
+        if hit is not None and hit[0] is ops:
+            return hit[1]
+        names = tuple(op.name for op in ops)
+        with self._plans_lock:
+            if len(self._names_memo) >= 4 * self._plan_cache_size:
+                self._names_memo.clear()
+            self._names_memo[id(ops)] = (ops, names)
+        return names
 
     def _recv_pool(self, needed: int) -> ThreadPoolExecutor:
         with self._recv_lock:

@@ -367,7 +367,8 @@ class Session:
         ops = self._needed_cache.get(key)
         if ops is None:
             roots = [e.op if isinstance(e, Tensor) else e for e in flat.elements]
-            ops = needed_ops(roots, set(feeds))
+            # A tuple: the executor memoises its plan key by the tuple's identity.
+            ops = tuple(needed_ops(roots, set(feeds)))
             if len(self._needed_cache) > 256:
                 self._needed_cache.clear()
             self._needed_cache[key] = ops

@@ -683,7 +683,7 @@ class PeerChannels:
 @dataclass
 class _Partition:
     handle: str
-    ops: list
+    ops: tuple  # a tuple: the executor memoises its plan key by the tuple's identity
     placement: Placement
     fetches: tuple
     targets: tuple
@@ -813,7 +813,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             for p in request.partitions:
                 ops = [sess.graph.get_operation_by_name(n) for n in p.ops]
                 sess.partitions[p.handle] = _Partition(
-                    p.handle, ops, sess.placement, tuple(p.fetches), tuple(p.targets),
+                    p.handle, tuple(ops), sess.placement, tuple(p.fetches), tuple(p.targets),
                     frozenset(p.feeds), {s.tensor: tuple(s.devices) for s in p.send_to})
                 self._warmup(ops)
             return sess.nodes

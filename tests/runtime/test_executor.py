@@ -90,6 +90,23 @@ def test_only_the_fetches_needs_run_and_the_plan_is_reused(executor):
     del b
 
 
+def test_a_tuple_of_ops_keys_its_plan_by_identity_and_a_list_by_its_names(executor):
+    g = tf.Graph()
+    with g.as_default():
+        tf.identity(tf.constant(1.0, name="a"), name="b")
+    p = on_cpu(g)
+    as_tuple = tuple(g.get_operations())
+    first = executor.plan_for(as_tuple, p, ["b:0"])
+    assert executor.plan_for(as_tuple, p, ["b:0"]) is first
+    assert executor.plan_for(tuple(as_tuple), p, ["b:0"]) is first  # equal names, same plan
+    # A list may change between steps: its names are read every time, never memoised.
+    ops = [g.get_operation_by_name("a")]
+    only_a = executor.plan_for(ops, p, ["a:0"])
+    ops.append(g.get_operation_by_name("b"))
+    assert executor.plan_for(ops, p, ["a:0"]) is not only_a
+    assert executor.run_step(ops, p, fetches=["b:0"]).values["b:0"] == 1.0
+
+
 def test_control_dependencies_order_ops_without_data(executor, cluster):
     g = tf.Graph()
     with g.as_default():
