@@ -81,7 +81,7 @@ from core.costs import MeasuredCostModel, StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
                                   measure_placements, predict, runtime_cluster_spec,
                                   server_env, this_host_cluster)
-from experiments.compare_placers import WORKLOADS, placers_to_compare
+from experiments.compare_placers import SPLIT_MARGIN, WORKLOADS, placers_to_compare
 from experiments.report import print_table, results_parser, save_table
 
 __all__ = ["main", "run", "summarise", "ranking_agreement"]
@@ -174,14 +174,15 @@ def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
     """Place with static costs, run, measure a cost model from that run, place again;
     then time both placements side by side."""
     static_p = first["placements"].get("cost_model") or placers.CostModelPlacer(
-        serial_dispatch=True).place(w.graph, cluster)
+        serial_dispatch=True, split_margin=SPLIT_MARGIN).place(w.graph, cluster)
     profile = first["measured"].get("cost_model")
     if profile is None:
         profile = measure_placements(w, {"static": static_p}, local, repeats=1, traced=3,
                                      config=config)["static"]
     measured_cost = profile_cost_model(profile.traces, w.graph)
     profiled = measured_cost.with_overheads(cluster)
-    again = placers.CostModelPlacer(cost_model=measured_cost, serial_dispatch=True).place(
+    again = placers.CostModelPlacer(cost_model=measured_cost, serial_dispatch=True,
+                                    split_margin=SPLIT_MARGIN).place(
         w.graph, profiled)
     both = measure_placements(w, {"static": static_p, "again": again}, local, repeats=repeats,
                               config=config)

@@ -129,3 +129,25 @@ def test_serial_dispatch_serves_one_task_one_op_at_a_time_and_crossings_cost_bot
     # dispatcher) and keeps c with a (its crossing would cost both dispatchers).
     placed = placers.CostModelPlacer(cost_model=model, serial_dispatch=True).place(g, cluster)
     assert placed["c"] == placed["a"] != placed["b"]
+
+
+def test_a_split_needs_to_beat_one_device_by_the_margin():
+    # Two independent chains of 1 ms ops on two one-core tasks: split, the step takes
+    # half as long (crossings free); with a margin above that gain one device wins.
+    cluster = two_one_core_tasks(memcpy_latency=0.0)
+    g = tf.Graph()
+    with g.as_default():
+        for chain in "ab":
+            x = tf.constant(np.float32(1.0), name=f"{chain}0")
+            for i in range(1, 4):
+                x = tf.identity(x, name=f"{chain}{i}")
+    model = _Fixed(1e-3)
+    split = placers.CostModelPlacer(cost_model=model)
+    assert len(set(split.place(g, cluster).values())) == 2
+    for margin in (0.5, 1.5):
+        placer = placers.CostModelPlacer(cost_model=model, split_margin=margin)
+        devices = set(placer.place(g, cluster).values())
+        # The split's estimate is half the one-device one: it pays by 100% (> 0.5).
+        assert len(devices) == (2 if margin < 1.0 else 1), margin
+    with pytest.raises(ValueError, match="split_margin"):
+        placers.CostModelPlacer(split_margin=-0.1)
