@@ -483,3 +483,20 @@ def test_on_abort_stops_a_running_step_between_ops(executor):
     with pytest.raises(OpError, match="another part failed"):
         run(executor, g, [h.name], on_abort=on_abort, timeout=60)
     assert time.perf_counter() - started[0] < 2.0
+
+
+def test_host_cores_make_a_taker_wait_until_cores_are_given_back():
+    from runtime.local_devices import HostCores
+
+    cores = HostCores("h", 2)
+    assert cores.take(2) == 2 and cores.free == 0
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(cores.take(2)))
+    waiter.start()
+    time.sleep(0.05)
+    assert not got  # no core free: it waits
+    cores.give(1)
+    waiter.join(timeout=5)
+    assert got == [1] and cores.free == 0  # as many as are free, at least one
+    cores.give(2)
+    assert cores.free == 2
