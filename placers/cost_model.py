@@ -197,10 +197,14 @@ class _Model:
                     arrival = begin + self.transfer_time(tensor_bytes_cached(t), src, k)
                     for link in route:
                         links_now[link] = arrival
-                    if serial:  # each end's dispatcher holds half the route's latency
+                    if serial:  # each end's dispatcher holds half the route's latency:
+                        # the sender's the first half, the receiver's the second (the
+                        # latency is the whole crossing, both ends' work included), or
+                        # later when the receiver's dispatcher is busy then.
                         half = sum(link.latency for link in self.route(src, k)) / 2
-                        for task, at in ((device_task[src], begin), (device_task[k], arrival)):
-                            dispatch[task] = max(dispatch[task], at) + half
+                        sender, receiver = device_task[src], device_task[k]
+                        dispatch[sender] = max(dispatch[sender], begin) + half
+                        dispatch[receiver] = max(dispatch[receiver], arrival - half) + half
                     if commit:
                         arrivals[(id(t), k)] = arrival
                 if arrival > start:
