@@ -37,7 +37,11 @@ class SimConfig:
         call into the kernel, made holding the lock), waits for the task's dispatcher
         and holds it; the rest of the op (the kernel's work) runs in parallel.  Each end
         of a transfer between tasks also holds its task's dispatcher for half the
-        route's latency (sending and taking in a tensor is Python work on both sides).
+        route's latency (sending and taking in a tensor is Python work on both sides):
+        the latency is the whole crossing, both ends' work included (as
+        ``runtime.calibrate`` measures it), so the sender holds the first half from
+        when it sends and the receiver the last half, up to the arrival, or from when
+        its dispatcher is free if that is later (the arrival then waits for it).
     inline_elements : with ``serial_dispatch``, the thread that finished an op goes on
         with the ops it made ready on its device, as the runtime's executor does: those
         whose every input and output tensor has at most this many elements (cheap ops;

@@ -38,7 +38,8 @@ of servers"):
 - A control edge between tasks is a message, as in the runtime (its ``^op``
   announcement): one per (op, destination device), arriving after the route's latency
   (:meth:`_Simulation._setup_control_crossings`); with serial dispatch each end holds
-  its dispatcher for half of it, as for a transfer.
+  its dispatcher for half of it, as for a transfer (the sender the first half, the
+  receiver the last, see ``SimConfig.serial_dispatch``).
 - With ``SimConfig.serial_dispatch`` each task's dispatcher serves one op's first part
   (and each end of a crossing) at a time; with ``SimConfig.inline_elements`` too, the
   thread that finished an op goes on with the ops it made ready on its device (cheap
@@ -755,10 +756,11 @@ class _Simulation:
         def transfer_done(event):
             k = event._value
             x_end[k] = env._now
-            if serial:  # the receiver's dispatcher takes it in
-                now, t = env._now, task_of[transfer_dst[k]]
-                begin = dispatch_free[t] if dispatch_free[t] > now else now
-                dispatch_free[t] = begin + transfer_cpu[k]
+            if serial:  # the receiver's dispatcher took it in: the crossing's last half
+                # (or later, when the dispatcher was busy then)
+                half, t = transfer_cpu[k], task_of[transfer_dst[k]]
+                begin = env._now - half
+                dispatch_free[t] = (dispatch_free[t] if dispatch_free[t] > begin else begin) + half
             note(n + k)
             # StepState.transfer_done: the source buffer's reference, consumers' counts
             # (the buffer is freed before any consumer starts, as StepState reports it).
@@ -800,10 +802,10 @@ class _Simulation:
         def control_done(event):
             """A control edge's message from another task arrived."""
             latency, t, js = event._value
-            if serial:  # the receiver's dispatcher takes it in
-                now = env._now
-                begin = dispatch_free[t] if dispatch_free[t] > now else now
-                dispatch_free[t] = begin + latency / 2
+            if serial:  # the receiver's dispatcher took it in: the last half, as a transfer
+                half = latency / 2
+                begin = env._now - half
+                dispatch_free[t] = (dispatch_free[t] if dispatch_free[t] > begin else begin) + half
             for j in js:
                 left = pending[j] - 1
                 pending[j] = left

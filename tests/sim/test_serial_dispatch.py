@@ -59,25 +59,30 @@ def test_the_kernel_types_fixed_cost_is_served_by_the_dispatcher_too():
 
 
 def test_both_ends_of_a_transfer_hold_their_dispatchers():
-    # a (W0) -> b (W1) crosses: 2 ms of latency, 1 ms of it on each end's dispatcher:
-    # it arrives at 3 ms and W1's dispatcher takes it in until 4 ms.  c on W1, ready at
-    # 3.5 ms, waits for that.
+    # a (W0) -> b (W1) crosses: 2 ms of latency, the whole crossing, 1 ms of it each
+    # end's Python work: W0's dispatcher sends it from 1 to 2 ms, W1's takes it in from
+    # 2 to 3 ms, when it arrives, if free.  Here W1's is busy to 2.5 ms with ``late``'s
+    # kernel call (its Neg kernel's fixed cost, 2.5 ms): it takes the tensor in from 2.5
+    # to 3.5 ms, and b (1 ms) ends at 4.5 ms, not 4 (an op's record starts when it takes
+    # a thread; its wait for the dispatcher is in its time).
     g = tf.Graph()
     with g.as_default():
         with tf.device(W0):
             a = tf.constant(np.float32(1.0), name="a")
         with tf.device(W1):
-            late = tf.constant(np.float32(2.0), name="late")
+            tf.negative(tf.constant(np.float32(2.0), name="x"), name="late")
             tf.identity(a, name="b")
-            tf.identity(late, name="c")
     p = Placement({op.name: op.device for op in g.get_operations()})
-    costs = FixedCost({"a": 1e-3, "late": 3.5e-3, "b": 1e-3, "c": 1e-3})
-    c = cluster(overhead=0.0, latency=2e-3)
+    costs = FixedCost({"a": 1e-3, "x": 0.0, "late": 2.5e-3, "b": 1e-3})
+    c = cluster(overhead=0.0, latency=2e-3, kernel_costs={"Neg": (2.5e-3, 1.0)})
     plain = {r.op: r for r in simulate(g, p, c, cost_model=costs).ops}
     serial = {r.op: r for r in simulate(g, p, c, cost_model=costs, config=SERIAL).ops}
-    assert plain["b"].start == pytest.approx(3e-3) and serial["b"].start == pytest.approx(3e-3)
-    assert plain["c"].end == pytest.approx(4.5e-3)
-    assert serial["c"].end == pytest.approx(5e-3)  # behind the receive
+    assert plain["b"].end == pytest.approx(4e-3)
+    assert serial["b"].end == pytest.approx(4.5e-3)  # behind the receive
+    # Nothing else on W1: the receive fits in the crossing, as calibrated.
+    quiet = costs.times | {"late": 0.0}
+    alone = {r.op: r for r in simulate(g, p, c, cost_model=FixedCost(quiet), config=SERIAL).ops}
+    assert alone["b"].end == pytest.approx(4e-3)
 
 
 # -- SimConfig.inline_elements: the thread that ended an op goes on with what it readied --
