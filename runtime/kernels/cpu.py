@@ -123,6 +123,33 @@ def _binary_contiguous(code, x, xo, y, yo, out, oo, n):
 
 
 @njit(cache=True, nogil=True)
+def _binary_with_scalar(code, s, v, c, scalar_first):
+    """``c[j] = f(v[j], s)`` (``f(s, v[j])`` when ``scalar_first``) along a contiguous
+    run ``v`` and one element ``s`` of the other operand (a broadcast scalar: a learning
+    rate times a gradient).  One loop per op, as in :func:`_binary_contiguous`: with
+    the op's branch inside the loop it ran at 5-8 GB/s, a tenth of numpy's rate."""
+    n = c.size
+    if code == ADD:
+        for j in range(n):
+            c[j] = v[j] + s
+    elif code == MUL:
+        for j in range(n):
+            c[j] = v[j] * s
+    elif code == SUB and scalar_first:
+        for j in range(n):
+            c[j] = s - v[j]
+    elif code == SUB:
+        for j in range(n):
+            c[j] = v[j] - s
+    elif scalar_first:
+        for j in range(n):
+            c[j] = _binary_element(code, s, v[j])
+    else:
+        for j in range(n):
+            c[j] = _binary_element(code, v[j], s)
+
+
+@njit(cache=True, nogil=True)
 def _binary_range(code, x, xs, y, ys, shape, out, start, stop):
     """out[i] = f(x[...], y[...]) for flat output indices start <= i < stop."""
     ndim = shape.size
@@ -147,13 +174,9 @@ def _binary_range(code, x, xs, y, ys, shape, out, start, stop):
         if sx == 1 and sy == 1:
             _binary_contiguous(code, x, xo, y, yo, out, i, n)
         elif sx == 1:
-            b = y[yo]
-            for j in range(n):
-                out[i + j] = _binary_element(code, x[xo + j], b)
+            _binary_with_scalar(code, y[yo], x[xo:xo + n], out[i:i + n], False)
         elif sy == 1:
-            a = x[xo]
-            for j in range(n):
-                out[i + j] = _binary_element(code, a, y[yo + j])
+            _binary_with_scalar(code, x[xo], y[yo:yo + n], out[i:i + n], True)
         else:
             for j in range(n):
                 out[i + j] = _binary_element(code, x[xo + j * sx], y[yo + j * sy])
