@@ -286,15 +286,34 @@ def _tanh32_parallel(code, x, out, nchunks):
 # --- reductions -------------------------------------------------------------------------------
 
 @njit(cache=True, nogil=True)
+def _sum_run(v, zero):
+    """The sum of the contiguous run ``v``, accumulated in ``zero``'s type, in eight
+    independent partial sums: one running sum is a chain of dependent adds (a
+    [1024, 1024] row Sum took 6x numpy's time); eight chains overlap in the CPU."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = zero
+    n = v.size
+    m = n - n % 8
+    for j in range(0, m, 8):
+        s0 += v[j]
+        s1 += v[j + 1]
+        s2 += v[j + 2]
+        s3 += v[j + 3]
+        s4 += v[j + 4]
+        s5 += v[j + 5]
+        s6 += v[j + 6]
+        s7 += v[j + 7]
+    for j in range(m, n):
+        s0 += v[j]
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@njit(cache=True, nogil=True)
 def _reduce_range(x, acc, o_start, o_stop, r_start, r_stop):
     """acc[o, i] += sum of x[o, r, i] over r_start <= r < r_stop, for o_start <= o < o_stop."""
     inner = x.shape[2]
     for o in range(o_start, o_stop):
         if inner == 1:
-            s = acc[o, 0]
-            for r in range(r_start, r_stop):
-                s += x[o, r, 0]
-            acc[o, 0] = s
+            acc[o, 0] += _sum_run(x[o, r_start:r_stop, 0], acc[o, 0] * 0)
         else:
             for r in range(r_start, r_stop):
                 for i in range(inner):
