@@ -1,6 +1,7 @@
 """The experiment scripts run end to end on tiny inputs and write their CSV."""
 
 import pandas as pd
+import pytest
 
 from experiments import bench_placers, compare_placers, ps_sharding
 
@@ -80,3 +81,12 @@ def test_threads_sweep_on_both_backends(tmp_path):
     assert (frame.real_step_ms > 0).all() and (frame.sim_step_ms > 0).all()
     assert {"real_speedup", "sim_speedup", "rel_error"} <= set(frame.columns)
     assert len(pd.read_csv(tmp_path / "threads.csv")) == 2
+
+
+def test_bench_kernels_times_ours_and_numpy_side_by_side(tmp_path):
+    from experiments import bench_kernels
+    frame = bench_kernels.main(["--sizes", "8", "--rounds", "1", "--out", str(tmp_path)])
+    assert (tmp_path / "bench_kernels.csv").exists()
+    assert set(frame.op) >= {"Add", "Mul", "Tanh", "Sum", "MatMul"}
+    assert (frame.ours_us > 0).all() and (frame.numpy_us > 0).all()
+    assert frame.ratio.tolist() == pytest.approx((frame.ours_us / frame.numpy_us).tolist())
