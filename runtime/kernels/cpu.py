@@ -16,6 +16,13 @@ Design
   function, which numba could not cache; one compiled function per dtype serves them all.
   The hot loops branch on the code outside the loop and index slices from 0 (so numba's
   negative-index wraparound folds away): they vectorise and match numpy's speed.
+* The shape work of an elementwise op or a reduction (broadcast layout, strides, axes)
+  is cached per operand shapes: done in Python on every call it cost more than a small
+  op's loop.  Loops that numba could not vectorise get written so that it can: one loop
+  per op code, no zero-divisor check (``error_model="numpy"``) where a division sits in
+  the loop, eight partial sums for a reduction along a run, and float32 Tanh by the
+  rational approximation TensorFlow's CPU kernel uses (libm's ``tanhf`` is a call per
+  element).  ``python -m experiments.bench_kernels`` times each kernel against numpy.
 * Pure data movement (Reshape, Transpose, BroadcastTo, Concat, Slice, Identity) uses
   numpy's copy loops, which release the GIL and which numba would not beat.
 * Floating sums accumulate in float64 and integer sums in int64, then cast back (the op
