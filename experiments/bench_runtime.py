@@ -19,7 +19,10 @@ host) and measures, with a client session opened on ``/job:worker/task:0``:
    transfer record in the trace.
 3. ``mlp``: ``experiments.workloads.mlp_forward`` (8 layers of 1024x1024 matmul + relu,
    batch 1024, 17.2 GFLOP) on worker 0, fetching the output: ms and GFLOP/s; and the
-   same arithmetic in numpy in this process (``transport`` ``numpy``).  Without
+   same arithmetic in numpy in this process (``transport`` ``numpy``), timed in
+   alternation with ours (a step of each per round, which one first alternating), so
+   that both see the same load: this shared machine's speed drifts within a minute, and
+   measured one after the other the two drifted apart by up to 1.7x.  Without
    TensorFlow here, the MLP's reference is TensorFlow's 83 ms scaled by numpy's rate
    now over its rate then (195 GFLOP/s): this machine's speed drifts from day to day.
 
@@ -76,6 +79,31 @@ def _median_ms(run, repeats: int, warmup: int) -> tuple[float, float]:
     return statistics.median(times) * 1e3, min(times) * 1e3
 
 
+def interleaved_ms(first, second, repeats: int, warmup: int,
+                   ) -> tuple[tuple[float, float], tuple[float, float]]:
+    """``((median ms, best ms) of first, (median ms, best ms) of second)``, the two timed
+    in alternation: each of ``repeats`` rounds runs both, ``first`` first in even rounds
+    and ``second`` first in odd ones (whichever runs second may find the other's spinning
+    BLAS threads still on the cores), after ``warmup`` untimed rounds.
+
+    >>> calls = []
+    >>> _ = interleaved_ms(lambda: calls.append("a"), lambda: calls.append("b"), 2, 1)
+    >>> "".join(calls)
+    'ababba'
+    """
+    for _ in range(warmup):
+        first()
+        second()
+    runs = (first, second)
+    times: tuple[list, list] = ([], [])
+    for r in range(repeats):
+        for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+            t0 = time.perf_counter()
+            runs[k]()
+            times[k].append(time.perf_counter() - t0)
+    return tuple((statistics.median(t) * 1e3, min(t) * 1e3) for t in times)
+
+
 # ---------------------------------------------------------------------------
 # Graphs (built with `core`; the TensorFlow side builds the same with tf.compat.v1)
 
@@ -121,9 +149,12 @@ def measure_ours(repeats: int, warmup: int, batch: int, skip_mlp: bool) -> list[
             g, init, h, flops = mlp_graph(batch)
             with Session(target, graph=g) as sess:
                 sess.run(init)
-                med, best = _median_ms(lambda: sess.run(h), repeats, warmup)
-            rows.append({"benchmark": "mlp", "transport": "-", "unit": "ms", "value": med,
-                         "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9})
+                ours, numpy_ = interleaved_ms(lambda: sess.run(h), numpy_mlp_forward(batch),
+                                              repeats, warmup)
+            for transport, (med, best) in (("-", ours), ("numpy", numpy_)):
+                rows.append({"benchmark": "mlp", "transport": transport, "unit": "ms",
+                             "value": med, "best": best, "ms": med,
+                             "gflops": flops / (med / 1e3) / 1e9})
     # gRPC only, as between hosts: no local calls, no shared memory.
     with LocalCluster(spec, shm=False, local_sockets=False) as cluster:
         rows.append(_tiny(cluster.target("worker", 0), "grpc", repeats, warmup))
@@ -253,9 +284,9 @@ def _wait_port(address: str, timeout: float) -> None:
 
 # ---------------------------------------------------------------------------
 
-def numpy_mlp_ms(batch: int, repeats: int, warmup: int) -> tuple[float, float]:
-    """``(median ms, best ms)`` of the MLP's arithmetic in numpy in this process: 8
-    float32 ``(batch, 1024) @ (1024, 1024)`` products, each followed by a relu."""
+def numpy_mlp_forward(batch: int):
+    """A function running the MLP's arithmetic in numpy in this process: 8 float32
+    ``(batch, 1024) @ (1024, 1024)`` products, each followed by a relu."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, 1024)).astype(np.float32)
     ws = [rng.standard_normal((1024, 1024)).astype(np.float32) * 0.03 for _ in range(8)]
@@ -265,17 +296,12 @@ def numpy_mlp_ms(batch: int, repeats: int, warmup: int) -> tuple[float, float]:
         for w in ws:
             h = np.maximum(h @ w, 0)
         return h
-    return _median_ms(forward, repeats, warmup)
+    return forward
 
 
 def run(repeats: int = 10, warmup: int = 3, batch: int = 1024, skip_mlp: bool = False,
         with_tensorflow: bool = True) -> pd.DataFrame:
     ours = measure_ours(repeats, warmup, batch, skip_mlp)
-    if not skip_mlp:
-        med, best = numpy_mlp_ms(batch, repeats, warmup)
-        flops = 8 * 2.0 * batch * 1024 * 1024
-        ours.append({"benchmark": "mlp", "transport": "numpy", "unit": "ms", "value": med,
-                     "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9})
     theirs = measure_tensorflow(repeats, warmup, batch, skip_mlp) if with_tensorflow else None
     table = pd.DataFrame(ours)
     if theirs:

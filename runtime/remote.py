@@ -7,8 +7,10 @@ Opening the session sends the graph as it stands (``CreateSession``); each run i
 host (:class:`runtime.wire.LocalCaller`) or else on a ``RunSteps`` stream that stays
 open between runs (:class:`runtime.wire.StreamCaller`), with the run's deadline on the
 answer. It also carries the ops added to the graph since the last call, the feeds,
-and gets back the fetched values inline, the placement of newly placed ops, and, when
-asked, every task's trace records, merged here into one :class:`core.trace.Trace`.
+and gets back the fetched values inline (or, on a local connection, large ones in the
+master's shared-memory segments, copied out here), the placement of newly placed ops,
+and, when asked, every task's trace records, merged here into one
+:class:`core.trace.Trace`.
 Errors raised on a server come back as the same :mod:`runtime.errors` class (or
 ``core.placement.PlacementError``); a server that cannot be reached is
 :class:`runtime.errors.Unavailable`, within the call's deadline.
@@ -30,12 +32,14 @@ from core.serialize import graph_to_nodes
 from core.trace import Trace
 from runtime import errors, wire
 from runtime.config import SessionConfig
-from runtime.graph_codec import (add_named_tensors, error_from_proto, graph_to_proto,
+from runtime.graph_codec import (CodecError, add_named_tensors, error_from_proto, graph_to_proto,
                                  node_to_proto, stats_from_proto, tensors_from_proto)
 from runtime.master import RPC_MARGIN
 from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
+from runtime.shm import shm_available
+from runtime.worker import SegmentMaps
 
-__all__ = ["RemoteSession", "build_trace"]
+__all__ = ["RemoteSession", "build_trace", "take_shared"]
 
 
 def build_trace(stats: Mapping, fetch_names=(), target_names=(), meta: Mapping | None = None,
@@ -71,6 +75,30 @@ def build_trace(stats: Mapping, fetch_names=(), target_names=(), meta: Mapping |
     return trace
 
 
+def take_shared(maps: SegmentMaps, value: master_pb2.SharedTensor) -> np.ndarray:
+    """A fresh, writable array with the bytes of a fetched value the master left in
+    one of its pooled segments (``RunStepResponse.shared_values``), checked as
+    :func:`runtime.graph_codec.tensor_from_proto` checks an inline one. The segment goes
+    back to the master (its flag cleared, :meth:`SegmentMaps.lease`) once the bytes are
+    copied, or the check failed. Raises :class:`runtime.graph_codec.CodecError`."""
+    name, ref = value.name, value.shm
+    try:
+        leased = maps.lease(ref.name, ref.offset, ref.nbytes, name)
+    except wire.WireError as err:
+        raise CodecError(str(err)) from None
+    try:
+        dtype, shape = wire.check_meta(value.meta, name)
+        if ref.nbytes != value.meta.nbytes:
+            raise CodecError(f"tensor {name!r}: a {ref.nbytes}-byte segment ref for "
+                             f"{value.meta.nbytes} announced bytes")
+        # The copy is the caller's (native byte order); the segment is reused.
+        return leased.view(dtype).reshape(shape).astype(dtype.newbyteorder("="), copy=True)
+    except wire.WireError as err:
+        raise CodecError(str(err)) from None
+    finally:
+        del leased  # its finalizer hands the segment back
+
+
 class RemoteSession:
     """A session whose master is the server at ``target`` (``grpc://host:port``).
 
@@ -103,6 +131,9 @@ class RemoteSession:
             wire.StreamCaller(self._stub.RunSteps, address=self.address,
                               method="Master.RunSteps"))
         self._connect_timeout = min(self.config.operation_timeout, 10.0) + RPC_MARGIN
+        # Mappings of the master's segments that large fetched values come back in
+        # (only on a local connection: the master decides), kept open between steps.
+        self._shared = SegmentMaps() if shm_available() else None
         try:
             ops = graph.get_operations()
             nodes = graph_to_nodes(ops)
@@ -153,7 +184,8 @@ class RemoteSession:
         if self._closed:
             raise errors.LabRuntimeError("Attempted to use a closed Session.")
         request = master_pb2.RunStepRequest(
-            session_handle=self.handle, fetches=fetch_names, targets=target_names, trace=trace)
+            session_handle=self.handle, fetches=fetch_names, targets=target_names, trace=trace,
+            shared_fetches=self._shared is not None)
         add_named_tensors(request.feeds, feeds)
         with self._lock:
             ops = self.graph.get_operations()
@@ -175,6 +207,8 @@ class RemoteSession:
         if reply.error.type:
             raise error_from_proto(reply.error)
         values = tensors_from_proto(reply.values)
+        if reply.shared_values:
+            values.update(self._take_all_shared(reply.shared_values))
         tr = None
         if trace:
             tr = build_trace(stats_from_proto(reply.stats), fetch_names, target_names,
@@ -182,12 +216,30 @@ class RemoteSession:
                               "config": self.config.to_dict(), "backend": "runtime"})
         return values, tr
 
+    def _take_all_shared(self, shared) -> dict:
+        """The values of ``RunStepResponse.shared_values``; every segment goes back to
+        the master, even when one of them fails its checks (the first error is raised)."""
+        if self._shared is None:
+            raise errors.LabRuntimeError("the master answered with shared-memory values, "
+                                         "which this client did not ask for")
+        values, first_error = {}, None
+        for value in shared:
+            try:
+                values[value.name] = take_shared(self._shared, value)
+            except CodecError as err:
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+        return values
+
     def close(self) -> None:
         """Close the session on the master (best effort) and the channel (idempotent)."""
         if self._closed:
             return
         self._closed = True
         self._steps.close()
+        if self._shared is not None:
+            self._shared.close()
         try:
             self._call("CloseSession", worker_pb2.CloseSessionRequest(session_handle=self.handle),
                        2.0)

@@ -185,8 +185,8 @@ class Server:
         handlers = {
             "Worker.RunGraph": lambda data: worker.RunGraph(
                 worker_pb2.RunGraphRequest.FromString(data), None).SerializeToString(),
-            "Master.RunStep": lambda data: master.RunStep(
-                master_pb2.RunStepRequest.FromString(data), None).SerializeToString(),
+            "Master.RunStep": lambda data: master.run_local_step(
+                master_pb2.RunStepRequest.FromString(data)).SerializeToString(),
         }
         try:
             self._local_calls = wire.LocalCallListener(self.address, handlers)

@@ -971,8 +971,17 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     def _stage_in_segment(self, dst_task: tuple[str, int], arr: np.ndarray):
         """A pooled segment holding a copy of ``arr`` when it goes to a same-host peer
         through shared memory, else None."""
-        if (self.shm_min_bytes is None or arr.nbytes < self.shm_min_bytes
-                or not self._same_host(dst_task)):
+        if not self._same_host(dst_task):
+            return None
+        return self.stage_shared(arr)
+
+    def stage_shared(self, arr: np.ndarray):
+        """A pooled segment holding a copy of ``arr`` (a wire array: contiguous, of a
+        whitelisted dtype) after :data:`SEGMENT_HEADER`, its flag set (held until the
+        receiver lets go), when ``arr`` is large enough to go through shared memory and
+        this server may use it; else None. Hand the segment to :meth:`SegmentPool.release`
+        once the reference is on its way."""
+        if self.shm_min_bytes is None or arr.nbytes < self.shm_min_bytes:
             return None
         segment = self.segments.acquire(arr.nbytes)
         target = np.frombuffer(segment.buf, np.uint8, count=arr.nbytes, offset=SEGMENT_HEADER)

@@ -27,7 +27,7 @@ from . import graph_pb2 as graph__pb2
 from . import worker_pb2 as worker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cmaster.proto\x12\rplacement_lab\x1a\x0ctensor.proto\x1a\x0bgraph.proto\x1a\x0cworker.proto\"S\n\x14\x43reateSessionRequest\x12&\n\x05graph\x18\x01 \x01(\x0b\x32\x17.placement_lab.GraphDef\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\"~\n\x15\x43reateSessionResponse\x12\x16\n\x0esession_handle\x18\x01 \x01(\t\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1a.placement_lab.ErrorStatus\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x14\n\x0c\x63luster_json\x18\x04 \x01(\t\"\xc4\x01\n\x0eRunStepRequest\x12\x16\n\x0esession_handle\x18\x01 \x01(\t\x12\x17\n\x0f\x62\x61se_node_count\x18\x02 \x01(\x03\x12%\n\x05nodes\x18\x03 \x03(\x0b\x32\x16.placement_lab.NodeDef\x12)\n\x05\x66\x65\x65\x64s\x18\x04 \x03(\x0b\x32\x1a.placement_lab.NamedTensor\x12\x0f\n\x07\x66\x65tches\x18\x05 \x03(\t\x12\x0f\n\x07targets\x18\x06 \x03(\t\x12\r\n\x05trace\x18\x07 \x01(\x08\"\xf2\x01\n\x0fRunStepResponse\x12*\n\x06values\x18\x01 \x03(\x0b\x32\x1a.placement_lab.NamedTensor\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1a.placement_lab.ErrorStatus\x12\x34\n\rnew_placement\x18\x03 \x03(\x0b\x32\x1d.placement_lab.PlacementEntry\x12\x15\n\rplacement_log\x18\x04 \x03(\t\x12\'\n\x05stats\x18\x05 \x01(\x0b\x32\x18.placement_lab.StepStats\x12\x12\n\nnode_count\x18\x06 \x01(\x03\"\x14\n\x12ListDevicesRequest\"]\n\x13ListDevicesResponse\x12\x30\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x1f.placement_lab.DeviceAttributes\x12\x14\n\x0c\x63luster_json\x18\x02 \x01(\t2\xea\x03\n\x06Master\x12Z\n\rCreateSession\x12#.placement_lab.CreateSessionRequest\x1a$.placement_lab.CreateSessionResponse\x12H\n\x07RunStep\x12\x1d.placement_lab.RunStepRequest\x1a\x1e.placement_lab.RunStepResponse\x12M\n\x08RunSteps\x12\x1d.placement_lab.RunStepRequest\x1a\x1e.placement_lab.RunStepResponse(\x01\x30\x01\x12W\n\x0c\x43loseSession\x12\".placement_lab.CloseSessionRequest\x1a#.placement_lab.CloseSessionResponse\x12T\n\x0bListDevices\x12!.placement_lab.ListDevicesRequest\x1a\".placement_lab.ListDevicesResponse\x12<\n\x04Ping\x12\x1a.placement_lab.PingRequest\x1a\x18.placement_lab.PingReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cmaster.proto\x12\rplacement_lab\x1a\x0ctensor.proto\x1a\x0bgraph.proto\x1a\x0cworker.proto\"S\n\x14\x43reateSessionRequest\x12&\n\x05graph\x18\x01 \x01(\x0b\x32\x17.placement_lab.GraphDef\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\"~\n\x15\x43reateSessionResponse\x12\x16\n\x0esession_handle\x18\x01 \x01(\t\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1a.placement_lab.ErrorStatus\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x14\n\x0c\x63luster_json\x18\x04 \x01(\t\"\xdc\x01\n\x0eRunStepRequest\x12\x16\n\x0esession_handle\x18\x01 \x01(\t\x12\x17\n\x0f\x62\x61se_node_count\x18\x02 \x01(\x03\x12%\n\x05nodes\x18\x03 \x03(\x0b\x32\x16.placement_lab.NodeDef\x12)\n\x05\x66\x65\x65\x64s\x18\x04 \x03(\x0b\x32\x1a.placement_lab.NamedTensor\x12\x0f\n\x07\x66\x65tches\x18\x05 \x03(\t\x12\x0f\n\x07targets\x18\x06 \x03(\t\x12\r\n\x05trace\x18\x07 \x01(\x08\x12\x16\n\x0eshared_fetches\x18\x08 \x01(\x08\"i\n\x0cSharedTensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x04meta\x18\x02 \x01(\x0b\x32\x19.placement_lab.TensorMeta\x12\"\n\x03shm\x18\x03 \x01(\x0b\x32\x15.placement_lab.ShmRef\"\xa6\x02\n\x0fRunStepResponse\x12*\n\x06values\x18\x01 \x03(\x0b\x32\x1a.placement_lab.NamedTensor\x12)\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1a.placement_lab.ErrorStatus\x12\x34\n\rnew_placement\x18\x03 \x03(\x0b\x32\x1d.placement_lab.PlacementEntry\x12\x15\n\rplacement_log\x18\x04 \x03(\t\x12\'\n\x05stats\x18\x05 \x01(\x0b\x32\x18.placement_lab.StepStats\x12\x12\n\nnode_count\x18\x06 \x01(\x03\x12\x32\n\rshared_values\x18\x07 \x03(\x0b\x32\x1b.placement_lab.SharedTensor\"\x14\n\x12ListDevicesRequest\"]\n\x13ListDevicesResponse\x12\x30\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x1f.placement_lab.DeviceAttributes\x12\x14\n\x0c\x63luster_json\x18\x02 \x01(\t2\xea\x03\n\x06Master\x12Z\n\rCreateSession\x12#.placement_lab.CreateSessionRequest\x1a$.placement_lab.CreateSessionResponse\x12H\n\x07RunStep\x12\x1d.placement_lab.RunStepRequest\x1a\x1e.placement_lab.RunStepResponse\x12M\n\x08RunSteps\x12\x1d.placement_lab.RunStepRequest\x1a\x1e.placement_lab.RunStepResponse(\x01\x30\x01\x12W\n\x0c\x43loseSession\x12\".placement_lab.CloseSessionRequest\x1a#.placement_lab.CloseSessionResponse\x12T\n\x0bListDevices\x12!.placement_lab.ListDevicesRequest\x1a\".placement_lab.ListDevicesResponse\x12<\n\x04Ping\x12\x1a.placement_lab.PingRequest\x1a\x18.placement_lab.PingReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,13 +39,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATESESSIONRESPONSE']._serialized_start=157
   _globals['_CREATESESSIONRESPONSE']._serialized_end=283
   _globals['_RUNSTEPREQUEST']._serialized_start=286
-  _globals['_RUNSTEPREQUEST']._serialized_end=482
-  _globals['_RUNSTEPRESPONSE']._serialized_start=485
-  _globals['_RUNSTEPRESPONSE']._serialized_end=727
-  _globals['_LISTDEVICESREQUEST']._serialized_start=729
-  _globals['_LISTDEVICESREQUEST']._serialized_end=749
-  _globals['_LISTDEVICESRESPONSE']._serialized_start=751
-  _globals['_LISTDEVICESRESPONSE']._serialized_end=844
-  _globals['_MASTER']._serialized_start=847
-  _globals['_MASTER']._serialized_end=1337
+  _globals['_RUNSTEPREQUEST']._serialized_end=506
+  _globals['_SHAREDTENSOR']._serialized_start=508
+  _globals['_SHAREDTENSOR']._serialized_end=613
+  _globals['_RUNSTEPRESPONSE']._serialized_start=616
+  _globals['_RUNSTEPRESPONSE']._serialized_end=910
+  _globals['_LISTDEVICESREQUEST']._serialized_start=912
+  _globals['_LISTDEVICESREQUEST']._serialized_end=932
+  _globals['_LISTDEVICESRESPONSE']._serialized_start=934
+  _globals['_LISTDEVICESRESPONSE']._serialized_end=1027
+  _globals['_MASTER']._serialized_start=1030
+  _globals['_MASTER']._serialized_end=1520
 # @@protoc_insertion_point(module_scope)

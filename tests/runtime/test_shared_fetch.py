@@ -1,0 +1,142 @@
+"""Large fetched values to a client on the master's host come back through the master's
+pooled shared-memory segments (RunStepRequest.shared_fetches, honoured on a local
+connection only); the client copies them out and hands each segment back."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import core as tf
+from runtime import remote
+from runtime.graph_codec import CodecError
+from runtime.launcher import free_ports
+from runtime.protos import master_pb2, tensor_pb2
+from runtime.server import Server
+from runtime.session import Session
+from runtime.shm import list_segments, shm_available
+from runtime.worker import POOL_PREFIX, SEGMENT_HEADER, SegmentMaps, SegmentPool
+
+pytestmark = pytest.mark.skipif(not shm_available(), reason="no /dev/shm on this host")
+
+ROWS = 512  # 512 x 512 float32: 1 MiB, above the servers' shared-memory threshold
+
+
+def _server(**kwargs) -> Server:
+    (port,) = free_ports(1)
+    return Server({"worker": [f"127.0.0.1:{port}"]}, "worker", 0, **kwargs)
+
+
+def _graph():
+    g = tf.Graph()
+    with g.as_default():
+        v = tf.Variable(np.zeros((ROWS, ROWS), np.float32), name="v")
+        big = tf.relu(v + 1.0, name="big")
+        small = tf.reduce_sum(big, name="small")
+    return g, v, big, small
+
+
+def _spy_take_shared(monkeypatch) -> list:
+    taken = []
+    take = remote.take_shared
+    monkeypatch.setattr(remote, "take_shared",
+                        lambda maps, value: (taken.append(value.name), take(maps, value))[1])
+    return taken
+
+
+def _my_pool_segments() -> list[str]:
+    return list_segments(f"{POOL_PREFIX}{os.getpid()}_")
+
+
+def test_a_large_fetch_comes_through_a_reused_segment_and_is_the_callers_copy(monkeypatch):
+    taken = _spy_take_shared(monkeypatch)
+    server = _server()
+    try:
+        g, v, big, small = _graph()
+        with Session(server.target, graph=g) as sess:
+            sess.run(v.initializer)
+            first, total = sess.run([big, small])
+            assert taken == ["big:0"]  # the small one came inline
+            np.testing.assert_array_equal(first, np.ones((ROWS, ROWS), np.float32))
+            assert total == ROWS * ROWS
+            assert first.flags.writeable and first.flags.owndata
+            sess.run(v.assign(np.full((ROWS, ROWS), 2.0, np.float32)).op)
+            for _ in range(5):
+                later = sess.run(big)
+                np.testing.assert_array_equal(later, np.full((ROWS, ROWS), 3.0, np.float32))
+            # The first result is a copy: later steps reusing the segment left it alone.
+            np.testing.assert_array_equal(first, np.ones((ROWS, ROWS), np.float32))
+            # Each step handed the segment back, so the master kept reusing one.
+            assert taken.count("big:0") == 6
+            assert len(_my_pool_segments()) == 1
+    finally:
+        server.stop()
+    assert _my_pool_segments() == []
+
+
+def test_by_grpc_only_large_fetches_come_inline(monkeypatch):
+    taken = _spy_take_shared(monkeypatch)
+    server = _server(local_sockets=False)
+    try:
+        g, v, big, _ = _graph()
+        with Session(server.target, graph=g) as sess:
+            sess.run(v.initializer)
+            np.testing.assert_array_equal(sess.run(big), np.ones((ROWS, ROWS), np.float32))
+    finally:
+        server.stop()
+    assert taken == []
+
+
+def test_a_server_without_shared_memory_answers_inline(monkeypatch):
+    taken = _spy_take_shared(monkeypatch)
+    server = _server(shm_min_bytes=None)
+    try:
+        g, v, big, _ = _graph()
+        with Session(server.target, graph=g) as sess:
+            sess.run(v.initializer)
+            np.testing.assert_array_equal(sess.run(big), np.ones((ROWS, ROWS), np.float32))
+    finally:
+        server.stop()
+    assert taken == []
+
+
+def test_a_failed_answer_frees_the_segments_it_had_filled():
+    server = _server()
+    try:
+        response = master_pb2.RunStepResponse()
+        values = {"big:0": np.ones(1 << 18, np.float32), "bad:0": np.array(["text"])}
+        with pytest.raises(CodecError):
+            server.master._add_values(response, values, shared=True)
+        (name,) = _my_pool_segments()
+        with open(f"/dev/shm/{name}", "rb") as f:
+            assert f.read(1) == b"\0"  # not held for a client that will never read it
+    finally:
+        server.stop()
+
+
+def _shared_tensor(segment, arr: np.ndarray, **meta) -> master_pb2.SharedTensor:
+    fields = {"dtype": "float32", "shape": arr.shape, "nbytes": arr.nbytes, **meta}
+    return master_pb2.SharedTensor(
+        name="x:0", meta=tensor_pb2.TensorMeta(**fields),
+        shm=tensor_pb2.ShmRef(name=segment.name, offset=SEGMENT_HEADER, nbytes=arr.nbytes))
+
+
+def test_take_shared_checks_the_value_and_always_hands_the_segment_back():
+    pool, maps = SegmentPool(), SegmentMaps()
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    try:
+        segment = pool.acquire(arr.nbytes)
+        segment.buf[SEGMENT_HEADER:SEGMENT_HEADER + arr.nbytes] = arr.tobytes()
+        segment.buf[0] = 1
+        got = remote.take_shared(maps, _shared_tensor(segment, arr))
+        np.testing.assert_array_equal(got, arr)
+        assert segment.buf[0] == 0
+        segment.buf[0] = 1
+        with pytest.raises(CodecError, match="nbytes"):
+            remote.take_shared(maps, _shared_tensor(segment, arr, shape=(4, 4)))
+        assert segment.buf[0] == 0
+    finally:
+        maps.close()
+        pool.close()
