@@ -59,6 +59,7 @@ True
 from __future__ import annotations
 
 import os
+import statistics
 from dataclasses import replace
 from time import perf_counter
 from typing import Iterable
@@ -377,7 +378,7 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
 
 def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
                              sizes=(4, 64 << 10, 1 << 20, 4 << 20), repeats: int = 9,
-                             crossings: int = 32) -> tuple[float, float, dict]:
+                             crossings: int = 32, rounds: int = 3) -> tuple[float, float, dict]:
     """``(latency s, bandwidth bytes/s, samples)`` of tensors crossing from task ``src``
     to the master's task on one host (stream, local socket or shared memory, as the
     runtime chooses).
@@ -390,7 +391,11 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
     ``sizes``, ``samples`` holds the same difference for one tensor of that size; the
     bandwidth is the slope between the smallest and the largest (the runtime switches
     paths in between, so the middle sizes would bend a least-squares line).  Both steps
-    of a pair involve the same tasks (a tiny op on ``src`` in the local one)."""
+    of a pair involve the same tasks (a tiny op on ``src`` in the local one).  Each
+    difference is the median over ``rounds`` pairs: one pair's fastest steps can still
+    both fall in a burst of other load (on this shared machine one calibration in four
+    put the latency at 1.6x the others', and a prediction of a placement with 350
+    crossings moved with it)."""
     import core as tf
     src, master = tuple(src), tuple(master)
 
@@ -426,9 +431,12 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
         return make
 
     def added(make_crossed, make_local, count=1):
-        crossed = _step_time(local_cluster, make_crossed, master, repeats)
-        local = _step_time(local_cluster, make_local, master, repeats)
-        return (crossed - local) / count
+        diffs = []
+        for _ in range(max(1, rounds)):
+            crossed = _step_time(local_cluster, make_crossed, master, repeats)
+            local = _step_time(local_cluster, make_local, master, repeats)
+            diffs.append((crossed - local) / count)
+        return statistics.median(diffs)
 
     samples = {n: added(build(n, True), build(n, False)) for n in sizes}
     latency = max(added(chain(True), chain(False), crossings), 1e-6)
@@ -479,7 +487,7 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     x_samples: dict = {}
     if src is not None:
         latency, bandwidth, x_samples = measure_process_transfer(
-            local_cluster, src, master, sizes, repeats)
+            local_cluster, src, master, sizes, repeats, rounds=1 if quick else 3)
     dispatch = measure_dispatch_overhead(local_cluster, master,
                                          (1, 50) if quick else (1, 100, 300), repeats)
     tasks = [replace(t, step_overhead=step, part_overhead=part) for t in cluster.tasks]
