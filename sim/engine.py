@@ -64,7 +64,7 @@ from simpy.events import NORMAL
 
 from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
-from core.dataflow import StepPlan
+from core.dataflow import StepPlan, unique_below
 from core.graph import Tensor
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
@@ -298,7 +298,7 @@ class _Simulation:
         # Routes per distinct (source, destination) pair, in transfer order (numpy finds
         # the pairs; cluster.route is called once per pair).
         pair_key = plan.array("transfer_src") * n_dev + plan.array("transfer_dst")
-        keys, first, pair_of = np.unique(pair_key, return_index=True, return_inverse=True)
+        keys, first, pair_of = unique_below(pair_key, n_dev * n_dev)
         routes: dict[tuple[int, int], tuple] = {}       # (src, dst) -> links
         route_ids: list[tuple[int, ...]] = [()] * len(keys)  # pair -> link indices
         link_index: dict[str, int] = {}
