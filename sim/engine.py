@@ -402,8 +402,7 @@ class _Simulation:
         self.op_end = op_end = [None] * n
         self.op_thread = op_thread = [0] * n
         self.op_cores = op_cores = [0] * n
-        self.x_start = x_start = [None] * m
-        self.x_end = x_end = [None] * m
+        self.x_start = x_start = [None] * m  # (a transfer's end is worked out: _TraceColumns)
         # Ends and allocations in the order they happen, for the memory records
         # (sim.memory.memory_records): an int append each, where a record was a tuple.
         self.log = log = []
@@ -431,6 +430,11 @@ class _Simulation:
         release_ptr, releases = plan.csr_op_releases if track else (None, None)
         send_ptr, sends = plan.csr_op_sends
         consumer_ptr, consumers = plan.csr_transfer_consumers
+        # Most transfers have one consumer: that one per transfer (-1: several, read
+        # from the flat lists), so transfer_done slices nothing for them.
+        ptr, flat = plan.array("csr_transfer_consumers")
+        sole_consumer = (np.where(np.diff(ptr) == 1, flat[np.minimum(ptr[:-1], len(flat) - 1)], -1)
+                         .tolist() if m else [])
         op_device = plan.op_device
         transfer_dst = plan.transfer_dst if track or self.config.serial_dispatch else None
         transfer_src = plan.transfer_src if self.config.serial_dispatch else None
@@ -754,7 +758,6 @@ class _Simulation:
 
         def transfer_done(event):
             k = event._value
-            x_end[k] = env._now
             if serial:  # the receiver's dispatcher takes it in
                 now, t = env._now, task_of[transfer_dst[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
@@ -768,11 +771,18 @@ class _Simulation:
                 refs[t] = left
                 if not left:
                     in_use[buffer_device[t]] -= buffer_bytes[t]
-            for j in consumers[consumer_ptr[k]:consumer_ptr[k + 1]]:
+            j = sole_consumer[k]
+            if j >= 0:
                 left = pending[j] - 1
                 pending[j] = left
                 if not left:
                     ready(j)
+            else:
+                for j in consumers[consumer_ptr[k]:consumer_ptr[k + 1]]:
+                    left = pending[j] - 1
+                    pending[j] = left
+                    if not left:
+                        ready(j)
             if static:
                 j = next_first[k]
                 if j >= 0:
@@ -872,7 +882,7 @@ class _Simulation:
                     begin_on_device(ops)
             env.run()
         except OutOfMemory as e:
-            e.trace = self._trace()
+            e.trace = self._trace(stopped=True)
             raise
         if len(log) != complete_log:
             raise SimulationStalled([plan.op_names[i] for i in range(n) if op_end[i] is None])
@@ -888,19 +898,33 @@ class _Simulation:
             raise OutOfMemory(event.op, event.device, nbytes, event.capacity, event.in_use, now,
                               event.tensor)
 
+    def _transfer_ends_so_far(self) -> list:
+        """Each transfer's end (None: not ended) in a run that stopped early: those
+        whose end the log notes."""
+        n, m = self.plan.n_ops, self.plan.n_transfers
+        x_end = [None] * m
+        for code in self.log:
+            if n <= code < n + m:
+                k = code - n
+                x_end[k] = self.x_start[k] + self.transfer_durations[k]
+        return x_end
+
     # -- the trace ----------------------------------------------------------------------------------
-    def _trace(self) -> Trace:
+    def _trace(self, stopped: bool = False) -> Trace:
         """The trace, its records made on first access (:meth:`Trace.lazy`) from the
-        columns the run filled."""
+        columns the run filled.  ``stopped``: the run stopped before its end (out of
+        memory), with transfers still under way."""
         plan, names = self.plan, self.device_names
         fetch_end = {}
         for op in self.fetch_ops:
             i = plan.op_index[op.name]
             if self.op_end[i] is not None:
                 fetch_end[op.name] = self.op_end[i]
+        x_end = self._transfer_ends_so_far() if stopped else None
         records = _TraceColumns(plan, names, self.link_names, self.route_ids, self.pair_of,
                                 self.op_start, self.op_end, self.op_thread, self.op_cores,
-                                self.x_start, self.x_end, self.log, self.op_alloc_array)
+                                self.x_start, self.transfer_durations, x_end, self.log,
+                                self.op_alloc_array)
         return Trace.lazy({"ops": _without_gc(records.ops),
                            "transfers": _without_gc(records.transfers),
                            "memory": _without_gc(records.memory)},
@@ -916,12 +940,22 @@ class _TraceColumns:
     what the records need (not the simulation), so a kept trace keeps little alive."""
 
     def __init__(self, plan, device_names, link_names, route_ids, pair_of, op_start, op_end,
-                 op_thread, op_cores, x_start, x_end, log, op_alloc):
+                 op_thread, op_cores, x_start, x_time, x_end, log, op_alloc):
         self.plan, self.log, self.op_alloc = plan, log, op_alloc  # (columns read when needed)
         self.device_names, self.link_names = device_names, link_names
         self.route_ids, self.pair_of = route_ids, pair_of
         self.op_start, self.op_end, self.op_thread, self.op_cores = op_start, op_end, op_thread, op_cores
-        self.x_start, self.x_end = x_start, x_end
+        self.x_start, self.x_time, self._x_end = x_start, x_time, x_end
+
+    @property
+    def x_end(self) -> list:
+        """Each transfer's end (None: never started), made on first use: its start
+        plus its time, the very sum its end event was scheduled at (so the run stores
+        no end per transfer).  A run that stopped early passes its own list."""
+        if self._x_end is None:
+            self._x_end = [None if start is None else start + time
+                           for start, time in zip(self.x_start, self.x_time)]
+        return self._x_end
 
     def ops(self) -> list:
         make = tuple.__new__  # a record straight from its fields (no per-record Python call)
