@@ -405,8 +405,9 @@ class _Simulation:
         self.x_start = x_start = [None] * m  # (a transfer's end is worked out: _TraceColumns)
         # Ends and allocations in the order they happen, for the memory records
         # (sim.memory.memory_records): an int append each, where a record was a tuple.
+        # (Called as log.append: the interpreter specializes that call, not one of the
+        # bound method kept in a variable, ~1% of the run.)
         self.log = log = []
-        note = log.append
         self.oom_events = []
         self.in_use = in_use = [0] * len(self.devices)
         track = self.track_memory  # else no allocation can exceed its device's capacity
@@ -538,7 +539,7 @@ class _Simulation:
                     if use > capacity[d]:
                         out_of_memory(d, nbytes, i, None)
                     in_use[d] = use
-                note(code)
+                log.append(code)
             event = _End()
             event.callbacks, event._value = op_ended, i
             heappush(queue, (now + duration, NORMAL, next_id(), event))
@@ -610,7 +611,7 @@ class _Simulation:
         def op_done(event):
             i = event._value
             op_end[i] = env._now
-            note(i)
+            log.append(i)
             # StepState.op_finished: the buffers it read and its unread outputs let go
             # of (ascending), then freed resources are handed out, then the successors
             # that became ready queue (ascending), then its sends go.
@@ -750,7 +751,7 @@ class _Simulation:
                         t = transfer_tensor[k]
                         out_of_memory(d, nbytes, tensor_op[t], t)
                     in_use[d] = use
-                note(code)
+                log.append(code)
             x_start[k] = now
             event = _End()
             event.callbacks, event._value = transfer_ended, k
@@ -762,7 +763,7 @@ class _Simulation:
                 now, t = env._now, task_of[transfer_dst[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + transfer_cpu[k]
-            note(n + k)
+            log.append(n + k)
             # StepState.transfer_done: the source buffer's reference, consumers' counts
             # (the buffer is freed before any consumer starts, as StepState reports it).
             if track:
@@ -863,7 +864,7 @@ class _Simulation:
                         if use > capacity[d]:
                             out_of_memory(d, nbytes, tensor_op[b], None)
                         in_use[d] = use
-                    note(~(n_made + b))
+                    log.append(~(n_made + b))
             # A step that ran to its end notes each op's and transfer's end and each
             # allocation once (an op's or a received copy's with bytes): so the log's
             # length tells whether it stalled (a scan of op_end for None, comparing
