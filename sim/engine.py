@@ -430,12 +430,7 @@ class _Simulation:
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
         release_ptr, releases = plan.csr_op_releases if track else (None, None)
         send_ptr, sends = plan.csr_op_sends
-        consumer_ptr, consumers = plan.csr_transfer_consumers
-        # Most transfers have one consumer: that one per transfer (-1: several, read
-        # from the flat lists), so transfer_done slices nothing for them.
-        ptr, flat = plan.array("csr_transfer_consumers")
-        sole_consumer = (np.where(np.diff(ptr) == 1, flat[np.minimum(ptr[:-1], len(flat) - 1)], -1)
-                         .tolist() if m else [])
+        sole_consumer, consumer_ptr, consumers = _consumers(plan)
         op_device = plan.op_device
         transfer_dst = plan.transfer_dst if track or self.config.serial_dispatch else None
         transfer_src = plan.transfer_src if self.config.serial_dispatch else None
@@ -772,14 +767,15 @@ class _Simulation:
                 refs[t] = left
                 if not left:
                     in_use[buffer_device[t]] -= buffer_bytes[t]
-            j = sole_consumer[k]
+            j = sole_consumer[k]  # (see _consumers)
             if j >= 0:
                 left = pending[j] - 1
                 pending[j] = left
                 if not left:
                     ready(j)
             else:
-                for j in consumers[consumer_ptr[k]:consumer_ptr[k + 1]]:
+                p = ~j
+                for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
                     left = pending[j] - 1
                     pending[j] = left
                     if not left:
@@ -1011,6 +1007,25 @@ def _without_gc(make):
             if collecting:
                 gc.enable()
     return made
+
+
+def _consumers(plan) -> tuple[list, list, list]:
+    """The ops each transfer counts down at its end, as the run reads them: per
+    transfer, its consumer when it has one only (most transfers: no slice to make), else
+    ``~p``, where ``flat[ptr[p]:ptr[p + 1]]`` lists its consumers; returns ``(per
+    transfer, ptr, flat)``.  (Lists of only the transfers with several consumers: the
+    plan's flat form as lists was ~300k ints to make at 100k ops.)"""
+    ptr, flat = plan.array("csr_transfer_consumers")
+    count = np.diff(ptr)
+    several = np.flatnonzero(count != 1)
+    code = flat[np.minimum(ptr[:-1], len(flat) - 1)] if len(flat) else np.zeros(len(count), np.int64)
+    code[several] = ~np.arange(len(several))
+    lengths = count[several]
+    more_ptr = np.zeros(len(several) + 1, np.int64)
+    np.cumsum(lengths, out=more_ptr[1:])
+    # (the positions of their consumers in the plan's flat form, range by range)
+    at = np.repeat(ptr[several] - more_ptr[:-1], lengths) + np.arange(int(more_ptr[-1]))
+    return code.tolist(), more_ptr.tolist(), flat[at].tolist()
 
 
 def _tensor_bytes_of(cost_model: CostModel):
