@@ -248,7 +248,7 @@ class _OpArrays:
             self.n_ctrl, self.ctrl_op = np.zeros(n, np.int64), np.zeros(0, np.int64)
         type_id = self.type_ids
         persistent, aliasing = np.zeros(n, bool), np.zeros(n, bool)
-        for i in unique(type_id).tolist():  # the op table is read once per type
+        for i in first_positions(type_id).tolist():  # the op table is read once per type
             op_def = get_op_def(types[i])
             persistent[i], aliasing[i] = op_def.persistent, bool(op_def.ref_inputs)
         self.persistent, self.aliasing = persistent[type_id], aliasing[type_id]
@@ -357,6 +357,54 @@ def unique(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def unique_below(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_index=True, return_inverse=True)`` for integer keys in
+    ``0..size-1``: by tables over that range instead of a sort, when the range is no
+    longer than the keys (such as device pairs of 100k transfers: ~6 times fewer
+    instructions than ``np.unique``'s stable argsort); by ``np.unique`` otherwise.
+
+    >>> [a.tolist() for a in unique_below(np.array([5, 2, 5, 0]), 6)]
+    [[0, 2, 5], [3, 1, 0], [2, 1, 2, 0]]
+    """
+    m = len(keys)
+    if size > max(m, 1024):
+        distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        return distinct, first, inverse.reshape(-1)
+    present = np.zeros(size, bool)
+    present[keys] = True
+    distinct = np.flatnonzero(present)
+    inverse = (np.cumsum(present) - 1)[keys]
+    first = np.full(len(distinct), m, np.int64)
+    np.minimum.at(first, inverse, np.arange(m))
+    return distinct, first, inverse
+
+
+def first_positions(first: np.ndarray) -> np.ndarray:
+    """The distinct values of ``first``, ascending, where ``first[i]`` is the first
+    position of the group ``i`` belongs to (as an op's ``type_ids``): the positions
+    that are their own first, found without a sort.
+
+    >>> first_positions(np.array([0, 1, 0, 3, 1])).tolist()
+    [0, 1, 3]
+    """
+    return np.flatnonzero(first == np.arange(len(first)))
+
+
+def order_of_distinct(values: np.ndarray) -> np.ndarray:
+    """``np.argsort(values)`` for distinct non-negative integers (positions, such as
+    ``np.unique``'s first indices): by a table over ``0..max`` instead of a sort (a
+    stable argsort of 100k shuffled int64 is a timsort, ~10 times the cost).
+
+    >>> order_of_distinct(np.array([7, 0, 3])).tolist()
+    [1, 2, 0]
+    """
+    if not len(values):
+        return np.zeros(0, np.int64)
+    table = np.full(int(values.max()) + 1, -1, np.int64)
+    table[values] = np.arange(len(values))
+    return table[table >= 0]
+
+
 def dense_ids(ids: np.ndarray) -> np.ndarray:
     """``ids`` (non-negative integers, such as :func:`first_ids`) renumbered ``0, 1,
     ...`` in ascending order: ``np.unique(ids, return_inverse=True)[1]``, by a table
@@ -434,12 +482,13 @@ class _FromArray:
 # lists only on first use.
 _KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                 "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "op_device",
+                "csr_transfer_consumers", "csr_op_succ",
                 "tensor_base", "tensor_op", "tensor_bytes", "tensor_spec", "transfer_tensor",
                 "transfer_dst", "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs",
                 "csr_op_releases", "initial_pending")
 _ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs",
-               "csr_op_releases", "initial_pending", "tensor_spec",
+               "csr_op_releases", "csr_transfer_consumers", "initial_pending", "tensor_spec",
                "tensor_base", "tensor_op", "tensor_bytes", "transfer_tensor", "transfer_dst",
                "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs")
 
@@ -504,6 +553,7 @@ class StepPlan:
     csr_op_inputs = _FromArray()
     csr_op_dead_outputs = _FromArray()
     csr_op_releases = _FromArray()
+    csr_transfer_consumers = _FromArray()
     initial_pending = _FromArray()
     tensor_spec = _FromArray()
     tensor_base = _FromArray()
@@ -598,7 +648,7 @@ class StepPlan:
         # is found first.
         x_key = tid[cross] * n_dev + dev[cons[cross]]
         keys, first, edge_transfer = np.unique(x_key, return_index=True, return_inverse=True)
-        found = np.argsort(first, kind="stable")
+        found = order_of_distinct(first)
         number = np.empty_like(found)
         number[found] = np.arange(len(found))
         edge_transfer = number[edge_transfer.reshape(-1)]   # transfer of each crossing edge

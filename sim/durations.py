@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from core.costs import CostModel, StaticCostModel
-from core.dataflow import dense_ids, unique
+from core.dataflow import dense_ids, first_positions, unique_below
 from core.ops import get_op_def
 from sim.errors import InvalidCost
 
@@ -58,7 +58,7 @@ def op_durations(plan, devices, cost_model: CostModel) -> list[float]:
     # an invalid time is the one named).
     same = _same_signature(plan)
     times = np.zeros(plan.n_ops)
-    for i in unique(same).tolist():
+    for i in first_positions(same).tolist():
         times[i] = _checked(ops[i], devices[op_device[i]], op_time)
     return times[same].tolist()
 
@@ -115,15 +115,16 @@ def _checked(op, device, op_time) -> float:
     return float(t)
 
 
-def multithreaded(plan, devices) -> list[bool]:
+def multithreaded(plan, devices) -> np.ndarray:
     """Whether each op's kernel spreads over its device's host cores (a multithreaded
-    kernel on a CPU device with more than one intra-op thread)."""
+    kernel on a CPU device with more than one intra-op thread), as a bool array."""
     spread = np.array([dev.is_cpu and dev.intra_op_threads > 1 for dev in devices], dtype=bool)
     first = plan.op_type_ids  # the table is read once per op type
     kernel = np.zeros(plan.n_ops, bool)
-    for i in unique(first).tolist():
+    for i in first_positions(first).tolist():
         kernel[i] = get_op_def(plan.op_types[i]).multithreaded
-    return (kernel[first] & spread[plan.array("op_device")]).tolist()
+    return kernel[first] & spread[plan.array("op_device")]
+
 
 
 def transfer_durations(plan, routes: dict, cost_model: CostModel) -> list[float]:
@@ -137,8 +138,8 @@ def transfer_durations(plan, routes: dict, cost_model: CostModel) -> list[float]
     n_dev = len(plan.devices)
     # Distinct (route, bytes): compute each once.
     sizes, size_id = np.unique(nbytes, return_inverse=True)
-    cases, first, which = np.unique((src * n_dev + dst) * len(sizes) + size_id.reshape(-1),
-                                    return_index=True, return_inverse=True)
+    cases, first, which = unique_below((src * n_dev + dst) * len(sizes) + size_id.reshape(-1),
+                                       n_dev * n_dev * len(sizes))
     times = [0.0] * len(cases)
     for c in np.argsort(first, kind="stable"):  # transfer order: the first bad one is named
         pair, size = divmod(int(cases[c]), len(sizes))
@@ -149,4 +150,4 @@ def transfer_durations(plan, routes: dict, cost_model: CostModel) -> list[float]
             raise InvalidCost(plan.tensor_name(plan.transfer_tensor[k]),
                               plan.devices[plan.transfer_dst[k]], t)
         times[c] = t
-    return np.asarray(times)[which.reshape(-1)].tolist()
+    return np.asarray(times)[which].tolist()

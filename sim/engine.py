@@ -65,7 +65,7 @@ from simpy.events import NORMAL
 
 from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
-from core.dataflow import StepPlan
+from core.dataflow import StepPlan, unique_below
 from core.graph import Tensor
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
@@ -299,7 +299,7 @@ class _Simulation:
         # Routes per distinct (source, destination) pair, in transfer order (numpy finds
         # the pairs; cluster.route is called once per pair).
         pair_key = plan.array("transfer_src") * n_dev + plan.array("transfer_dst")
-        keys, first, pair_of = np.unique(pair_key, return_index=True, return_inverse=True)
+        keys, first, pair_of = unique_below(pair_key, n_dev * n_dev)
         routes: dict[tuple[int, int], tuple] = {}       # (src, dst) -> links
         route_ids: list[tuple[int, ...]] = [()] * len(keys)  # pair -> link indices
         link_index: dict[str, int] = {}
@@ -403,12 +403,12 @@ class _Simulation:
         self.op_end = op_end = [None] * n
         self.op_thread = op_thread = [0] * n
         self.op_cores = op_cores = [0] * n
-        self.x_start = x_start = [None] * m
-        self.x_end = x_end = [None] * m
+        self.x_start = x_start = [None] * m  # (a transfer's end is worked out: _TraceColumns)
         # Ends and allocations in the order they happen, for the memory records
         # (sim.memory.memory_records): an int append each, where a record was a tuple.
+        # (Called as log.append: the interpreter specializes that call, not one of the
+        # bound method kept in a variable, ~1% of the run.)
         self.log = log = []
-        note = log.append
         self.oom_events = []
         self.in_use = in_use = [0] * len(self.devices)
         track = self.track_memory  # else no allocation can exceed its device's capacity
@@ -431,7 +431,7 @@ class _Simulation:
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
         release_ptr, releases = plan.csr_op_releases if track else (None, None)
         send_ptr, sends = plan.csr_op_sends
-        consumer_ptr, consumers = plan.csr_transfer_consumers
+        sole_consumer, consumer_ptr, consumers = _consumers(plan)
         op_device = plan.op_device
         transfer_dst = plan.transfer_dst if track or self.config.serial_dispatch else None
         transfer_src = plan.transfer_src if self.config.serial_dispatch else None
@@ -535,7 +535,7 @@ class _Simulation:
                     if use > capacity[d]:
                         out_of_memory(d, nbytes, i, None)
                     in_use[d] = use
-                note(code)
+                log.append(code)
             event = _End()
             event.callbacks, event._value = op_ended, i
             heappush(queue, (now + duration, NORMAL, next_id(), event))
@@ -607,7 +607,7 @@ class _Simulation:
         def op_done(event):
             i = event._value
             op_end[i] = env._now
-            note(i)
+            log.append(i)
             # StepState.op_finished: the buffers it read and its unread outputs let go
             # of (ascending), then freed resources are handed out, then the successors
             # that became ready queue (ascending), then its sends go.
@@ -747,7 +747,7 @@ class _Simulation:
                         t = transfer_tensor[k]
                         out_of_memory(d, nbytes, tensor_op[t], t)
                     in_use[d] = use
-                note(code)
+                log.append(code)
             x_start[k] = now
             event = _End()
             event.callbacks, event._value = transfer_ended, k
@@ -755,13 +755,12 @@ class _Simulation:
 
         def transfer_done(event):
             k = event._value
-            x_end[k] = env._now
             if serial:  # the receiver's dispatcher took it in: the crossing's last half
                 # (or later, when the dispatcher was busy then)
                 half, t = transfer_cpu[k], task_of[transfer_dst[k]]
                 begin = env._now - half
                 dispatch_free[t] = (dispatch_free[t] if dispatch_free[t] > begin else begin) + half
-            note(n + k)
+            log.append(n + k)
             # StepState.transfer_done: the source buffer's reference, consumers' counts
             # (the buffer is freed before any consumer starts, as StepState reports it).
             if track:
@@ -770,11 +769,19 @@ class _Simulation:
                 refs[t] = left
                 if not left:
                     in_use[buffer_device[t]] -= buffer_bytes[t]
-            for j in consumers[consumer_ptr[k]:consumer_ptr[k + 1]]:
+            j = sole_consumer[k]  # (see _consumers)
+            if j >= 0:
                 left = pending[j] - 1
                 pending[j] = left
                 if not left:
                     ready(j)
+            else:
+                p = ~j
+                for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
+                    left = pending[j] - 1
+                    pending[j] = left
+                    if not left:
+                        ready(j)
             if static:
                 j = next_first[k]
                 if j >= 0:
@@ -855,7 +862,7 @@ class _Simulation:
                         if use > capacity[d]:
                             out_of_memory(d, nbytes, tensor_op[b], None)
                         in_use[d] = use
-                    note(~(n_made + b))
+                    log.append(~(n_made + b))
             # A step that ran to its end notes each op's and transfer's end and each
             # allocation once (an op's or a received copy's with bytes): so the log's
             # length tells whether it stalled (a scan of op_end for None, comparing
@@ -874,7 +881,7 @@ class _Simulation:
                     begin_on_device(ops)
             env.run()
         except OutOfMemory as e:
-            e.trace = self._trace()
+            e.trace = self._trace(stopped=True)
             raise
         if len(log) != complete_log:
             raise SimulationStalled([plan.op_names[i] for i in range(n) if op_end[i] is None])
@@ -890,19 +897,33 @@ class _Simulation:
             raise OutOfMemory(event.op, event.device, nbytes, event.capacity, event.in_use, now,
                               event.tensor)
 
+    def _transfer_ends_so_far(self) -> list:
+        """Each transfer's end (None: not ended) in a run that stopped early: those
+        whose end the log notes."""
+        n, m = self.plan.n_ops, self.plan.n_transfers
+        x_end = [None] * m
+        for code in self.log:
+            if n <= code < n + m:
+                k = code - n
+                x_end[k] = self.x_start[k] + self.transfer_durations[k]
+        return x_end
+
     # -- the trace ----------------------------------------------------------------------------------
-    def _trace(self) -> Trace:
+    def _trace(self, stopped: bool = False) -> Trace:
         """The trace, its records made on first access (:meth:`Trace.lazy`) from the
-        columns the run filled."""
+        columns the run filled.  ``stopped``: the run stopped before its end (out of
+        memory), with transfers still under way."""
         plan, names = self.plan, self.device_names
         fetch_end = {}
         for op in self.fetch_ops:
             i = plan.op_index[op.name]
             if self.op_end[i] is not None:
                 fetch_end[op.name] = self.op_end[i]
+        x_end = self._transfer_ends_so_far() if stopped else None
         records = _TraceColumns(plan, names, self.link_names, self.route_ids, self.pair_of,
                                 self.op_start, self.op_end, self.op_thread, self.op_cores,
-                                self.x_start, self.x_end, self.log, self.op_alloc_array)
+                                self.x_start, self.transfer_durations, x_end, self.log,
+                                self.op_alloc_array)
         return Trace.lazy({"ops": _without_gc(records.ops),
                            "transfers": _without_gc(records.transfers),
                            "memory": _without_gc(records.memory)},
@@ -918,12 +939,22 @@ class _TraceColumns:
     what the records need (not the simulation), so a kept trace keeps little alive."""
 
     def __init__(self, plan, device_names, link_names, route_ids, pair_of, op_start, op_end,
-                 op_thread, op_cores, x_start, x_end, log, op_alloc):
+                 op_thread, op_cores, x_start, x_time, x_end, log, op_alloc):
         self.plan, self.log, self.op_alloc = plan, log, op_alloc  # (columns read when needed)
         self.device_names, self.link_names = device_names, link_names
         self.route_ids, self.pair_of = route_ids, pair_of
         self.op_start, self.op_end, self.op_thread, self.op_cores = op_start, op_end, op_thread, op_cores
-        self.x_start, self.x_end = x_start, x_end
+        self.x_start, self.x_time, self._x_end = x_start, x_time, x_end
+
+    @property
+    def x_end(self) -> list:
+        """Each transfer's end (None: never started), made on first use: its start
+        plus its time, the very sum its end event was scheduled at (so the run stores
+        no end per transfer).  A run that stopped early passes its own list."""
+        if self._x_end is None:
+            self._x_end = [None if start is None else start + time
+                           for start, time in zip(self.x_start, self.x_time)]
+        return self._x_end
 
     def ops(self) -> list:
         make = tuple.__new__  # a record straight from its fields (no per-record Python call)
@@ -978,6 +1009,25 @@ def _without_gc(make):
             if collecting:
                 gc.enable()
     return made
+
+
+def _consumers(plan) -> tuple[list, list, list]:
+    """The ops each transfer counts down at its end, as the run reads them: per
+    transfer, its consumer when it has one only (most transfers: no slice to make), else
+    ``~p``, where ``flat[ptr[p]:ptr[p + 1]]`` lists its consumers; returns ``(per
+    transfer, ptr, flat)``.  (Lists of only the transfers with several consumers: the
+    plan's flat form as lists was ~300k ints to make at 100k ops.)"""
+    ptr, flat = plan.array("csr_transfer_consumers")
+    count = np.diff(ptr)
+    several = np.flatnonzero(count != 1)
+    code = flat[np.minimum(ptr[:-1], len(flat) - 1)] if len(flat) else np.zeros(len(count), np.int64)
+    code[several] = ~np.arange(len(several))
+    lengths = count[several]
+    more_ptr = np.zeros(len(several) + 1, np.int64)
+    np.cumsum(lengths, out=more_ptr[1:])
+    # (the positions of their consumers in the plan's flat form, range by range)
+    at = np.repeat(ptr[several] - more_ptr[:-1], lengths) + np.arange(int(more_ptr[-1]))
+    return code.tolist(), more_ptr.tolist(), flat[at].tolist()
 
 
 def _tensor_bytes_of(cost_model: CostModel):
