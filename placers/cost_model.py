@@ -190,21 +190,24 @@ class _Model:
                         links_now = dict(link_free)
                     route = self.route_links(src, k)
                     begin = finish[j]
+                    duration = self.transfer_time(tensor_bytes_cached(t), src, k)
+                    if serial:  # the route's latency is the two ends' work, half each
+                        # (sim.SimConfig.serial_dispatch): the sender's dispatcher
+                        # sends it, the links carry the rest of its time
+                        half = sum(link.latency for link in self.route(src, k)) / 2
+                        sender = device_task[src]
+                        begin = dispatch[sender] = max(dispatch[sender], begin) + half
+                        duration = max(0.0, duration - 2 * half)
                     for link in route:
                         free = links_now.get(link, 0.0)
                         if free > begin:
                             begin = free
-                    arrival = begin + self.transfer_time(tensor_bytes_cached(t), src, k)
+                    arrival = begin + duration
                     for link in route:
                         links_now[link] = arrival
-                    if serial:  # each end's dispatcher holds half the route's latency:
-                        # the sender's the first half, the receiver's the second (the
-                        # latency is the whole crossing, both ends' work included), or
-                        # later when the receiver's dispatcher is busy then.
-                        half = sum(link.latency for link in self.route(src, k)) / 2
-                        sender, receiver = device_task[src], device_task[k]
-                        dispatch[sender] = max(dispatch[sender], begin) + half
-                        dispatch[receiver] = max(dispatch[receiver], arrival - half) + half
+                    if serial:  # then the receiver's takes it in: its consumers wait
+                        receiver = device_task[k]
+                        arrival = dispatch[receiver] = max(dispatch[receiver], arrival) + half
                     if commit:
                         arrivals[(id(t), k)] = arrival
                 if arrival > start:

@@ -35,13 +35,15 @@ class SimConfig:
         runs in one Python interpreter does (its GIL): an op's first part, the device's
         ``op_overhead`` plus its kernel type's fixed cost (``Device.kernel_cost``; the
         call into the kernel, made holding the lock), waits for the task's dispatcher
-        and holds it; the rest of the op (the kernel's work) runs in parallel.  Each end
-        of a transfer between tasks also holds its task's dispatcher for half the
-        route's latency (sending and taking in a tensor is Python work on both sides):
-        the latency is the whole crossing, both ends' work included (as
-        ``runtime.calibrate`` measures it), so the sender holds the first half from
-        when it sends and the receiver the last half, up to the arrival, or from when
-        its dispatcher is free if that is later (the arrival then waits for it).
+        and holds it; the rest of the op (the kernel's work) runs in parallel.  A
+        transfer (or a control edge's message) between tasks costs its route's
+        latency as work on the two ends' dispatchers, half each (sending and taking in
+        a tensor is Python work on both sides; the latency is the whole crossing, as
+        ``runtime.calibrate`` measures it): the sender's dispatcher sends it, then it
+        occupies its links for the rest of the cost model's transfer time (the bytes
+        over the bandwidth: so crossings pipeline on a link, where a link held for the
+        latency too would serialise every small crossing of a host), then the
+        receiver's dispatcher takes it in, and only then are its consumers ready.
     inline_elements : with ``serial_dispatch``, the thread that finished an op goes on
         with the ops it made ready on its device, as the runtime's executor does: those
         whose every input and output tensor has at most this many elements (cheap ops;

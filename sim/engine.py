@@ -29,7 +29,8 @@ of servers"):
   ``cost_model.op_time(op, device)``, longer when a multithreaded CPU kernel got fewer
   cores than its intra-op pool (Amdahl's law).
 - A data edge between devices is one transfer per (tensor, destination device), sent
-  when the producer ends, over the links of ``cluster.route`` (see :mod:`sim.links`).
+  when the producer ends (with serial dispatch, once its task's dispatcher sent it),
+  over the links of ``cluster.route`` (see :mod:`sim.links`).
 - Memory: :mod:`sim.memory`.
 - Fixed costs of a distributed step (:func:`step_start_times`): no op of a task starts
   before that task's part of the step started (the client's call to the master, then
@@ -37,9 +38,9 @@ of servers"):
   ``part_overhead``; zero unless calibrated).
 - A control edge between tasks is a message, as in the runtime (its ``^op``
   announcement): one per (op, destination device), arriving after the route's latency
-  (:meth:`_Simulation._setup_control_crossings`); with serial dispatch each end holds
-  its dispatcher for half of it, as for a transfer (the sender the first half, the
-  receiver the last, see ``SimConfig.serial_dispatch``).
+  (:meth:`_Simulation._setup_control_crossings`); with serial dispatch the latency is
+  work of each end's dispatcher, half each, as for a transfer (``SimConfig.
+  serial_dispatch``).
 - With ``SimConfig.serial_dispatch`` each task's dispatcher serves one op's first part
   (and each end of a crossing) at a time; with ``SimConfig.inline_elements`` too, the
   thread that finished an op goes on with the ops it made ready on its device (cheap
@@ -323,6 +324,11 @@ class _Simulation:
                     for p in range(len(keys))]
             self.transfer_cpu = list(map(half.__getitem__, pair_of.tolist()))
         self.transfer_durations = transfer_durations(plan, routes, self.cost_model)
+        if self.config.serial_dispatch:
+            # The route's latency is the two ends' work (transfer_cpu, on their
+            # dispatchers): the links carry the rest, so crossings pipeline on them.
+            self.transfer_durations = [max(0.0, t - 2 * h) for t, h in
+                                       zip(self.transfer_durations, self.transfer_cpu)]
         self.static = self.config.link_order == "static"
         n_links = len(self.link_names)
         # The static order (see sim.links): what each transfer waits for before it
@@ -648,7 +654,10 @@ class _Simulation:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
             lo, hi = send_ptr[i], send_ptr[i + 1]
             if lo != hi:
-                if static:  # each send counts down (see below), written out here
+                if serial:  # the sender's dispatcher sends each first (dispatch_send)
+                    for k in sends[lo:hi]:
+                        dispatch_send(k)
+                elif static:  # each send counts down (see below), written out here
                     for k in sends[lo:hi]:
                         left = need[k] - 1
                         need[k] = left
@@ -660,12 +669,14 @@ class _Simulation:
             if control_crossings is not None and i in control_crossings:
                 now, t = env._now, task_of[d]
                 for latency, dst_task, js in control_crossings[i]:
-                    if serial:  # the sender's dispatcher sends it
+                    arrival = now + latency
+                    if serial:  # the sender's dispatcher sends it: the first half of the
+                        # latency; the receiver's takes it in, the second (control_done)
                         begin = dispatch_free[t] if dispatch_free[t] > now else now
-                        dispatch_free[t] = begin + latency / 2
+                        arrival = dispatch_free[t] = begin + latency / 2
                     event = _End()
                     event.callbacks, event._value = control_arrived, (latency, dst_task, js)
-                    heappush(queue, (now + latency, NORMAL, next_id(), event))
+                    heappush(queue, (arrival, NORMAL, next_id(), event))
 
         # -- transfers (sim.links) --
         # A transfer starts when it was sent and every link of its route is free with
@@ -733,10 +744,6 @@ class _Simulation:
 
         def start_transfer(k):
             now = env._now
-            if serial:  # the sender's dispatcher sends it
-                t = task_of[transfer_src[k]]
-                begin = dispatch_free[t] if dispatch_free[t] > now else now
-                dispatch_free[t] = begin + transfer_cpu[k]
             code = recv_note[k]
             if code:  # the received copy's buffer
                 if track:
@@ -753,13 +760,29 @@ class _Simulation:
             event.callbacks, event._value = transfer_ended, k
             heappush(queue, (now + transfer_time[k], NORMAL, next_id(), event))
 
+        def dispatch_send(k):
+            """SimConfig.serial_dispatch: the sender's dispatcher sends transfer ``k``
+            (half its route's latency of work, from when the dispatcher is free); then
+            the transfer is sent and goes on its links (handed_over)."""
+            now, t = env._now, task_of[transfer_src[k]]
+            begin = dispatch_free[t] if dispatch_free[t] > now else now
+            sent_at = dispatch_free[t] = begin + transfer_cpu[k]
+            event = _End()
+            event.callbacks, event._value = sent_by_dispatcher, k
+            heappush(queue, (sent_at, NORMAL, next_id(), event))
+
+        def handed_over(event):
+            k = event._value
+            if static:
+                left = need[k] - 1
+                need[k] = left
+                if not left:
+                    start_transfer(k)
+            else:
+                send(k)
+
         def transfer_done(event):
             k = event._value
-            if serial:  # the receiver's dispatcher took it in: the crossing's last half
-                # (or later, when the dispatcher was busy then)
-                half, t = transfer_cpu[k], task_of[transfer_dst[k]]
-                begin = env._now - half
-                dispatch_free[t] = (dispatch_free[t] if dispatch_free[t] > begin else begin) + half
             log.append(n + k)
             # StepState.transfer_done: the source buffer's reference, consumers' counts
             # (the buffer is freed before any consumer starts, as StepState reports it).
@@ -769,19 +792,27 @@ class _Simulation:
                 refs[t] = left
                 if not left:
                     in_use[buffer_device[t]] -= buffer_bytes[t]
-            j = sole_consumer[k]  # (see _consumers)
-            if j >= 0:
-                left = pending[j] - 1
-                pending[j] = left
-                if not left:
-                    ready(j)
+            if serial:  # the receiver's dispatcher takes it in first (taken_in)
+                now, t = env._now, task_of[transfer_dst[k]]
+                begin = dispatch_free[t] if dispatch_free[t] > now else now
+                dispatch_free[t] = begin + transfer_cpu[k]
+                event = _End()
+                event.callbacks, event._value = taken_in_by_dispatcher, k
+                heappush(queue, (dispatch_free[t], NORMAL, next_id(), event))
             else:
-                p = ~j
-                for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
+                j = sole_consumer[k]  # (see _consumers)
+                if j >= 0:
                     left = pending[j] - 1
                     pending[j] = left
                     if not left:
                         ready(j)
+                else:
+                    p = ~j
+                    for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
+                        left = pending[j] - 1
+                        pending[j] = left
+                        if not left:
+                            ready(j)
             if static:
                 j = next_first[k]
                 if j >= 0:
@@ -801,6 +832,24 @@ class _Simulation:
                     return
             release_links(k)
 
+        def taken_in(event):
+            """SimConfig.serial_dispatch: the receiver's dispatcher took transfer
+            ``event._value`` in (half its route's latency of work): its consumers' counts
+            drop."""
+            j = sole_consumer[event._value]  # (see _consumers)
+            if j >= 0:
+                left = pending[j] - 1
+                pending[j] = left
+                if not left:
+                    ready(j)
+                return
+            p = ~j
+            for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
+                left = pending[j] - 1
+                pending[j] = left
+                if not left:
+                    ready(j)
+
         def part_start(event):
             ready(event._value)
 
@@ -809,10 +858,14 @@ class _Simulation:
         def control_done(event):
             """A control edge's message from another task arrived."""
             latency, t, js = event._value
-            if serial:  # the receiver's dispatcher took it in: the last half, as a transfer
-                half = latency / 2
-                begin = env._now - half
-                dispatch_free[t] = (dispatch_free[t] if dispatch_free[t] > begin else begin) + half
+            if serial and latency:  # the receiver's dispatcher takes it in first
+                now = env._now
+                begin = dispatch_free[t] if dispatch_free[t] > now else now
+                dispatch_free[t] = begin + latency / 2
+                event = _End()
+                event.callbacks, event._value = control_arrived, (0.0, t, js)
+                heappush(queue, (dispatch_free[t], NORMAL, next_id(), event))
+                return
             for j in js:
                 left = pending[j] - 1
                 pending[j] = left
@@ -851,6 +904,7 @@ class _Simulation:
         op_ended, transfer_ended, part_started = [op_done], [transfer_done], [part_start]
         devices_started = [device_start]
         control_arrived = [control_done]
+        sent_by_dispatcher, taken_in_by_dispatcher = [handed_over], [taken_in]
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:

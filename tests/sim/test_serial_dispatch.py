@@ -60,11 +60,11 @@ def test_the_kernel_types_fixed_cost_is_served_by_the_dispatcher_too():
 
 def test_both_ends_of_a_transfer_hold_their_dispatchers():
     # a (W0) -> b (W1) crosses: 2 ms of latency, the whole crossing, 1 ms of it each
-    # end's Python work: W0's dispatcher sends it from 1 to 2 ms, W1's takes it in from
-    # 2 to 3 ms, when it arrives, if free.  Here W1's is busy to 2.5 ms with ``late``'s
-    # kernel call (its Neg kernel's fixed cost, 2.5 ms): it takes the tensor in from 2.5
-    # to 3.5 ms, and b (1 ms) ends at 4.5 ms, not 4 (an op's record starts when it takes
-    # a thread; its wait for the dispatcher is in its time).
+    # end's work: W0's dispatcher sends it from 1 to 2 ms (the link's own time is
+    # nil here), W1's takes it in from its arrival if free, and b is ready once it
+    # did.  Here W1's dispatcher is busy to 2.5 ms with ``late``'s kernel call (its Neg
+    # kernel's fixed cost, 2.5 ms): it takes the tensor in from 2.5 to 3.5 ms, and b
+    # (1 ms) ends at 4.5 ms, not at 4 as with W1 idle or without serial dispatch.
     g = tf.Graph()
     with g.as_default():
         with tf.device(W0):
@@ -79,7 +79,7 @@ def test_both_ends_of_a_transfer_hold_their_dispatchers():
     serial = {r.op: r for r in simulate(g, p, c, cost_model=costs, config=SERIAL).ops}
     assert plain["b"].end == pytest.approx(4e-3)
     assert serial["b"].end == pytest.approx(4.5e-3)  # behind the receive
-    # Nothing else on W1: the receive fits in the crossing, as calibrated.
+    # Nothing else on W1: the crossing takes its latency, as calibrated.
     quiet = costs.times | {"late": 0.0}
     alone = {r.op: r for r in simulate(g, p, c, cost_model=FixedCost(quiet), config=SERIAL).ops}
     assert alone["b"].end == pytest.approx(4e-3)
