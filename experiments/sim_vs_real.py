@@ -287,6 +287,11 @@ def main(argv=None):
     if not loop_frame.empty:
         print(f"saved {save_table(loop_frame, 'sim_vs_real_loop', args.out)}")
     save_table(summary, "sim_vs_real_summary", args.out)
+    # The calibrated cluster, so that the measured rows can be predicted again later
+    # (another cost model, another version of the simulator) without measuring again.
+    cluster_path = Path(args.out) / "sim_vs_real_cluster.json"
+    cluster.save(cluster_path)
+    print(f"saved {cluster_path}")
     if args.plot:
         print(f"saved {_plot(frame, Path(args.out) / 'sim_vs_real.png')}")
     print(f"took {time.perf_counter() - t0:.0f} s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from experiments import sim_vs_real
 
@@ -18,6 +19,18 @@ def test_quick_run_writes_the_table(tmp_path, capsys):
     assert saved.replay.sum() == 1
     out = capsys.readouterr().out
     assert "calibration:" in out and "summary" in out
+    # The calibrated cluster is saved: the simple row predicts again from it alone.
+    from core.cluster import Cluster
+    from core.costs import StaticCostModel
+    from experiments.backends import RUNTIME_SIM, predict
+    from experiments.compare_placers import WORKLOADS
+    import placers
+    cluster = Cluster.load(tmp_path / "sim_vs_real_cluster.json")
+    w = WORKLOADS["mlp"]()
+    again = predict(w, placers.SimplePlacer().place(w.graph, cluster), cluster,
+                    StaticCostModel(), RUNTIME_SIM).step_time * 1e3
+    row = saved[(saved.placer == "simple") & (saved.cost_model == "static")].iloc[0]
+    assert again == pytest.approx(row.predicted_ms, rel=1e-9)
 
 
 def test_ranking_agreement_counts_pairs_apart_by_more_than_10_percent():
