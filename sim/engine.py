@@ -799,7 +799,7 @@ class _Simulation:
                 event = _End()
                 event.callbacks, event._value = taken_in_by_dispatcher, k
                 heappush(queue, (dispatch_free[t], NORMAL, next_id(), event))
-            else:
+            else:  # taken_in, written out (one call fewer per transfer on the hot path)
                 j = sole_consumer[k]  # (see _consumers)
                 if j >= 0:
                     left = pending[j] - 1

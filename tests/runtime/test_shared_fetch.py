@@ -76,22 +76,12 @@ def test_a_large_fetch_comes_through_a_reused_segment_and_is_the_callers_copy(mo
     assert _my_pool_segments() == []
 
 
-def test_by_grpc_only_large_fetches_come_inline(monkeypatch):
+@pytest.mark.parametrize("options", [{"local_sockets": False}, {"shm_min_bytes": None}],
+                         ids=["by gRPC only", "a server without shared memory"])
+def test_large_fetches_come_inline_without_a_local_connection_or_shared_memory(
+        monkeypatch, options):
     taken = _spy_take_shared(monkeypatch)
-    server = _server(local_sockets=False)
-    try:
-        g, v, big, _ = _graph()
-        with Session(server.target, graph=g) as sess:
-            sess.run(v.initializer)
-            np.testing.assert_array_equal(sess.run(big), np.ones((ROWS, ROWS), np.float32))
-    finally:
-        server.stop()
-    assert taken == []
-
-
-def test_a_server_without_shared_memory_answers_inline(monkeypatch):
-    taken = _spy_take_shared(monkeypatch)
-    server = _server(shm_min_bytes=None)
+    server = _server(**options)
     try:
         g, v, big, _ = _graph()
         with Session(server.target, graph=g) as sess:
