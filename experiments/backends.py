@@ -9,6 +9,7 @@ placed device, so the master's simple placer keeps the placement exactly.
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -104,6 +105,18 @@ class Measurement:
     @property
     def median(self) -> float:
         return statistics.median(self.steps)
+
+    @property
+    def halves_spread(self) -> float:
+        """How far apart the fastest steps of the first and the second half of the
+        timed rounds are, relative to the fastest of all: what a second measurement of
+        the same placement could differ by (the machine's load drifts), a floor under
+        any comparison with it.  NaN with fewer than two steps."""
+        half = len(self.steps) // 2
+        if not half:
+            return math.nan
+        first, second = min(self.steps[:half]), min(self.steps[half:])
+        return abs(first - second) / min(first, second)
 
 
 def pinned_graph(graph: Graph, placement: Placement) -> Graph:
