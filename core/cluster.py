@@ -377,14 +377,50 @@ class Device:
 class Link:
     """A shared transfer resource; a transfer occupies every link of its route.
 
+    A transfer of ``n`` bytes alone on the link takes ``latency + n / bandwidth``
+    seconds, unless ``size_costs`` holds measured ``(bytes, seconds)`` points
+    (:func:`runtime.calibrate.calibrate_distributed` writes them for the link between
+    processes of a host): then :meth:`time` follows those points, straight between two
+    of them, and at the bandwidth past the last.  A runtime moves tensors of different
+    sizes by different paths (between the processes of a host: a small one inside a
+    socket message, copied three times; a large one through shared memory, copied once),
+    so the time is not one straight line over all sizes: on this machine a 64 KiB
+    tensor took longer than a 512 KiB one.
+
     >>> Link("pcie:/job:localhost/replica:0/task:0/device:GPU:0", "pcie", 12e9, 10e-6).kind
     'pcie'
+    >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, size_costs=[(4, 1e-4), (1000, 3e-4)])
+    >>> round(link.time(500), 6), round(link.time(2000), 6)
+    (0.0002, 0.000301)
     """
 
     name: str
     kind: str
     bandwidth: float
     latency: float
+    size_costs: tuple = ()
+
+    def __post_init__(self):
+        try:
+            points = tuple(sorted((int(n), float(t)) for n, t in self.size_costs))
+        except (TypeError, ValueError):
+            raise InvalidCluster("size_costs must be (bytes, seconds) pairs, not "
+                                 f"{self.size_costs!r}", self.name) from None
+        object.__setattr__(self, "size_costs", points)
+
+    def time(self, nbytes: int) -> float:
+        """Seconds to move ``nbytes`` over this link alone."""
+        points = self.size_costs
+        if not points:
+            return self.latency + nbytes / self.bandwidth
+        n0, t0 = points[0]
+        if nbytes <= n0:
+            return t0
+        for n1, t1 in points[1:]:
+            if nbytes <= n1:
+                return t0 + (t1 - t0) * (nbytes - n0) / (n1 - n0)
+            n0, t0 = n1, t1
+        return t0 + (nbytes - n0) / self.bandwidth
 
 
 def device_sort_key(device: Device) -> tuple:
@@ -670,6 +706,12 @@ class Cluster:
                 raise InvalidCluster(f"link kind {link.kind!r} is not one of {LINK_KINDS}", name)
             _positive(name, "bandwidth", link.bandwidth)
             _non_negative(name, "latency", link.latency)
+            sizes = [n for n, _ in link.size_costs]
+            if len(set(sizes)) != len(sizes):
+                raise InvalidCluster(f"size_costs has two points for one size: {sizes}", name)
+            for n, t in link.size_costs:
+                _non_negative(name, "size_costs bytes", n)
+                _non_negative(name, f"size_costs seconds at {n} bytes", t)
         for name, user in self._needed_links().items():
             if name not in self._links:
                 raise InvalidCluster(f"link {name!r} is missing; routes of {user} need it",
@@ -1017,11 +1059,12 @@ def _list(data: Mapping, key: str) -> list:
 
 
 # Record fields a cluster file may leave out (added after the format's first version).
-_ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs", "parallel_min_elements"}
+_ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs", "parallel_min_elements",
+                 "size_costs"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),
-               "tuple": (dict, tuple),
+               "tuple": (dict, tuple, list),
                "bool": (bool,)}
 
 

@@ -71,6 +71,7 @@ from core.cluster import Cluster
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
            "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed",
+           "size_costs",
            "CPU_FIGURES", "with_cpu_figures"]
 
 
@@ -469,20 +470,41 @@ def measure_dispatch_overhead(local_cluster, master=("worker", 0), lengths=(1, 1
     return max(slope, 1e-7)
 
 
+def size_costs(latency: float, bandwidth: float, samples: dict) -> tuple:
+    """A link's ``size_costs`` from :func:`measure_process_transfer`'s figures: the
+    time each size of ``samples`` added to a step, at least the chain's ``latency``, and
+    at the smallest size the latency (plus the bytes at ``bandwidth``): one crossing
+    alone is lost in the noise of a step (a difference of two steps can even come out
+    below zero), and the chain measured the fixed part over many.
+
+    >>> size_costs(1e-4, 1e9, {4: 3e-4, 65536: 2.5e-4, 1 << 20: -1e-5})
+    ((4, 0.000100004), (65536, 0.00025), (1048576, 0.0001))
+    """
+    if not samples:
+        return ()
+    points = {n: max(t, latency) for n, t in samples.items()}
+    smallest = min(points)
+    points[smallest] = latency + smallest / bandwidth
+    return tuple(sorted(points.items()))
+
+
 def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick: bool = False,
                           path: str | os.PathLike | None = None) -> tuple[Cluster, dict]:
     """``(cluster, figures)``: ``cluster`` (whose tasks are those of the started
     :class:`runtime.LocalCluster` ``local_cluster``, all on one host) with the fixed
     costs of a distributed step measured on it: every task's ``step_overhead`` and
-    ``part_overhead``, the ``memcpy:<host>`` link's latency and bandwidth (what a tensor
-    crossing processes costs), and the ``op_overhead`` of every CPU not calibrated with
+    ``part_overhead``, the ``memcpy:<host>`` link's latency, bandwidth and
+    ``size_costs`` (what a tensor crossing processes costs; :func:`size_costs`), and the ``op_overhead`` of every CPU not calibrated with
     kernel costs (the server's dispatch cost per op along a chain of tiny ops).
     ``figures`` holds the measurements and their samples."""
     master = tuple(master or cluster.master)
     repeats = 5 if quick else 15
     step, part, step_samples = measure_step_overheads(local_cluster, master, repeats)
     src = next((tuple(t) for t in local_cluster.tasks if tuple(t) != master), None)
-    sizes = (4, 1 << 20) if quick else (4, 64 << 10, 512 << 10, 2 << 20, 4 << 20)
+    # Sizes on both sides of the runtime's switch from socket messages to shared
+    # memory (runtime.worker.SHM_MIN_BYTES, 256 KiB): the link's size_costs.
+    sizes = (4, 64 << 10, 1 << 20) if quick else (4, 16 << 10, 64 << 10, 192 << 10,
+                                                  320 << 10, 1 << 20, 4 << 20)
     latency = bandwidth = None
     x_samples: dict = {}
     if src is not None:
@@ -493,10 +515,12 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     tasks = [replace(t, step_overhead=step, part_overhead=part) for t in cluster.tasks]
     links = cluster.links
     if latency is not None:
+        costs = size_costs(latency, bandwidth, x_samples)
         for host in {t.host for t in cluster.tasks}:
             name = f"memcpy:{host}"
             if name in links:
-                links[name] = replace(links[name], latency=latency, bandwidth=bandwidth)
+                links[name] = replace(links[name], latency=latency, bandwidth=bandwidth,
+                                      size_costs=costs)
     # A device calibrated with kernel costs keeps its dispatch figure (measured between
     # the kernels of a realistic graph; a chain of Identity ops shows less).
     devices = [replace(d, op_overhead=dispatch) if d.is_cpu and not d.kernel_costs else d

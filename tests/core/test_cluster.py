@@ -513,3 +513,33 @@ def test_parallel_min_elements_round_trips_and_older_files_load():
     assert Cluster.from_dict(old) == c
     with pytest.raises(InvalidCluster, match="parallel_min_elements"):
         c.replace_device(d.name, parallel_min_elements=-1)
+
+
+def test_link_size_costs_round_trip_interpolate_and_are_checked():
+    import json
+
+    from core.cluster import InvalidCluster
+    c = Cluster.single_host()
+    name = next(n for n in c.links if n.startswith("memcpy:"))
+    # Measured: a 64 KiB tensor slower than a 512 KiB one (another path), as on our VM.
+    c2 = c.replace_link(name, latency=1e-4, bandwidth=4e9,
+                        size_costs=[(524288, 2.5e-4), (4, 1e-4), (65536, 3e-4)])
+    link = c2.links[name]
+    assert link.size_costs == ((4, 1e-4), (65536, 3e-4), (524288, 2.5e-4))  # sorted
+    assert link.time(1) == 1e-4 and link.time(65536) == 3e-4
+    assert link.time((4 + 65536) // 2) == pytest.approx(2e-4, rel=1e-4)  # straight between
+    assert link.time(524288 + 4_000_000) == pytest.approx(2.5e-4 + 1e-3)  # then the bandwidth
+    assert c.links[name].time(4000) == pytest.approx(c.links[name].latency
+                                                     + 4000 / c.links[name].bandwidth)
+    back = Cluster.from_dict(json.loads(json.dumps(c2.to_dict())))
+    assert back == c2 and back.links[name].time(300000) == link.time(300000)
+    old = c.to_dict()  # a file written before size costs existed still loads
+    for item in old["links"]:
+        del item["size_costs"]
+    assert Cluster.from_dict(old) == c
+    with pytest.raises(InvalidCluster, match="two points for one size"):
+        c.replace_link(name, size_costs=[(4, 1e-4), (4, 2e-4)])
+    with pytest.raises(InvalidCluster, match="seconds at 64 bytes"):
+        c.replace_link(name, size_costs=[(64, -1e-4)])
+    with pytest.raises(InvalidCluster, match="size_costs must be"):
+        c.replace_link(name, size_costs=[(4,)])

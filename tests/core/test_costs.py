@@ -125,3 +125,18 @@ def test_static_takes_the_parallel_path_cost_from_the_devices_threshold_up():
     assert extra("big", replace(dev, parallel_min_elements=0)) == pytest.approx(1e-6)
     # A type without a parallel entry keeps its serial one.
     assert replace(dev, kernel_costs={"Add": (1e-6, 1.0)}).kernel_cost("Add", True) == (1e-6, 1.0)
+
+
+def test_transfer_time_follows_a_links_measured_size_costs():
+    from core.cluster import Link
+    from core.costs import StaticCostModel
+    cm = StaticCostModel()
+    plain = Link("memcpy:h", "memcpy", 1e9, 1e-4)
+    measured = Link("memcpy:h", "memcpy", 1e9, 1e-4, size_costs=((4, 1e-4), (1000, 5e-4)))
+    assert cm.transfer_time(500, [plain]) == pytest.approx(1e-4 + 500 / 1e9)
+    assert cm.transfer_time(1000, [measured]) == pytest.approx(5e-4)
+    # On a longer route the measured link adds what its table adds to its bandwidth's
+    # time in place of its latency; the slowest link's bandwidth carries the bytes.
+    net = Link("network:h", "network", 1e8, 1e-3)
+    assert cm.transfer_time(1000, [measured, net]) == pytest.approx(
+        (5e-4 - 1000 / 1e9) + 1e-3 + 1000 / 1e8)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from core.cluster import Cluster
 from runtime.calibrate import (calibrate, measure_memcpy, measure_memory_bandwidth,
                                measure_matmul_rate, measure_op_overhead, measure_pcie)
@@ -46,4 +48,10 @@ def test_distributed_figures_are_positive_and_load(tmp_path):
     assert figures["part_overhead"] >= 0 and set(figures["step_samples"]) == {0, 1, 2}
     link = measured.links["memcpy:localhost"]
     assert link.latency > 0 and link.bandwidth > 0
+    # The measured sizes, the smallest at the chain's latency (see size_costs).
+    samples = figures["transfer_samples"]
+    assert [n for n, _ in link.size_costs] == sorted(samples) and len(samples) >= 3
+    assert link.time(min(samples)) == pytest.approx(link.latency + min(samples) / link.bandwidth)
+    assert all(link.time(n) == max(t, link.latency) for n, t in samples.items()
+               if n != min(samples))
     assert all(0 < d.op_overhead < 0.01 for d in measured.devices if d.is_cpu)

@@ -85,6 +85,26 @@ def test_both_ends_of_a_transfer_hold_their_dispatchers():
     assert alone["b"].end == pytest.approx(4e-3)
 
 
+@pytest.mark.parametrize("config", [None, SERIAL], ids=["plain", "serial"])
+def test_a_crossing_takes_the_links_measured_time_for_its_size(config):
+    # A [1024] float32 tensor (4 KiB) crosses a link measured at 1 ms for 4 bytes and
+    # 3 ms for 8 KiB: 2 ms at 4 KiB (straight between), not latency + bytes/bandwidth.
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(W0):
+            a = tf.constant(np.ones(1024, np.float32), name="a")
+        with tf.device(W1):
+            tf.identity(a, name="b")
+    p = Placement({"a": W0, "b": W1})
+    c = cluster(overhead=0.0, latency=1e-3).replace_link(
+        "memcpy:h", size_costs=((4, 1e-3), (8192, 3e-3)))
+    trace = simulate(g, p, c, cost_model=FixedCost(default=0.0), config=config)
+    assert trace.step_time == pytest.approx(1e-3 + (3e-3 - 1e-3) * (4096 - 4) / (8192 - 4))
+    if config is not None:  # the ends' dispatchers take the latency, the link the rest
+        (x,) = trace.transfers
+        assert x.end - x.start == pytest.approx(trace.step_time - 1e-3)
+
+
 # -- SimConfig.inline_elements: the thread that ended an op goes on with what it readied --
 
 INLINE = SimConfig(serial_dispatch=True, inline_elements=16)
