@@ -23,6 +23,7 @@ from core.graph import Graph
 from core.placement import Placement
 from core.serialize import graph_to_nodes, nodes_to_graph
 from core.trace import Trace
+from experiments.machine_load import OtherLoad
 from experiments.workloads.mlp import Workload
 from runtime.calibrate import calibrate, calibrate_distributed
 from runtime.executor import _CHEAP_ELEMENTS  # the executor's limit for ops run inline
@@ -62,10 +63,15 @@ def calibrate_this_host(cluster: Cluster, *, env: dict | None = None,
     :func:`runtime.calibrate.calibrate_distributed`, on server processes started with
     ``env`` and ``config``).  ``figures`` holds those measurements; ``op_overhead`` is the
     dispatch cost the devices got (``chain_op_overhead``: the one along a chain of tiny
-    ops).  About 10 s (6 s ``quick``)."""
-    cluster = calibrate(cluster, quick=quick)  # with the kernel costs and dispatch per op
-    with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env, config=config) as local:
-        cluster, figures = calibrate_distributed(cluster, local, quick=quick)
+    ops); ``other_cores`` the cores other programs kept busy meanwhile
+    (:class:`experiments.machine_load.OtherLoad`: a calibration on a busy machine
+    measures a slower one).  About 10 s (6 s ``quick``)."""
+    with OtherLoad() as load:
+        cluster = calibrate(cluster, quick=quick)  # with the kernel costs and dispatch per op
+        with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env,
+                                  config=config) as local:
+            cluster, figures = calibrate_distributed(cluster, local, quick=quick)
+    figures["other_cores"] = load.other_cores
     # The dispatch cost per op: measured between the kernels of a graph with a workload's
     # fan-in and fan-out (calibrate's kernel costs), not along calibrate_distributed's
     # chain of Identity ops.
@@ -76,11 +82,13 @@ def calibrate_this_host(cluster: Cluster, *, env: dict | None = None,
 
 def describe_calibration(figures: dict) -> str:
     """One line with the fixed costs :func:`calibrate_this_host` measured."""
-    return ("step overhead {:.3g} ms, per extra task {:.3g} ms, crossing latency {:.3g} ms, "
+    line = ("step overhead {:.3g} ms, per extra task {:.3g} ms, crossing latency {:.3g} ms, "
             "bandwidth {:.3g} GB/s, dispatch {:.3g} us/op".format(
                 figures["step_overhead"] * 1e3, figures["part_overhead"] * 1e3,
                 (figures["transfer_latency"] or 0) * 1e3,
                 (figures["transfer_bandwidth"] or 0) / 1e9, figures["op_overhead"] * 1e6))
+    other = figures.get("other_cores", math.nan)
+    return line if math.isnan(other) else f"{line}; other programs kept {other:.2g} cores busy"
 
 
 @dataclass

@@ -5,7 +5,9 @@ Each workload is placed with every placer on one cluster, and the report gives, 
 time placing took, the step time the cost model estimates and, with the ``sim`` backend,
 the step time and peak memory the simulator predicts; with the ``runtime`` backend, the
 measured step (the fastest of the repeats, placements timed side by side in rounds; the
-median beside it) and peak memory (the largest, and per device in MiB); placers that
+median beside it), peak memory (the largest, and per device in MiB) and the cores
+other programs kept busy meanwhile (``other_cores``: on a busy machine every real step
+is slower; :class:`experiments.machine_load.OtherLoad`); placers that
 chose the same placement share one measurement (``same_as`` names the placer whose
 identical placement was timed).  The best placement per workload (by the last step-time
 column) is marked: every placer that chose it.
@@ -31,6 +33,7 @@ from core.placement import transfers
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
                                   measure_placements, predict, runtime_cluster_spec,
                                   server_env, this_host_cluster)
+from experiments.machine_load import OtherLoad
 from experiments.report import (per_device_MiB, print_table, results_parser, save_table,
                                 short_device)
 from experiments.workloads import (data_parallel_step, inception_training_step,
@@ -130,14 +133,17 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
         first: dict = {}
         for pname, p in placements.items():
             first.setdefault(p, pname)
-        timed = measure_placements(w, {name: p for p, name in first.items()}, local,
-                                   repeats=repeats)
+        with OtherLoad() as load:
+            timed = measure_placements(w, {name: p for p, name in first.items()}, local,
+                                       repeats=repeats)
         for row in rows:
             owner = first[placements[row["placer"]]]
             row["same_as"] = "" if owner == row["placer"] else owner
             m = timed[owner]
             row["real_step_ms"] = m.step_time * 1e3
             row["real_median_ms"] = m.median * 1e3
+            # On a busy machine every real step is slower: say how busy it was.
+            row["other_cores"] = load.other_cores
             row["real_peak_MiB"] = max(m.trace.peak_memory.values(), default=0) / 2**20
             row["real_peak_MiB_per_device"] = per_device_MiB(m.trace.peak_memory)
     return rows

@@ -16,6 +16,9 @@ def test_compare_placers_marks_a_best_row(tmp_path, capsys):
     assert (frame["sim_step_ms"] > 0).all() and (frame["real_step_ms"] > 0).all()
     best = frame[frame.best == "*"].iloc[0]
     assert best.real_step_ms == frame.real_step_ms.min()
+    # How busy other programs kept the machine meanwhile: one figure for the workload.
+    assert frame.other_cores.nunique(dropna=False) == 1
+    assert not frame.other_cores.iloc[0] < 0
     # Placers that chose one placement share its measurement, and name whose it is.
     for _, row in frame[frame.same_as != ""].iterrows():
         owner = frame[frame.placer == row.same_as].iloc[0]
