@@ -44,6 +44,11 @@ class SimConfig:
         over the bandwidth: so crossings pipeline on a link, where a link held for the
         latency too would serialise every small crossing of a host), then the
         receiver's dispatcher takes it in, and only then are its consumers ready.
+    dispatch_cores : with ``serial_dispatch``, the dispatchers' work (an op's first part,
+        a crossing's ends) also needs one of its host's cores: the interpreters of more
+        server processes than a host has cores do not all run at once (three on two
+        cores: at most two).  The kernels' cores are counted apart (their work is not
+        booked here).  False (default): every task's dispatcher runs whenever it is free.
     inline_elements : with ``serial_dispatch``, the thread that finished an op goes on
         with the ops it made ready on its device, as the runtime's executor does: those
         whose every input and output tensor has at most this many elements (cheap ops;
@@ -66,6 +71,7 @@ class SimConfig:
     intra_op_threads: int | None = None
     link_order: str = "static"
     serial_dispatch: bool = False
+    dispatch_cores: bool = False
     inline_elements: int | None = None
 
     def __post_init__(self):

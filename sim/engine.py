@@ -74,7 +74,8 @@ from sim.durations import multithreaded, op_durations, transfer_durations
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.links import link_successors, static_transfer_order
 from sim.memory import device_capacity, memory_records
-from sim.pools import HostCores, InterOpPool, rescale_speedup, slowdown_table
+from sim.pools import (DispatchCalendar, HostCores, InterOpPool, rescale_speedup,
+                       slowdown_table)
 
 __all__ = ["simulate"]
 
@@ -256,6 +257,19 @@ class _Simulation:
         resident = np.asarray(plan.resident, dtype=np.int64)
         np.add.at(most, plan.array("buffer_device")[resident], nbytes[resident])
         self.track_memory = bool((most > np.array(self.capacity, dtype=np.int64)).any())
+
+    def dispatch_calendars(self) -> list:
+        """Per task, its host's :class:`sim.pools.DispatchCalendar` (one per host, sized
+        by the host's CPU cores; SimConfig.dispatch_cores)."""
+        calendars: dict[str, DispatchCalendar] = {}
+        out = [None] * (max(self.task_of) + 1 if self.task_of else 0)
+        for dev, t in zip(self.devices, self.task_of):
+            if out[t] is None:
+                out[t] = calendars.get(dev.host)
+                if out[t] is None:
+                    cores = self.cluster.host(dev.host).cpu_cores
+                    out[t] = calendars[dev.host] = DispatchCalendar(cores)
+        return out
 
     def serial_parts(self) -> list[float]:
         """Per op, the part its task's dispatcher serves alone (``SimConfig.
@@ -515,6 +529,16 @@ class _Simulation:
         task_of = self.task_of
         serial_part = self.serial_parts() if serial else None
         dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
+        calendar_of = self.dispatch_calendars() if serial and config.dispatch_cores else None
+
+        def reserve(t, now, work):
+            """Task ``t``'s dispatcher does ``work`` seconds from when it is free (and,
+            with SimConfig.dispatch_cores, a core of its host is): when it begins."""
+            begin = dispatch_free[t] if dispatch_free[t] > now else now
+            if calendar_of is not None and work > 0:
+                begin = calendar_of[t].book(begin, now, work)
+            dispatch_free[t] = begin + work
+            return begin
         # SimConfig.inline_elements: the ops each thread (device, slot) runs itself next.
         cheap = self.inline_ops() if serial and config.inline_elements is not None else None
         stacks = [[[] for _ in range(pool.threads)] for pool in self.pools] if cheap else None
@@ -527,8 +551,7 @@ class _Simulation:
             if serial:
                 # The task's dispatcher serves one op at a time (its GIL).
                 t = task_of[op_device[i]]
-                begin = dispatch_free[t] if dispatch_free[t] > now else now
-                dispatch_free[t] = begin + min(serial_part[i], duration)
+                begin = reserve(t, now, min(serial_part[i], duration))
                 duration += begin - now
             op_start[i] = now
             op_thread[i] = slot
@@ -672,8 +695,7 @@ class _Simulation:
                     arrival = now + latency
                     if serial:  # the sender's dispatcher sends it: the first half of the
                         # latency; the receiver's takes it in, the second (control_done)
-                        begin = dispatch_free[t] if dispatch_free[t] > now else now
-                        arrival = dispatch_free[t] = begin + latency / 2
+                        arrival = reserve(t, now, latency / 2) + latency / 2
                     event = _End()
                     event.callbacks, event._value = control_arrived, (latency, dst_task, js)
                     heappush(queue, (arrival, NORMAL, next_id(), event))
@@ -765,8 +787,7 @@ class _Simulation:
             (half its route's latency of work, from when the dispatcher is free); then
             the transfer is sent and goes on its links (handed_over)."""
             now, t = env._now, task_of[transfer_src[k]]
-            begin = dispatch_free[t] if dispatch_free[t] > now else now
-            sent_at = dispatch_free[t] = begin + transfer_cpu[k]
+            sent_at = reserve(t, now, transfer_cpu[k]) + transfer_cpu[k]
             event = _End()
             event.callbacks, event._value = sent_by_dispatcher, k
             heappush(queue, (sent_at, NORMAL, next_id(), event))
@@ -794,8 +815,7 @@ class _Simulation:
                     in_use[buffer_device[t]] -= buffer_bytes[t]
             if serial:  # the receiver's dispatcher takes it in first (taken_in)
                 now, t = env._now, task_of[transfer_dst[k]]
-                begin = dispatch_free[t] if dispatch_free[t] > now else now
-                dispatch_free[t] = begin + transfer_cpu[k]
+                reserve(t, now, transfer_cpu[k])
                 event = _End()
                 event.callbacks, event._value = taken_in_by_dispatcher, k
                 heappush(queue, (dispatch_free[t], NORMAL, next_id(), event))
@@ -860,8 +880,7 @@ class _Simulation:
             latency, t, js = event._value
             if serial and latency:  # the receiver's dispatcher takes it in first
                 now = env._now
-                begin = dispatch_free[t] if dispatch_free[t] > now else now
-                dispatch_free[t] = begin + latency / 2
+                reserve(t, now, latency / 2)
                 event = _End()
                 event.callbacks, event._value = control_arrived, (0.0, t, js)
                 heappush(queue, (dispatch_free[t], NORMAL, next_id(), event))

@@ -3,6 +3,9 @@
 - :class:`InterOpPool` — a device's inter-op thread pool: ``threads`` slots; ready ops
   wait in a heap keyed ``(ready time, topological index)``, so among ops waiting for a
   thread the one ready first, then the one earlier in topological order, goes first.
+- :class:`DispatchCalendar` — a host's cores as its tasks' dispatchers book them
+  (``SimConfig.dispatch_cores``): Python work of several server processes on one host
+  runs on at most its cores at once.
 - :class:`HostCores` — a host's CPU cores, shared by the CPU ops of every task on it.
   A single-threaded CPU kernel holds one core; a multithreaded one holds the device's
   ``intra_op_threads`` cores, or fewer if fewer are free (at least one), and runs
@@ -23,7 +26,10 @@ cycles a second, the whole simulator has to beat that per op).
 
 from __future__ import annotations
 
-__all__ = ["InterOpPool", "HostCores", "amdahl_speedup", "rescale_speedup", "slowdown_table"]
+from bisect import insort
+
+__all__ = ["InterOpPool", "HostCores", "DispatchCalendar", "amdahl_speedup", "rescale_speedup",
+           "slowdown_table"]
 
 
 class InterOpPool:
@@ -93,3 +99,41 @@ def rescale_speedup(total_speedup: float, threads: int, new_threads: int) -> flo
         return total_speedup * new_threads / threads
     p = (1.0 - 1.0 / total_speedup) / (1.0 - 1.0 / threads)
     return 1.0 / ((1.0 - p) + p / new_threads)
+
+
+class DispatchCalendar:
+    """The cores of one host as its tasks' dispatchers book them.
+
+    A dispatcher books its work when it is asked for it, often for a later time (it is
+    busy until then), so the calendar keeps each core's future bookings, in order, and
+    a booking takes the earliest gap long enough on any core: the work of several
+    processes' interpreters overlaps on at most ``cores`` cores.  (The kernels' own
+    cores are :class:`HostCores`; this calendar counts the interpreters' work alone.)
+
+    >>> cal = DispatchCalendar(cores=2)
+    >>> [cal.book(0.0, now=0.0, work=1.0) for _ in range(3)]  # the third waits for a core
+    [0.0, 0.0, 1.0]
+    >>> cal.book(0.0, now=0.0, work=0.5)  # a gap none of them left before 1.0
+    1.0
+    """
+
+    def __init__(self, cores: int):
+        self.bookings: list[list[tuple[float, float]]] = [[] for _ in range(cores)]
+
+    def book(self, earliest: float, now: float, work: float) -> float:
+        """Book ``work`` seconds from ``earliest`` on (``now``: the clock; bookings that
+        ended by then are forgotten); returns when the work begins."""
+        best = best_core = None
+        for core in self.bookings:
+            while core and core[0][1] <= now:
+                del core[0]
+            begin = earliest
+            for start, end in core:
+                if start >= begin + work:
+                    break  # the gap before this booking is long enough
+                if end > begin:
+                    begin = end
+            if best is None or begin < best:
+                best, best_core = begin, core
+        insort(best_core, (best, best + work))
+        return best

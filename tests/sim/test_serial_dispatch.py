@@ -105,6 +105,33 @@ def test_a_crossing_takes_the_links_measured_time_for_its_size(config):
         assert x.end - x.start == pytest.approx(trace.step_time - 1e-3)
 
 
+@pytest.mark.parametrize("cores, step", [(2, 3e-3), (4, 2e-3)])
+def test_dispatchers_of_more_tasks_than_cores_take_turns(cores, step):
+    # Three tasks on one host each send a tensor to the next (2 ms of latency: 1 ms on
+    # each end's dispatcher; ops free).  Without dispatch_cores the three sends run at
+    # once, then the three receives: 2 ms.  With two cores for three interpreters, one
+    # send waits for a core, and so does a receive behind it: 3 ms; four cores: 2 ms.
+    spec = ClusterSpec({"worker": ["127.0.0.1:0"] * 3})
+    c = Cluster.from_spec(spec, hosts={("worker", i): "h" for i in range(3)},
+                          cpu_cores=cores, cpu_inter_op_threads=1)
+    for d in c.devices:
+        c = c.replace_device(d.name, op_overhead=0.0)
+    c = c.replace_link("memcpy:h", latency=2e-3, bandwidth=1e12)
+    devs = [f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(3)]
+    g = tf.Graph()
+    with g.as_default():
+        for i in range(3):
+            with tf.device(devs[i]):
+                a = tf.constant(np.float32(i), name=f"a{i}")
+            with tf.device(devs[(i + 1) % 3]):
+                tf.identity(a, name=f"b{i}")
+    p = Placement({op.name: op.device for op in g.get_operations()})
+    costs = FixedCost(default=0.0)
+    assert simulate(g, p, c, cost_model=costs, config=SERIAL).step_time == pytest.approx(2e-3)
+    booked = SimConfig(serial_dispatch=True, dispatch_cores=True)
+    assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(step)
+
+
 # -- SimConfig.inline_elements: the thread that ended an op goes on with what it readied --
 
 INLINE = SimConfig(serial_dispatch=True, inline_elements=16)
