@@ -42,7 +42,8 @@ of servers"):
   work of each end's dispatcher, half each, as for a transfer (``SimConfig.
   serial_dispatch``).
 - With ``SimConfig.serial_dispatch`` each task's dispatcher serves one op's first part
-  (and each end of a crossing) at a time; with ``SimConfig.inline_elements`` too, the
+  (and each end of a crossing) at a time (with ``SimConfig.dispatch_cores``, on a core of
+  its host booked in :class:`sim.pools.DispatchCalendar`); with ``SimConfig.inline_elements`` too, the
   thread that finished an op goes on with the ops it made ready on its device (cheap
   ones and one other, the last made ready first, :meth:`_Simulation.inline_ops`),
   taking the freed cores first; ops of its task waiting for cores wait on (they would
