@@ -70,8 +70,14 @@ class CostModel:
 class StaticCostModel(CostModel):
     """Roofline estimates from the op table and the device's rates.
 
-    ``time = op_overhead + fixed + factor * max(flops / rate, bytes / memory bandwidth)``
-    where ``rate`` is the device's single-thread ``peak_flops``, times its
+    ``time = op_overhead + fixed + factor * (flops / rate + bytes / memory bandwidth)``:
+    the arithmetic and the bytes moved add up rather than overlap (a roofline's
+    ``max``), because on a CPU they mostly do not overlap: a BLAS gemm packs its
+    operands and writes its result in passes of their own, so a product whose weights
+    are large beside its batch, ``[32, 1024] @ [1024, 1024]``, ran at 64% of a square
+    product's rate per flop on this machine (a ``max`` predicts it at the square's);
+    for elementwise ops the bytes dominate either way.  ``rate`` is the device's
+    single-thread ``peak_flops``, times its
     ``intra_op_speedup`` when the op's kernel is multithreaded, and ``(fixed, factor)``
     is the device's calibrated cost of the op type's kernel
     (:meth:`core.cluster.Device.kernel_cost`; ``(0, 1)`` when not calibrated), on its
@@ -90,7 +96,7 @@ class StaticCostModel(CostModel):
         moved = op_def.bytes_read(ins, op.attrs) + op_def.bytes_written(outs, op.attrs)
         rate = device.peak_flops * (device.intra_op_speedup if op_def.multithreaded else 1.0)
         bandwidth = device.mem_bandwidth
-        roofline = max(flops / rate, moved / bandwidth)
+        roofline = flops / rate + moved / bandwidth
         if device.kernel_costs:
             parallel = (op_def.multithreaded and device.parallel_min_elements > 0
                         and device.intra_op_threads > 1

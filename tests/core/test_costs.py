@@ -25,11 +25,17 @@ def graph():
     return g
 
 
-def test_static_is_overhead_plus_roofline():
+def test_static_is_overhead_plus_arithmetic_plus_bytes():
     g = graph()
     mm = g.get_operation_by_name("mm")
     t = StaticCostModel().op_time(mm, W)
-    assert t == pytest.approx(W.op_overhead + 2 * 64 ** 3 / (W.peak_flops * W.intra_op_speedup))
+    flops, moved = 2 * 64 ** 3, 3 * 64 * 64 * 4  # a and a read, mm written
+    assert t == pytest.approx(W.op_overhead + flops / (W.peak_flops * W.intra_op_speedup)
+                              + moved / W.mem_bandwidth)
+    # With calibrated kernel costs: the type's fixed cost, and its factor on both.
+    k = W.replace_kernel_costs({"MatMul": (1e-5, 2.0)})
+    assert StaticCostModel().op_time(mm, k) == pytest.approx(
+        W.op_overhead + 1e-5 + 2.0 * (t - W.op_overhead))
 
 
 def test_measured_generalises_to_alike_devices_and_adds_dispatch():
