@@ -36,22 +36,32 @@ __all__ = ["kernel_calibration_graph", "measure_kernel_costs", "with_kernel_cost
 
 def kernel_calibration_graph(n: int = 8, seed: int = 0):
     """``(graph, init, fetches)``: a small training step on ``n x n`` tensors that uses
-    every CPU op type of :mod:`core.ops` the builders make (with its gradients)."""
+    every CPU op type of :mod:`core.ops` the builders make (with its gradients).
+
+    Its MatMuls come in the two shapes of the workloads: square, and a few rows by large
+    weights (``[n/8, 4n] @ [4n, n]``, a recurrent or dense layer's batch by its weights),
+    whose rate per flop is lower (a gemm packs the weights on every call): one factor
+    on the roofline is fitted over both."""
     rng = np.random.default_rng(seed)
     g = tf.Graph()
     with g.as_default():
         x = tf.constant(rng.standard_normal((n, n)).astype(np.float32), name="x")
         w = tf.Variable(rng.standard_normal((n, n)).astype(np.float32) * 0.1, name="w")
         b = tf.Variable(np.zeros(n, np.float32), name="b")
-        h = tf.matmul(x, w) + b
+        rows = max(1, n // 8)
+        xb = tf.constant(rng.standard_normal((rows, 4 * n)).astype(np.float32), name="xb")
+        wb = tf.Variable(rng.standard_normal((4 * n, n)).astype(np.float32) * 0.05, name="wb")
+        batch = tf.matmul(xb, wb, name="batch_by_weights")  # [rows, n]
+        h = tf.matmul(x, w) + b + tf.reduce_mean(batch)
         r, t, s = tf.relu(h), tf.tanh(h), tf.sigmoid(h)
         c = tf.slice(tf.concat([r, t], axis=1), [0, 0], [n, n])
         c = tf.reshape(tf.reshape(tf.transpose(c), [n * n]), [n, n])
         d = tf.softmax(c) - s
         e = tf.negative(tf.multiply(d, d)) + tf.broadcast_to(b, [n, n])
         loss = tf.reduce_mean(tf.square(e)) + tf.reduce_sum(t)
-        gw, gb = tf.gradients(loss, [w, b])
+        gw, gb, gwb = tf.gradients(loss, [w, b, wb])
         step = tf.group(tf.assign_sub(w, 0.01 * gw), tf.assign_sub(b, 0.01 * gb),
+                        tf.assign_sub(wb, 0.01 * gwb),
                         tf.assign_add(b, tf.constant(np.zeros(n, np.float32))))
         init = tf.global_variables_initializer()
     return g, init, [step]
