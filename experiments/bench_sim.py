@@ -11,8 +11,10 @@ makes; ``warm_s``, the best of the ``--repeat`` - 1 calls after it on the same g
 (which reuse the arrays made from those columns, see ``Graph.cached_view``); the
 seconds to read the trace's record lists once (made on first access, so not in
 simulate()'s time), transfers, the predicted step time, the peak memory simulate()
-allocates (tracemalloc, in a separate untimed run) and the growth exponent of the first
-call's time and of memory between sizes (1.0 = linear).
+allocates (tracemalloc, in a separate untimed run), the growth exponent of the first
+call's time and of memory between sizes (1.0 = linear), and the cores other programs
+kept busy during the first call (``other_cores``, :mod:`experiments.machine_load`:
+another busy program on this 2-core machine slows the simulator too).
 
     python -m experiments.bench_sim --sizes 1000 10000 100000 --devices 4 16
 """
@@ -29,6 +31,7 @@ import pandas as pd
 import sim
 from core.cluster import Cluster
 from core.placement import Placement
+from experiments.machine_load import OtherLoad
 from experiments.report import print_table, results_parser, save_table
 from experiments.workloads import random_layered_dag
 
@@ -50,11 +53,14 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool)
         for devices in device_counts:
             graph, cluster, placement = placed_dag(n, devices)
             times, records = [], math.inf
-            for _ in range(repeat):
+            for k in range(repeat):
                 gc.collect()
-                t0 = time.perf_counter()
-                trace = sim.simulate(graph, placement, cluster)
-                times.append(time.perf_counter() - t0)
+                with OtherLoad() as load:
+                    t0 = time.perf_counter()
+                    trace = sim.simulate(graph, placement, cluster)
+                    times.append(time.perf_counter() - t0)
+                if not k:
+                    first_load = load.other_cores
                 # The simulator makes its record lists on first access (Trace.lazy):
                 # reported apart, as the seconds to read them all once.
                 t0 = time.perf_counter()
@@ -73,7 +79,8 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool)
             rows.append({"ops": n, "devices": devices, "transfers": len(trace.transfers),
                          "seconds": cold, "ops_per_s": n / cold,
                          "warm_s": min(times[1:], default=math.nan), "records_s": records,
-                         "step_time_s": trace.step_time, "peak_MiB": peak})
+                         "step_time_s": trace.step_time, "peak_MiB": peak,
+                         "other_cores": first_load})
             del graph, trace
     frame = pd.DataFrame(rows).sort_values(["devices", "ops"]).reset_index(drop=True)
     frame["time_growth"] = math.nan

@@ -93,3 +93,14 @@ def test_bench_kernels_times_ours_and_numpy_side_by_side(tmp_path):
     assert set(frame.op) >= {"Add", "Mul", "Tanh", "Sum", "MatMul"}
     assert (frame.ours_us > 0).all() and (frame.numpy_us > 0).all()
     assert frame.ratio.tolist() == pytest.approx((frame.ours_us / frame.numpy_us).tolist())
+
+
+def test_bench_sim_reports_speed_growth_and_the_machines_load(tmp_path):
+    from experiments import bench_sim
+    frame = bench_sim.main(["--sizes", "300", "600", "--devices", "4", "--repeat", "2",
+                            "--out", str(tmp_path)])
+    assert (tmp_path / "bench_sim.csv").exists()
+    assert list(frame.ops) == [300, 600] and (frame.ops_per_s > 0).all()
+    assert (frame.transfers > 0).all() and (frame.peak_MiB > 0).all()
+    assert frame.time_growth.notna().sum() == 1 and frame.mem_growth.notna().sum() == 1
+    assert not (frame.other_cores < 0).any()
