@@ -73,7 +73,7 @@ from sim.config import SimConfig
 from sim.durations import multithreaded, op_durations, transfer_durations
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.links import link_successors, static_transfer_order
-from sim.memory import device_capacity, memory_records
+from sim.memory import TrackedLog, device_capacity, memory_records
 from sim.pools import HostCores, InterOpPool, rescale_speedup, slowdown_table
 
 __all__ = ["simulate"]
@@ -413,46 +413,33 @@ class _Simulation:
         # Ends and allocations in the order they happen, for the memory records
         # (sim.memory.memory_records): an int append each, where a record was a tuple.
         # (Called as log.append: the interpreter specializes that call, not one of the
-        # bound method kept in a variable, ~1% of the run.)
-        self.log = log = []
+        # bound method kept in a variable, ~1% of the run.)  When some device could run
+        # out, the log keeps the bytes in use as changes are noted and checks each
+        # allocation (sim.memory.TrackedLog); else no allocation can exceed its
+        # device's capacity.
         self.oom_events = []
-        self.in_use = in_use = [0] * len(self.devices)
-        track = self.track_memory  # else no allocation can exceed its device's capacity
-        capacity = self.capacity
-        out_of_memory = self._out_of_memory  # raises unless config.record_oom
+        self.in_use = [0] * len(self.devices)
+        self.log = log = (TrackedLog(plan, self.op_alloc_array, self.in_use, self.capacity,
+                                     self._out_of_memory) if self.track_memory else [])
 
-        # StepState's counters (see core.dataflow), driven inline.
+        # StepState's counters (see core.dataflow), driven inline.  (Plan columns are
+        # read only where needed, as a plan makes each list on first use.)
         pending = plan.array("initial_pending").tolist()
-        # Buffer references as StepState counts them, except that an output nobody reads
-        # holds one (its op's): an op's end lets go of its whole release list alike.
-        # (Only a run that keeps bytes in use counts references; plan columns are read
-        # only where needed, as a plan makes each list on first use.)
-        refs = buffer_bytes = buffer_device = tensor_op = transfer_tensor = None
-        if track:
-            refs = list(plan.buffer_refs)
-            for b in plan.array("csr_op_dead_outputs")[1].tolist():
-                refs[b] = 1
-            buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
-            tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
-        release_ptr, releases = plan.csr_op_releases if track else (None, None)
         send_ptr, sends = plan.csr_op_sends
         sole_consumer, consumer_ptr, consumers = _consumers(plan)
         op_device = plan.op_device
-        transfer_dst = plan.transfer_dst if track or self.config.serial_dispatch else None
+        transfer_dst = plan.transfer_dst if self.config.serial_dispatch else None
         transfer_src = plan.transfer_src if self.config.serial_dispatch else None
         all_bytes = plan.array("buffer_bytes")
         # The log codes of allocations, made once (0: no bytes): per op, of its
         # outputs; per transfer, of its received copy.
         op_note = np.where(self.op_alloc_array > 0, ~np.arange(n), 0).tolist()
-        recv_bytes = all_bytes[n_tensors:]
-        recv_note = np.where(recv_bytes > 0, ~(n + np.arange(m)), 0).tolist()
-        recv_bytes = recv_bytes.tolist() if track else None
+        recv_note = np.where(all_bytes[n_tensors:] > 0, ~(n + np.arange(m)), 0).tolist()
         n_made = n + m  # log code of allocation ~(n_made + b): resident buffer b
 
         # Resources.
         durations, want_cores = self.durations, self.want_cores
-        op_alloc = self.op_alloc_array.tolist() if track else None
         slowdown, host_of = self.slowdown, self.host_of
         pool_free = [pool.free for pool in self.pools]
         pool_waiting = [pool.waiting for pool in self.pools]
@@ -535,12 +522,6 @@ class _Simulation:
             op_cores[i] = cores
             code = op_note[i]
             if code:  # its outputs' buffers
-                if track:
-                    d, nbytes = op_device[i], op_alloc[i]
-                    use = in_use[d] + nbytes
-                    if use > capacity[d]:
-                        out_of_memory(d, nbytes, i, None)
-                    in_use[d] = use
                 log.append(code)
             event = _End()
             event.callbacks, event._value = op_ended, i
@@ -615,14 +596,9 @@ class _Simulation:
             op_end[i] = env._now
             log.append(i)
             # StepState.op_finished: the buffers it read and its unread outputs let go
-            # of (ascending), then freed resources are handed out, then the successors
-            # that became ready queue (ascending), then its sends go.
-            if track:
-                for b in releases[release_ptr[i]:release_ptr[i + 1]]:
-                    left = refs[b] - 1
-                    refs[b] = left
-                    if not left:
-                        in_use[buffer_device[b]] -= buffer_bytes[b]
+            # of (ascending, as the log notes its end), then freed resources are handed
+            # out, then the successors that became ready queue (ascending), then its
+            # sends go.
             d = op_device[i]
             free_slots = pool_free[d]
             if cheap is None:
@@ -746,14 +722,6 @@ class _Simulation:
             now = env._now
             code = recv_note[k]
             if code:  # the received copy's buffer
-                if track:
-                    d = transfer_dst[k]
-                    nbytes = recv_bytes[k]
-                    use = in_use[d] + nbytes
-                    if use > capacity[d]:
-                        t = transfer_tensor[k]
-                        out_of_memory(d, nbytes, tensor_op[t], t)
-                    in_use[d] = use
                 log.append(code)
             x_start[k] = now
             event = _End()
@@ -783,15 +751,10 @@ class _Simulation:
 
         def transfer_done(event):
             k = event._value
+            # StepState.transfer_done: the source buffer's reference (as the log notes
+            # its end), consumers' counts (the buffer is freed before any consumer
+            # starts, as StepState reports it).
             log.append(n + k)
-            # StepState.transfer_done: the source buffer's reference, consumers' counts
-            # (the buffer is freed before any consumer starts, as StepState reports it).
-            if track:
-                t = transfer_tensor[k]
-                left = refs[t] - 1
-                refs[t] = left
-                if not left:
-                    in_use[buffer_device[t]] -= buffer_bytes[t]
             if serial:  # the receiver's dispatcher takes it in first (taken_in)
                 now, t = env._now, task_of[transfer_dst[k]]
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
@@ -908,14 +871,7 @@ class _Simulation:
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
-                nbytes = int(all_bytes[b])
-                if nbytes:
-                    if track:
-                        d = buffer_device[b]
-                        use = in_use[d] + nbytes
-                        if use > capacity[d]:
-                            out_of_memory(d, nbytes, tensor_op[b], None)
-                        in_use[d] = use
+                if all_bytes[b]:
                     log.append(~(n_made + b))
             # A step that ran to its end notes each op's and transfer's end and each
             # allocation once (an op's or a received copy's with bytes): so the log's
