@@ -659,10 +659,7 @@ class _Simulation:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
             lo, hi = send_ptr[i], send_ptr[i + 1]
             if lo != hi:
-                if serial:  # the sender's dispatcher sends each first (dispatch_send)
-                    for k in sends[lo:hi]:
-                        dispatch_send(k)
-                elif static:  # each send counts down (see below), written out here
+                if counted_down:  # the static order's countdown (see below), written out
                     for k in sends[lo:hi]:
                         left = need[k] - 1
                         need[k] = left
@@ -672,28 +669,37 @@ class _Simulation:
                     for k in sends[lo:hi]:
                         send(k)
             if control_crossings is not None and i in control_crossings:
-                now, t = env._now, task_of[d]
-                for latency, dst_task, js in control_crossings[i]:
-                    arrival = now + latency
-                    if serial:  # the sender's dispatcher sends it: the first half of the
-                        # latency; the receiver's takes it in, the second (control_done)
-                        begin = dispatch_free[t] if dispatch_free[t] > now else now
-                        arrival = dispatch_free[t] = begin + latency / 2
-                    event = _End()
-                    event.callbacks, event._value = control_arrived, (latency, dst_task, js)
-                    heappush(queue, (arrival, NORMAL, next_id(), event))
+                send_control(i, d)
+
+        def send_control(i, d):
+            """Op ``i`` ended: the messages of its control edges to other tasks go."""
+            now, t = env._now, task_of[d]
+            for latency, dst_task, js in control_crossings[i]:
+                arrival = now + latency
+                if serial:  # the sender's dispatcher sends it: the first half of the
+                    # latency; the receiver's takes it in, the second (control_done)
+                    begin = dispatch_free[t] if dispatch_free[t] > now else now
+                    arrival = dispatch_free[t] = begin + latency / 2
+                schedule(arrival, control_arrived, (latency, dst_task, js))
 
         # -- transfers (sim.links) --
         # A transfer starts when it was sent and every link of its route is free with
         # it at the head of the link's queue.  Each link order has its own helpers,
-        # chosen once here: handing on the links of a transfer that ended, and sending
-        # one (the static order's send is a countdown, written out in op_done).
+        # chosen once here: putting a transfer that was sent on its links, and handing
+        # on the links of a transfer that ended.
         if static:
             # Countdowns: need[k] counts what transfer k still waits for (being sent,
             # and each link of its route offering itself).  When a transfer ends, each
             # link of its route offers itself to the transfer after it in that link's
-            # queue (next_on_links).  Being sent counts down in op_done; a route of two
-            # links at most is handed on in transfer_done, this is for longer ones.
+            # queue (next_on_links).  Being sent counts down here (written out in
+            # op_done); a route of two links at most is handed on in transfer_done,
+            # release_links is for longer ones.
+            def put_on_links(k):
+                left = need[k] - 1
+                need[k] = left
+                if not left:
+                    start_transfer(k)
+
             def release_links(k):
                 following = next_on_links[next_ptr[k]:next_ptr[k + 1]]
                 startable = False
@@ -725,7 +731,7 @@ class _Simulation:
                     link_busy[l] = True
                     heappop(link_heap[l])
 
-            def send(k):
+            def put_on_links(k):
                 links = transfer_links[k]
                 key = (env._now, k)
                 for l in links:
@@ -769,14 +775,13 @@ class _Simulation:
             heappush(queue, (sent_at, NORMAL, next_id(), event))
 
         def handed_over(event):
-            k = event._value
-            if static:
-                left = need[k] - 1
-                need[k] = left
-                if not left:
-                    start_transfer(k)
-            else:
-                send(k)
+            put_on_links(event._value)
+
+        # What an op's end does with each of its sends: with serial dispatch, its
+        # dispatcher sends it first; then it goes on its links (the static order counts
+        # it down: written out in op_done, as `counted_down`).
+        send = dispatch_send if serial else put_on_links
+        counted_down = static and not serial
 
         def transfer_done(event):
             k = event._value
