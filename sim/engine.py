@@ -6,8 +6,8 @@ plan's flat arrays: a method call and a ``Progress`` per event cost a fifth of t
 run); devices, hosts and links are small resources (:mod:`sim.pools`,
 :mod:`sim.links`) granted synchronously inside event callbacks (a link in the static
 order by a countdown per transfer, no scan of its route); the only scheduled events are
-the ends of ops and of transfers (one light :class:`_End` event each, pushed on the
-environment's heap with SimPy's own key).  That keeps the cost per op to about one
+the ends of ops and of transfers (one ``(handler, value)`` entry each, pushed on the
+environment's heap with SimPy's own key and stepped by :class:`_Environment`).  That keeps the cost per op to about one
 SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is numpy
 over the plan's arrays; the graph's part of them is read from columns the graph keeps
 as its ops are created (:class:`core.graph.OpColumns`, so even a first call on a fresh
@@ -62,6 +62,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 import simpy
+from simpy.core import EmptySchedule
 from simpy.events import NORMAL
 
 from core.costs import CostModel, StaticCostModel
@@ -157,23 +158,28 @@ def _resolve_fetches(graph, fetches):
     return out
 
 
-class _End:
-    """The end of an op or a transfer, put straight on the environment's heap.
+class _Environment(simpy.Environment):
+    """The run's SimPy environment, whose events are the run's own: an op's or a
+    transfer's end (and the rarer kinds: a task's part starting, a control message, a
+    dispatcher's work), each a ``(handler, value)`` pair pushed straight on the heap
+    with SimPy's own key, ``(time, NORMAL, id)`` with the environment's id counter, so
+    that ties keep SimPy's order.  ``step``, SimPy's extension point (as
+    ``simpy.rt.RealtimeEnvironment`` overrides it), pops the next one, sets the clock
+    and calls ``handler(value)``; ``run`` is SimPy's.
 
-    ``env.step`` pops ``(time, priority, id, event)``, runs ``event.callbacks`` and
-    checks ``event._ok``, and that is all an event needs to be here; a ``Timeout`` does
-    the same but its constructor (an ``Event.__init__``, a delay check,
-    ``env.schedule``) was a third of the cost of an event.  The entry is pushed with
-    SimPy's own key (``NORMAL`` priority, the environment's id counter), so ties keep
-    SimPy's order; ``callbacks`` is one shared list per kind of event (``env.step`` only
-    reads it, then sets the attribute to None); ``_value`` is the op or transfer index.
-    Made by calling the class, which has no ``__init__`` (all in C: ~45 ns, where
-    ``object.__new__(_End)`` took ~70 ns and a Python ``__init__`` twice as much), then
-    two attribute stores.
+    (SimPy's own step runs an event object's list of callbacks and checks that it did
+    not fail, which an end never does; a ``Timeout`` per end also costs an
+    ``Event.__init__``, a delay check and ``env.schedule``.  Even light event objects
+    with a shared callback list, made, iterated and freed per end, were a tenth of
+    simulate()'s instructions.)
     """
 
-    __slots__ = ("callbacks", "_value")
-    _ok = True
+    def step(self) -> None:
+        try:
+            self._now, _, _, (handler, value) = heappop(self._queue)
+        except IndexError:
+            raise EmptySchedule from None
+        handler(value)
 
 
 class _Simulation:
@@ -400,7 +406,7 @@ class _Simulation:
         when a device could run out.
         """
         plan, config = self.plan, self.config
-        self.env = env = simpy.Environment()
+        self.env = env = _Environment()
         queue, next_id = env._queue, env._eid.__next__
         n, m, n_tensors = plan.n_ops, plan.n_transfers, plan.n_tensors
 
@@ -457,19 +463,17 @@ class _Simulation:
         start_at = self.start_at
         late = any(start_at)  # some task's part of the step starts after time 0
 
-        def schedule(at, callbacks, value):
-            """An event at time ``at`` (for the rarer kinds; the ends of ops and transfers
-            are pushed written out)."""
-            event = _End()
-            event.callbacks, event._value = callbacks, value
-            heappush(queue, (at, NORMAL, next_id(), event))
+        def schedule(at, handler, value):
+            """``handler(value)`` at time ``at`` (for the rarer kinds of events; the ends
+            of ops and transfers are pushed written out)."""
+            heappush(queue, (at, NORMAL, next_id(), (handler, value)))
 
         def ready(i):
             """Op ``i`` is ready: it takes a thread of its device's pool and its cores
             and starts, or waits for them."""
             d = op_device[i]
             if late and env._now < start_at[d]:  # the task's part has not started yet
-                schedule(start_at[d], part_started, i)
+                schedule(start_at[d], ready, i)
                 return
             free_slots = pool_free[d]
             if not free_slots or pool_waiting[d]:
@@ -499,9 +503,7 @@ class _Simulation:
             code = op_note[i]
             if code:  # its outputs' buffers
                 log.append(code)
-            event = _End()
-            event.callbacks, event._value = op_ended, i
-            heappush(queue, (now + duration, NORMAL, next_id(), event))
+            heappush(queue, (now + duration, NORMAL, next_id(), (op_done, i)))
 
         def take_thread(i, slot):
             """Op ``i`` got thread ``slot``: it takes its cores and starts, or waits for
@@ -552,9 +554,7 @@ class _Simulation:
             code = op_note[i]
             if code:  # its outputs' buffers
                 log.append(code)
-            event = _End()
-            event.callbacks, event._value = op_ended, i
-            heappush(queue, (now + duration, NORMAL, next_id(), event))
+            heappush(queue, (now + duration, NORMAL, next_id(), (op_done, i)))
 
         def finish_inline(i, d):
             """op_done's hand-out under SimConfig.inline_elements: the thread that ran
@@ -620,8 +620,7 @@ class _Simulation:
             for j in queued:
                 ready(j)
 
-        def op_done(event):
-            i = event._value
+        def op_done(i):
             op_end[i] = env._now
             log.append(i)
             # StepState.op_finished: the buffers it read and its unread outputs let go
@@ -680,7 +679,7 @@ class _Simulation:
                     # latency; the receiver's takes it in, the second (control_done)
                     begin = dispatch_free[t] if dispatch_free[t] > now else now
                     arrival = dispatch_free[t] = begin + latency / 2
-                schedule(arrival, control_arrived, (latency, dst_task, js))
+                schedule(arrival, control_done, (latency, dst_task, js))
 
         # -- transfers (sim.links) --
         # A transfer starts when it was sent and every link of its route is free with
@@ -759,9 +758,7 @@ class _Simulation:
             if code:  # the received copy's buffer
                 log.append(code)
             x_start[k] = now
-            event = _End()
-            event.callbacks, event._value = transfer_ended, k
-            heappush(queue, (now + transfer_time[k], NORMAL, next_id(), event))
+            heappush(queue, (now + transfer_time[k], NORMAL, next_id(), (transfer_done, k)))
 
         def dispatch_send(k):
             """SimConfig.serial_dispatch: the sender's dispatcher sends transfer ``k``
@@ -770,12 +767,7 @@ class _Simulation:
             now, t = env._now, task_of[transfer_src[k]]
             begin = dispatch_free[t] if dispatch_free[t] > now else now
             sent_at = dispatch_free[t] = begin + transfer_cpu[k]
-            event = _End()
-            event.callbacks, event._value = sent_by_dispatcher, k
-            heappush(queue, (sent_at, NORMAL, next_id(), event))
-
-        def handed_over(event):
-            put_on_links(event._value)
+            schedule(sent_at, put_on_links, k)  # (then it goes on its links)
 
         # What an op's end does with each of its sends: with serial dispatch, its
         # dispatcher sends it first; then it goes on its links (the static order counts
@@ -783,8 +775,7 @@ class _Simulation:
         send = dispatch_send if serial else put_on_links
         counted_down = static and not serial
 
-        def transfer_done(event):
-            k = event._value
+        def transfer_done(k):
             # StepState.transfer_done: the source buffer's reference (as the log notes
             # its end), consumers' counts (the buffer is freed before any consumer
             # starts, as StepState reports it).
@@ -822,9 +813,8 @@ class _Simulation:
                         if code:  # the received copy's buffer
                             log.append(code)
                         x_start[j] = now
-                        event = _End()
-                        event.callbacks, event._value = transfer_ended, j
-                        heappush(queue, (now + transfer_time[j], NORMAL, next_id(), event))
+                        heappush(queue, (now + transfer_time[j], NORMAL, next_id(),
+                                         (transfer_done, j)))
                     j = next_second[k]
                     left = need[j] - 1
                     need[j] = left
@@ -834,9 +824,8 @@ class _Simulation:
                         if code:  # the received copy's buffer
                             log.append(code)
                         x_start[j] = now
-                        event = _End()
-                        event.callbacks, event._value = transfer_ended, j
-                        heappush(queue, (now + transfer_time[j], NORMAL, next_id(), event))
+                        heappush(queue, (now + transfer_time[j], NORMAL, next_id(),
+                                         (transfer_done, j)))
                     return
             release_links(k)
 
@@ -846,13 +835,13 @@ class _Simulation:
             now, t = env._now, task_of[transfer_dst[k]]
             begin = dispatch_free[t] if dispatch_free[t] > now else now
             dispatch_free[t] = begin + transfer_cpu[k]
-            schedule(dispatch_free[t], taken_in_by_dispatcher, k)
+            schedule(dispatch_free[t], taken_in, k)
 
-        def taken_in(event):
+        def taken_in(k):
             """SimConfig.serial_dispatch: the receiver's dispatcher took transfer
-            ``event._value`` in (half its route's latency of work): its consumers' counts
+            ``k`` in (half its route's latency of work): its consumers' counts
             drop."""
-            j = sole_consumer[event._value]  # (see _consumers)
+            j = sole_consumer[k]  # (see _consumers)
             if j >= 0:
                 left = pending[j] - 1
                 pending[j] = left
@@ -866,21 +855,16 @@ class _Simulation:
                 if not left:
                     ready(j)
 
-        def part_start(event):
-            ready(event._value)
-
         control_crossings = self.control_crossings
 
-        def control_done(event):
+        def control_done(message):
             """A control edge's message from another task arrived."""
-            latency, t, js = event._value
+            latency, t, js = message
             if serial and latency:  # the receiver's dispatcher takes it in first
                 now = env._now
                 begin = dispatch_free[t] if dispatch_free[t] > now else now
                 dispatch_free[t] = begin + latency / 2
-                event = _End()
-                event.callbacks, event._value = control_arrived, (0.0, t, js)
-                heappush(queue, (dispatch_free[t], NORMAL, next_id(), event))
+                schedule(dispatch_free[t], control_done, (0.0, t, js))
                 return
             for j in js:
                 left = pending[j] - 1
@@ -895,9 +879,7 @@ class _Simulation:
             what it makes ready on the device)."""
             d = op_device[ops[0]]
             if env._now < start_at[d]:  # the task's part has not started yet
-                event = _End()
-                event.callbacks, event._value = devices_started, ops
-                heappush(queue, (start_at[d], NORMAL, next_id(), event))
+                schedule(start_at[d], begin_on_device, ops)
                 return
             for j in ops:
                 if not cheap[j]:
@@ -914,13 +896,6 @@ class _Simulation:
             stacks[d][slot].extend(reversed(mine[1:]))
             take_thread(mine[0], slot)
 
-        def device_start(event):
-            begin_on_device(event._value)
-
-        op_ended, transfer_ended, part_started = [op_done], [transfer_done], [part_start]
-        devices_started = [device_start]
-        control_arrived = [control_done]
-        sent_by_dispatcher, taken_in_by_dispatcher = [handed_over], [taken_in]
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
