@@ -6,8 +6,8 @@ plan's flat arrays: a method call and a ``Progress`` per event cost a fifth of t
 run); devices, hosts and links are small resources (:mod:`sim.pools`,
 :mod:`sim.links`) granted synchronously inside event callbacks (a link in the static
 order by a countdown per transfer, no scan of its route); the only scheduled events are
-the ends of ops and of transfers (one light :class:`_End` event each, pushed on the
-environment's heap with SimPy's own key).  That keeps the cost per op to about one
+the ends of ops and of transfers (one ``(handler, value)`` entry each, pushed on the
+environment's heap with SimPy's own key and stepped by :class:`_Environment`).  That keeps the cost per op to about one
 SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is numpy
 over the plan's arrays; the graph's part of them is read from columns the graph keeps
 as its ops are created (:class:`core.graph.OpColumns`, so even a first call on a fresh
@@ -63,6 +63,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 import simpy
+from simpy.core import EmptySchedule
 from simpy.events import NORMAL
 
 from core.costs import CostModel, StaticCostModel
@@ -74,7 +75,7 @@ from sim.config import SimConfig
 from sim.durations import multithreaded, op_durations, transfer_durations
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.links import link_successors, static_transfer_order
-from sim.memory import device_capacity, memory_records
+from sim.memory import TrackedLog, device_capacity, memory_records
 from sim.pools import (DispatchCalendar, HostCores, InterOpPool, rescale_speedup,
                        slowdown_table)
 
@@ -159,23 +160,28 @@ def _resolve_fetches(graph, fetches):
     return out
 
 
-class _End:
-    """The end of an op or a transfer, put straight on the environment's heap.
+class _Environment(simpy.Environment):
+    """The run's SimPy environment, whose events are the run's own: an op's or a
+    transfer's end (and the rarer kinds: a task's part starting, a control message, a
+    dispatcher's work), each a ``(handler, value)`` pair pushed straight on the heap
+    with SimPy's own key, ``(time, NORMAL, id)`` with the environment's id counter, so
+    that ties keep SimPy's order.  ``step``, SimPy's extension point (as
+    ``simpy.rt.RealtimeEnvironment`` overrides it), pops the next one, sets the clock
+    and calls ``handler(value)``; ``run`` is SimPy's.
 
-    ``env.step`` pops ``(time, priority, id, event)``, runs ``event.callbacks`` and
-    checks ``event._ok``, and that is all an event needs to be here; a ``Timeout`` does
-    the same but its constructor (an ``Event.__init__``, a delay check,
-    ``env.schedule``) was a third of the cost of an event.  The entry is pushed with
-    SimPy's own key (``NORMAL`` priority, the environment's id counter), so ties keep
-    SimPy's order; ``callbacks`` is one shared list per kind of event (``env.step`` only
-    reads it, then sets the attribute to None); ``_value`` is the op or transfer index.
-    Made by calling the class, which has no ``__init__`` (all in C: ~45 ns, where
-    ``object.__new__(_End)`` took ~70 ns and a Python ``__init__`` twice as much), then
-    two attribute stores.
+    (SimPy's own step runs an event object's list of callbacks and checks that it did
+    not fail, which an end never does; a ``Timeout`` per end also costs an
+    ``Event.__init__``, a delay check and ``env.schedule``.  Even light event objects
+    with a shared callback list, made, iterated and freed per end, were a tenth of
+    simulate()'s instructions.)
     """
 
-    __slots__ = ("callbacks", "_value")
-    _ok = True
+    def step(self) -> None:
+        try:
+            self._now, _, _, (handler, value) = heappop(self._queue)
+        except IndexError:
+            raise EmptySchedule from None
+        handler(value)
 
 
 class _Simulation:
@@ -415,7 +421,7 @@ class _Simulation:
         when a device could run out.
         """
         plan, config = self.plan, self.config
-        self.env = env = simpy.Environment()
+        self.env = env = _Environment()
         queue, next_id = env._queue, env._eid.__next__
         n, m, n_tensors = plan.n_ops, plan.n_transfers, plan.n_tensors
 
@@ -428,46 +434,33 @@ class _Simulation:
         # Ends and allocations in the order they happen, for the memory records
         # (sim.memory.memory_records): an int append each, where a record was a tuple.
         # (Called as log.append: the interpreter specializes that call, not one of the
-        # bound method kept in a variable, ~1% of the run.)
-        self.log = log = []
+        # bound method kept in a variable, ~1% of the run.)  When some device could run
+        # out, the log keeps the bytes in use as changes are noted and checks each
+        # allocation (sim.memory.TrackedLog); else no allocation can exceed its
+        # device's capacity.
         self.oom_events = []
-        self.in_use = in_use = [0] * len(self.devices)
-        track = self.track_memory  # else no allocation can exceed its device's capacity
-        capacity = self.capacity
-        out_of_memory = self._out_of_memory  # raises unless config.record_oom
+        self.in_use = [0] * len(self.devices)
+        self.log = log = (TrackedLog(plan, self.op_alloc_array, self.in_use, self.capacity,
+                                     self._out_of_memory) if self.track_memory else [])
 
-        # StepState's counters (see core.dataflow), driven inline.
+        # StepState's counters (see core.dataflow), driven inline.  (Plan columns are
+        # read only where needed, as a plan makes each list on first use.)
         pending = plan.array("initial_pending").tolist()
-        # Buffer references as StepState counts them, except that an output nobody reads
-        # holds one (its op's): an op's end lets go of its whole release list alike.
-        # (Only a run that keeps bytes in use counts references; plan columns are read
-        # only where needed, as a plan makes each list on first use.)
-        refs = buffer_bytes = buffer_device = tensor_op = transfer_tensor = None
-        if track:
-            refs = list(plan.buffer_refs)
-            for b in plan.array("csr_op_dead_outputs")[1].tolist():
-                refs[b] = 1
-            buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
-            tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
-        release_ptr, releases = plan.csr_op_releases if track else (None, None)
         send_ptr, sends = plan.csr_op_sends
         sole_consumer, consumer_ptr, consumers = _consumers(plan)
         op_device = plan.op_device
-        transfer_dst = plan.transfer_dst if track or self.config.serial_dispatch else None
+        transfer_dst = plan.transfer_dst if self.config.serial_dispatch else None
         transfer_src = plan.transfer_src if self.config.serial_dispatch else None
         all_bytes = plan.array("buffer_bytes")
         # The log codes of allocations, made once (0: no bytes): per op, of its
         # outputs; per transfer, of its received copy.
         op_note = np.where(self.op_alloc_array > 0, ~np.arange(n), 0).tolist()
-        recv_bytes = all_bytes[n_tensors:]
-        recv_note = np.where(recv_bytes > 0, ~(n + np.arange(m)), 0).tolist()
-        recv_bytes = recv_bytes.tolist() if track else None
+        recv_note = np.where(all_bytes[n_tensors:] > 0, ~(n + np.arange(m)), 0).tolist()
         n_made = n + m  # log code of allocation ~(n_made + b): resident buffer b
 
         # Resources.
         durations, want_cores = self.durations, self.want_cores
-        op_alloc = self.op_alloc_array.tolist() if track else None
         slowdown, host_of = self.slowdown, self.host_of
         pool_free = [pool.free for pool in self.pools]
         pool_waiting = [pool.waiting for pool in self.pools]
@@ -485,30 +478,47 @@ class _Simulation:
         start_at = self.start_at
         late = any(start_at)  # some task's part of the step starts after time 0
 
+        def schedule(at, handler, value):
+            """``handler(value)`` at time ``at`` (for the rarer kinds of events; the ends
+            of ops and transfers are pushed written out)."""
+            heappush(queue, (at, NORMAL, next_id(), (handler, value)))
+
         def ready(i):
+            """Op ``i`` is ready: it takes a thread of its device's pool and its cores
+            and starts, or waits for them."""
             d = op_device[i]
             if late and env._now < start_at[d]:  # the task's part has not started yet
-                event = _End()
-                event.callbacks, event._value = part_started, i
-                heappush(queue, (start_at[d], NORMAL, next_id(), event))
+                schedule(start_at[d], ready, i)
                 return
             free_slots = pool_free[d]
             if not free_slots or pool_waiting[d]:
                 heappush(pool_waiting[d], (env._now, i))
                 return
-            # take_thread, written out: most ops get their thread here.
+            # take_thread and start, written out: most ops get their thread and cores
+            # here (a call fewer per op, ~2% of the run).
             slot = heappop(free_slots)
             cores = want_cores[i]
+            duration = durations[i]
             if cores:
                 host = host_of[d]
                 free = host.free
                 if not free or host.waiting:
                     heappush(host.waiting, (env._now, i, slot))
                     return
-                if cores > free:  # a multithreaded kernel takes what is free
+                if cores > free:  # a multithreaded kernel takes what is free, runs longer
                     cores = free
+                    duration *= slowdown[d][cores]
                 host.free = free - cores
-            start(i, slot, cores)
+            now = env._now
+            if serial:
+                duration = dispatched(i, duration)
+            op_start[i] = now
+            op_thread[i] = slot
+            op_cores[i] = cores
+            code = op_note[i]
+            if code:  # its outputs' buffers
+                log.append(code)
+            heappush(queue, (now + duration, NORMAL, next_id(), (op_done, i)))
 
         def take_thread(i, slot):
             """Op ``i`` got thread ``slot``: it takes its cores and starts, or waits for
@@ -544,31 +554,31 @@ class _Simulation:
         cheap = self.inline_ops() if serial and config.inline_elements is not None else None
         stacks = [[[] for _ in range(pool.threads)] for pool in self.pools] if cheap else None
 
+        def dispatched(i, duration):
+            """SimConfig.serial_dispatch: the time op ``i`` takes from now, when its first
+            part waits for its task's dispatcher, which serves one op at a time (its
+            GIL), and holds it."""
+            now = env._now
+            t = task_of[op_device[i]]
+            begin = reserve(t, now, min(serial_part[i], duration))
+            return duration + (begin - now)
+
         def start(i, slot, cores):
+            """Op ``i`` starts on thread ``slot`` with ``cores`` (see ready, where most
+            ops start)."""
             duration = durations[i]
             if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
                 duration *= slowdown[op_device[i]][cores]
             now = env._now
             if serial:
-                # The task's dispatcher serves one op at a time (its GIL).
-                t = task_of[op_device[i]]
-                begin = reserve(t, now, min(serial_part[i], duration))
-                duration += begin - now
+                duration = dispatched(i, duration)
             op_start[i] = now
             op_thread[i] = slot
             op_cores[i] = cores
             code = op_note[i]
             if code:  # its outputs' buffers
-                if track:
-                    d, nbytes = op_device[i], op_alloc[i]
-                    use = in_use[d] + nbytes
-                    if use > capacity[d]:
-                        out_of_memory(d, nbytes, i, None)
-                    in_use[d] = use
                 log.append(code)
-            event = _End()
-            event.callbacks, event._value = op_ended, i
-            heappush(queue, (now + duration, NORMAL, next_id(), event))
+            heappush(queue, (now + duration, NORMAL, next_id(), (op_done, i)))
 
         def finish_inline(i, d):
             """op_done's hand-out under SimConfig.inline_elements: the thread that ran
@@ -634,19 +644,13 @@ class _Simulation:
             for j in queued:
                 ready(j)
 
-        def op_done(event):
-            i = event._value
+        def op_done(i):
             op_end[i] = env._now
             log.append(i)
             # StepState.op_finished: the buffers it read and its unread outputs let go
-            # of (ascending), then freed resources are handed out, then the successors
-            # that became ready queue (ascending), then its sends go.
-            if track:
-                for b in releases[release_ptr[i]:release_ptr[i + 1]]:
-                    left = refs[b] - 1
-                    refs[b] = left
-                    if not left:
-                        in_use[buffer_device[b]] -= buffer_bytes[b]
+            # of (ascending, as the log notes its end), then freed resources are handed
+            # out, then the successors that became ready queue (ascending), then its
+            # sends go.
             d = op_device[i]
             free_slots = pool_free[d]
             if cheap is None:
@@ -678,10 +682,7 @@ class _Simulation:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
             lo, hi = send_ptr[i], send_ptr[i + 1]
             if lo != hi:
-                if serial:  # the sender's dispatcher sends each first (dispatch_send)
-                    for k in sends[lo:hi]:
-                        dispatch_send(k)
-                elif static:  # each send counts down (see below), written out here
+                if counted_down:  # the static order's countdown (see below), written out
                     for k in sends[lo:hi]:
                         left = need[k] - 1
                         need[k] = left
@@ -691,27 +692,36 @@ class _Simulation:
                     for k in sends[lo:hi]:
                         send(k)
             if control_crossings is not None and i in control_crossings:
-                now, t = env._now, task_of[d]
-                for latency, dst_task, js in control_crossings[i]:
-                    arrival = now + latency
-                    if serial:  # the sender's dispatcher sends it: the first half of the
-                        # latency; the receiver's takes it in, the second (control_done)
-                        arrival = reserve(t, now, latency / 2) + latency / 2
-                    event = _End()
-                    event.callbacks, event._value = control_arrived, (latency, dst_task, js)
-                    heappush(queue, (arrival, NORMAL, next_id(), event))
+                send_control(i, d)
+
+        def send_control(i, d):
+            """Op ``i`` ended: the messages of its control edges to other tasks go."""
+            now, t = env._now, task_of[d]
+            for latency, dst_task, js in control_crossings[i]:
+                arrival = now + latency
+                if serial:  # the sender's dispatcher sends it: the first half of the
+                    # latency; the receiver's takes it in, the second (control_done)
+                    arrival = reserve(t, now, latency / 2) + latency / 2
+                schedule(arrival, control_done, (latency, dst_task, js))
 
         # -- transfers (sim.links) --
         # A transfer starts when it was sent and every link of its route is free with
         # it at the head of the link's queue.  Each link order has its own helpers,
-        # chosen once here: handing on the links of a transfer that ended, and sending
-        # one (the static order's send is a countdown, written out in op_done).
+        # chosen once here: putting a transfer that was sent on its links, and handing
+        # on the links of a transfer that ended.
         if static:
             # Countdowns: need[k] counts what transfer k still waits for (being sent,
             # and each link of its route offering itself).  When a transfer ends, each
             # link of its route offers itself to the transfer after it in that link's
-            # queue (next_on_links).  Being sent counts down in op_done; a route of two
-            # links at most is handed on in transfer_done, this is for longer ones.
+            # queue (next_on_links).  Being sent counts down here (written out in
+            # op_done); a route of two links at most is handed on in transfer_done,
+            # release_links is for longer ones.
+            def put_on_links(k):
+                left = need[k] - 1
+                need[k] = left
+                if not left:
+                    start_transfer(k)
+
             def release_links(k):
                 following = next_on_links[next_ptr[k]:next_ptr[k + 1]]
                 startable = False
@@ -743,7 +753,7 @@ class _Simulation:
                     link_busy[l] = True
                     heappop(link_heap[l])
 
-            def send(k):
+            def put_on_links(k):
                 links = transfer_links[k]
                 key = (env._now, k)
                 for l in links:
@@ -769,19 +779,9 @@ class _Simulation:
             now = env._now
             code = recv_note[k]
             if code:  # the received copy's buffer
-                if track:
-                    d = transfer_dst[k]
-                    nbytes = recv_bytes[k]
-                    use = in_use[d] + nbytes
-                    if use > capacity[d]:
-                        t = transfer_tensor[k]
-                        out_of_memory(d, nbytes, tensor_op[t], t)
-                    in_use[d] = use
                 log.append(code)
             x_start[k] = now
-            event = _End()
-            event.callbacks, event._value = transfer_ended, k
-            heappush(queue, (now + transfer_time[k], NORMAL, next_id(), event))
+            heappush(queue, (now + transfer_time[k], NORMAL, next_id(), (transfer_done, k)))
 
         def dispatch_send(k):
             """SimConfig.serial_dispatch: the sender's dispatcher sends transfer ``k``
@@ -789,37 +789,21 @@ class _Simulation:
             the transfer is sent and goes on its links (handed_over)."""
             now, t = env._now, task_of[transfer_src[k]]
             sent_at = reserve(t, now, transfer_cpu[k]) + transfer_cpu[k]
-            event = _End()
-            event.callbacks, event._value = sent_by_dispatcher, k
-            heappush(queue, (sent_at, NORMAL, next_id(), event))
+            schedule(sent_at, put_on_links, k)  # (then it goes on its links)
 
-        def handed_over(event):
-            k = event._value
-            if static:
-                left = need[k] - 1
-                need[k] = left
-                if not left:
-                    start_transfer(k)
-            else:
-                send(k)
+        # What an op's end does with each of its sends: with serial dispatch, its
+        # dispatcher sends it first; then it goes on its links (the static order counts
+        # it down: written out in op_done, as `counted_down`).
+        send = dispatch_send if serial else put_on_links
+        counted_down = static and not serial
 
-        def transfer_done(event):
-            k = event._value
+        def transfer_done(k):
+            # StepState.transfer_done: the source buffer's reference (as the log notes
+            # its end), consumers' counts (the buffer is freed before any consumer
+            # starts, as StepState reports it).
             log.append(n + k)
-            # StepState.transfer_done: the source buffer's reference, consumers' counts
-            # (the buffer is freed before any consumer starts, as StepState reports it).
-            if track:
-                t = transfer_tensor[k]
-                left = refs[t] - 1
-                refs[t] = left
-                if not left:
-                    in_use[buffer_device[t]] -= buffer_bytes[t]
-            if serial:  # the receiver's dispatcher takes it in first (taken_in)
-                now, t = env._now, task_of[transfer_dst[k]]
-                reserve(t, now, transfer_cpu[k])
-                event = _End()
-                event.callbacks, event._value = taken_in_by_dispatcher, k
-                heappush(queue, (dispatch_free[t], NORMAL, next_id(), event))
+            if serial:  # the receiver's dispatcher takes it in first
+                take_in(k)
             else:  # taken_in, written out (one call fewer per transfer on the hot path)
                 j = sole_consumer[k]  # (see _consumers)
                 if j >= 0:
@@ -840,24 +824,45 @@ class _Simulation:
                     # Two links at most (release_links, written out): the transfers they
                     # offer themselves to start as they reach zero, which is in the
                     # order of their first link (one after both links reaches zero at
-                    # the second).
+                    # the second).  Nearly every transfer starts here: start_transfer
+                    # is written out, once per link (calls, or a loop over the two
+                    # links, cost 2-4% of the run).
                     left = need[j] - 1
                     need[j] = left
                     if not left:
-                        start_transfer(j)
+                        now = env._now
+                        code = recv_note[j]
+                        if code:  # the received copy's buffer
+                            log.append(code)
+                        x_start[j] = now
+                        heappush(queue, (now + transfer_time[j], NORMAL, next_id(),
+                                         (transfer_done, j)))
                     j = next_second[k]
                     left = need[j] - 1
                     need[j] = left
-                    if not left:
-                        start_transfer(j)
+                    if not left:  # (as for the first link)
+                        now = env._now
+                        code = recv_note[j]
+                        if code:  # the received copy's buffer
+                            log.append(code)
+                        x_start[j] = now
+                        heappush(queue, (now + transfer_time[j], NORMAL, next_id(),
+                                         (transfer_done, j)))
                     return
             release_links(k)
 
-        def taken_in(event):
+        def take_in(k):
+            """SimConfig.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
+            takes it in (half its route's latency of work, from when it is free)."""
+            now, t = env._now, task_of[transfer_dst[k]]
+            reserve(t, now, transfer_cpu[k])
+            schedule(dispatch_free[t], taken_in, k)
+
+        def taken_in(k):
             """SimConfig.serial_dispatch: the receiver's dispatcher took transfer
-            ``event._value`` in (half its route's latency of work): its consumers' counts
+            ``k`` in (half its route's latency of work): its consumers' counts
             drop."""
-            j = sole_consumer[event._value]  # (see _consumers)
+            j = sole_consumer[k]  # (see _consumers)
             if j >= 0:
                 left = pending[j] - 1
                 pending[j] = left
@@ -871,20 +876,15 @@ class _Simulation:
                 if not left:
                     ready(j)
 
-        def part_start(event):
-            ready(event._value)
-
         control_crossings = self.control_crossings
 
-        def control_done(event):
+        def control_done(message):
             """A control edge's message from another task arrived."""
-            latency, t, js = event._value
+            latency, t, js = message
             if serial and latency:  # the receiver's dispatcher takes it in first
                 now = env._now
                 reserve(t, now, latency / 2)
-                event = _End()
-                event.callbacks, event._value = control_arrived, (0.0, t, js)
-                heappush(queue, (dispatch_free[t], NORMAL, next_id(), event))
+                schedule(dispatch_free[t], control_done, (0.0, t, js))
                 return
             for j in js:
                 left = pending[j] - 1
@@ -899,9 +899,7 @@ class _Simulation:
             what it makes ready on the device)."""
             d = op_device[ops[0]]
             if env._now < start_at[d]:  # the task's part has not started yet
-                event = _End()
-                event.callbacks, event._value = devices_started, ops
-                heappush(queue, (start_at[d], NORMAL, next_id(), event))
+                schedule(start_at[d], begin_on_device, ops)
                 return
             for j in ops:
                 if not cheap[j]:
@@ -918,24 +916,10 @@ class _Simulation:
             stacks[d][slot].extend(reversed(mine[1:]))
             take_thread(mine[0], slot)
 
-        def device_start(event):
-            begin_on_device(event._value)
-
-        op_ended, transfer_ended, part_started = [op_done], [transfer_done], [part_start]
-        devices_started = [device_start]
-        control_arrived = [control_done]
-        sent_by_dispatcher, taken_in_by_dispatcher = [handed_over], [taken_in]
         try:
             # Resident state (variables) exists before the step starts.
             for b in plan.resident:
-                nbytes = int(all_bytes[b])
-                if nbytes:
-                    if track:
-                        d = buffer_device[b]
-                        use = in_use[d] + nbytes
-                        if use > capacity[d]:
-                            out_of_memory(d, nbytes, tensor_op[b], None)
-                        in_use[d] = use
+                if all_bytes[b]:
                     log.append(~(n_made + b))
             # A step that ran to its end notes each op's and transfer's end and each
             # allocation once (an op's or a received copy's with bytes): so the log's
