@@ -19,6 +19,10 @@ def test_quick_run_writes_the_table(tmp_path, capsys):
     assert saved.replay.sum() == 1
     out = capsys.readouterr().out
     assert "calibration:" in out and "summary" in out
+    # How far the measurements can be trusted, per row and in the summary.
+    assert saved.halves_spread.notna().all() and (saved.halves_spread >= 0).all()
+    summary = sim_vs_real.summarise(saved)
+    assert {"median_halves_spread", "max_other_cores"} <= set(summary.columns)
     # The calibrated cluster is saved: the simple row predicts again from it alone.
     from core.cluster import Cluster
     from core.costs import StaticCostModel
