@@ -22,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["OtherLoad", "cpu_seconds_of_tree", "machine_cpu_seconds"]
+__all__ = ["OtherLoad", "cpu_seconds_of_tree", "machine_cpu_seconds", "wait_until_quiet"]
 
 _PROC = Path("/proc")
 
@@ -116,3 +116,17 @@ class OtherLoad:
         mine = ours - self._ours0
         self.other_cores = max(0.0, busy - mine) / self.seconds
         self.steal_cores = max(0.0, machine[1] - self._machine0[1]) / self.seconds
+
+
+def wait_until_quiet(below: float, *, window: float = 1.0, timeout: float = 120.0,
+                     sleep=time.sleep) -> float:
+    """Wait until other programs kept fewer than ``below`` cores busy over a ``window``
+    of seconds (measured by :class:`OtherLoad` while this process sleeps), or until
+    ``timeout`` seconds passed; return the last window's figure (NaN without ``/proc``,
+    at once).  An experiment calls it before measuring, on a machine it shares."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with OtherLoad() as load:
+            sleep(window)
+        if not load.other_cores >= below or time.monotonic() >= deadline:
+            return load.other_cores

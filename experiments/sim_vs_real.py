@@ -90,7 +90,7 @@ from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_cal
                                   measure_placements, predict, runtime_cluster_spec,
                                   server_env, this_host_cluster)
 from experiments.compare_placers import SPLIT_MARGIN, WORKLOADS, placers_to_compare
-from experiments.machine_load import OtherLoad
+from experiments.machine_load import OtherLoad, wait_until_quiet
 from experiments.report import print_table, results_parser, save_table
 
 __all__ = ["main", "run", "summarise", "ranking_agreement"]
@@ -214,13 +214,20 @@ def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
 
 def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACERS,
         blas_threads: int = 1, threads: int = 0, loop: bool = True, progress: bool = True,
-        omp_wait_policy: str = "passive"):
+        omp_wait_policy: str = "passive", quiet_below: float | None = None):
     """``(rows, loop_rows, cluster, figures)``: the comparison, the re-placement loop,
     the calibrated cluster and the calibration figures.  ``threads``: inter-op and
     intra-op threads of every device, in the model and on the servers (0: the host's
-    cores)."""
+    cores).  ``quiet_below``: before calibrating and before each workload, wait (up to
+    two minutes) until other programs keep fewer cores than this busy
+    (:func:`experiments.machine_load.wait_until_quiet`)."""
+    def wait():
+        if quiet_below is not None:
+            wait_until_quiet(quiet_below)
+
     env = server_env(blas_threads, omp_wait_policy)
     config = server_config(threads)
+    wait()
     cluster, figures = calibrate_this_host(this_host_cluster(threads), env=env, config=config,
                                            quick=quick)
     counts = runtime_cluster_spec(cluster)
@@ -228,6 +235,7 @@ def run(workloads, *, repeats: int = 7, quick: bool = False, placer_names=PLACER
     for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
         w = WORKLOADS[wname]()
         # A fresh cluster per workload: variables outlive sessions and names repeat.
+        wait()
         with runtime.LocalCluster(counts, env=env, config=config) as local:
             found, first = _measure_all(wname, w, cluster, local, repeats, placer_names, config)
             rows += found
@@ -282,13 +290,16 @@ def main(argv=None):
                              "on the servers (0: the host's cores; 1: one-core devices, where "
                              "model parallelism across tasks can pay)")
     parser.add_argument("--plot", action="store_true", help="save a PNG of predicted vs measured")
+    parser.add_argument("--quiet-below", type=float, default=None, metavar="CORES",
+                        help="before calibrating and before each workload, wait (up to 2 "
+                             "minutes) until other programs keep fewer than CORES cores busy")
     args = parser.parse_args(argv)
     repeats = 3 if args.quick and args.repeats == 7 else args.repeats
     t0 = time.perf_counter()
     frame, loop_frame, cluster, figures = run(
         args.workloads, repeats=repeats, quick=args.quick, placer_names=args.placers,
         blas_threads=args.blas_threads, threads=args.threads,
-        omp_wait_policy=args.omp_wait_policy,
+        omp_wait_policy=args.omp_wait_policy, quiet_below=args.quiet_below,
         loop=not (args.quick or args.no_loop))
     print(f"\ncalibration: {describe_calibration(figures)}")
     print_table(frame, "predicted vs measured step time (ms); rel_error = (pred - meas) / meas")

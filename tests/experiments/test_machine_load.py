@@ -52,3 +52,15 @@ def test_halves_spread_compares_the_fastest_of_each_half():
     m = Measurement(step_time=1.0, steps=[1.2, 1.0, 1.5, 1.1], traces=[])
     assert m.halves_spread == pytest.approx(0.1)  # 1.0 against 1.1
     assert Measurement(1.0, [1.0], []).halves_spread != Measurement(1.0, [1.0], []).halves_spread
+
+
+def test_wait_until_quiet_returns_once_below_or_at_the_timeout():
+    from experiments.machine_load import wait_until_quiet
+    waited = []
+    # Below any load: at once, after one window.
+    other = wait_until_quiet(below=1e9, window=0.05, sleep=lambda s: (waited.append(s), time.sleep(s)))
+    assert waited == [0.05] and other >= 0
+    # Never quiet enough (no load is below 0): gives up at the timeout.
+    t0 = time.monotonic()
+    wait_until_quiet(below=0.0, window=0.05, timeout=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 2.0
