@@ -427,14 +427,19 @@ def _matmul_blas_serial(a, b, out):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _matmul_blas_parallel(a, b, out, nchunks):
+def _matmul_blas_parallel(a, b, out, nchunks, relu):
     """Float matmul in ``nchunks`` row blocks, one single-threaded gemm each: ``a`` and
-    ``out`` C-ordered (a row block of each is then C-ordered too), ``b`` C or F."""
+    ``out`` C-ordered (a row block of each is then C-ordered too), ``b`` C or F.  With
+    ``relu``, each block is relu'd in place right after its gemm, while in cache."""
     m = a.shape[0]
+    n = out.shape[1]
+    flat = out.reshape(-1)
     for c in prange(nchunks):
         lo = c * m // nchunks
         hi = (c + 1) * m // nchunks
         np.dot(a[lo:hi], b, out[lo:hi])
+        if relu:
+            _unary_range(RELU, flat, flat, lo * n, hi * n)
 
 
 @njit(cache=True, nogil=True)
@@ -780,6 +785,9 @@ def matmul(ctx, inputs, attrs):
     1.2x and 2.1x as long on two OpenBLAS threads as on one, scipy's and numpy's copy).
     If the BLAS is not an OpenBLAS we can set, floats make one gemm call threaded as
     that library likes.  Integers run a numba loop, in row blocks over the intra-op pool.
+
+    ``attrs["_fused_relu"]`` (set by the executor, :func:`runtime.executor.fuse_matmul_relu`)
+    applies a relu to the product in place: to each row block right after its gemm.
     """
     a, b = inputs
     a = a.T if attrs.get("transpose_a") else a
@@ -794,14 +802,17 @@ def matmul(ctx, inputs, attrs):
         # BLAS takes C- or F-ordered operands as they are (a transpose view is F-ordered).
         b = b if b.flags.c_contiguous or b.flags.f_contiguous else np.ascontiguousarray(b)
         threads = _gemm_threads(ctx, m, n, k)
+        relu = bool(attrs.get("_fused_relu"))
         if threads == 1:
             a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
             _matmul_blas_serial(a, b, out)
+            if relu:
+                _unary_serial(RELU, out.reshape(-1), out.reshape(-1))
         else:
             # A row block of an F-ordered a (a transpose) is neither C nor F: copy it.
             a = np.ascontiguousarray(a)
             with parallel_region:
-                _matmul_blas_parallel(a, b, out, threads * GEMM_CHUNKS_PER_THREAD)
+                _matmul_blas_parallel(a, b, out, threads * GEMM_CHUNKS_PER_THREAD, relu)
         return (out,)
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     threads = _pool_threads(ctx, m * n * k, PARALLEL_MIN_MACS)
@@ -810,6 +821,8 @@ def matmul(ctx, inputs, attrs):
     else:
         with parallel_region:
             _matmul_int_parallel(a, b, out, min(m, threads * _CHUNKS_PER_THREAD))
+    if attrs.get("_fused_relu"):
+        _unary_serial(RELU, out.reshape(-1), out.reshape(-1))
     return (out,)
 
 
@@ -895,7 +908,7 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = Tru
                     _tanh32_parallel(TANH, v, o, 2)
                 _softmax_parallel(m2, o2, 2)
                 _softmax_grad_parallel(m2, m2, o2, 2)
-                _matmul_blas_parallel(m2, m2, o2, 2)
-                _matmul_blas_parallel(m2, m2.T, o2, 2)
+                _matmul_blas_parallel(m2, m2, o2, 2, True)
+                _matmul_blas_parallel(m2, m2.T, o2, 2, True)
             else:
                 _matmul_int_parallel(m2, m2, o2, 2)

@@ -293,6 +293,21 @@ def test_an_explicit_openblas_num_threads_keeps_one_gemm_call():
     np.testing.assert_array_equal(out, np.full((300, 5), 4, np.float32))
 
 
+@pytest.mark.parametrize("dtype, threads", [("float32", 1), ("float32", 2), ("float64", 2),
+                                            ("int64", 1), ("int64", 2)])
+def test_matmul_with_a_fused_relu_is_the_relu_of_the_product(dtype, threads):
+    """The executor's MatMul + Relu fusion: serial gemm, row blocks (each relu'd after its
+    gemm) and the integer loop."""
+    rng = np.random.default_rng(2)
+    a = (rng.standard_normal((131, 40)) * 5).astype(dtype)
+    b = (rng.standard_normal((40, 33)) * 5).astype(dtype)
+    expected = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+    with single_threaded_blas():
+        (out,) = run("MatMul", (a, b), {"_fused_relu": True}, threads=threads)
+    assert (expected == 0).any() and (expected > 0).any()
+    assert_close(out, expected.astype(dtype), dtype, scale=100 * 40)
+
+
 def test_float_matmul_without_blas_thread_control_is_one_gemm_call():
     """A BLAS whose threads we cannot set keeps its own threading: no row blocks."""
     a = np.arange(12.0, dtype=np.float32).reshape(4, 3)
