@@ -67,10 +67,12 @@ PARALLEL_MIN_MACS = 1 << 20
 #: Chunks per thread in a parallel loop, so an unlucky slow chunk does not idle the rest.
 _CHUNKS_PER_THREAD = 4
 #: A float MatMul goes parallel (row blocks over the intra-op threads, one single-threaded
-#: gemm each) from this many multiply-adds (256^3).  Below, the gain on an idle machine
-#: is tens of us, while beside other load the second thread's wake-up can cost ms:
-#: measured beside two busy processes, 2 blocks over 1 thread took 7x / 1.3x / 1.15x
-#: as long at 256^3 / 512^3 / 1024^3 (median of 7 runs).
+#: gemm each) from this many multiply-adds (256^3).  With the cores free, two blocks
+#: take 0.64-0.66x one thread's time (bench_runtime's 8 layers of 1024^3, best and
+#: median of 12, this process prioritised over the machine's other load); below 256^3
+#: (~0.35 ms on one thread) that saves at most ~0.15 ms, while beside busy processes the
+#: second thread's wake-up can cost ms (beside two, 2 blocks took 7x / 1.3x / 1.15x one thread's time at 256^3 /
+#: 512^3 / 1024^3, median of 7 runs).
 GEMM_PARALLEL_MIN_MACS = 1 << 24
 #: Row blocks per thread of a parallel float MatMul: each block's gemm packs all of
 #: ``b`` again, so few and big blocks.  One thread's 1024^3 gemm as 1 / 2 / 4 / 8 calls
