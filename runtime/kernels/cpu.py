@@ -12,6 +12,8 @@ Design
   at least :data:`PARALLEL_MIN_ELEMENTS` elements) run the parallel variant when
   ``ctx.intra_op_threads > 1``, after ``numba.set_num_threads`` in the calling thread.
 * ``nogil=True`` everywhere: the executor's inter-op threads run kernels concurrently.
+* Float MatMul calls BLAS, made single-threaded on first use (:mod:`.blas`); a big one
+  runs as row blocks over the intra-op threads (see :func:`matmul`).
 * Elementwise ops pass an integer op code (:mod:`.opcodes`) rather than a jitted element
   function, which numba could not cache; one compiled function per dtype serves them all.
   The hot loops branch on the code outside the loop and index slices from 0 (so numba's
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import numba
 import numpy as np
@@ -47,6 +50,7 @@ from .layout import broadcast_layout, normalize_axes, reduce_layout
 from .opcodes import (ADD, ASSIGN, MUL, NEG, RELU, RELU_GRAD, SIGMOID, SIGMOID_GRAD, SUB, TANH,
                       TANH_GRAD)
 from .registry import FLOATING, NUMERIC, register
+from .blas import set_blas_threads
 from .threading_layer import parallel_region
 
 __all__ = ["PARALLEL_MIN_ELEMENTS", "warmup"]
@@ -62,6 +66,21 @@ PARALLEL_MIN_ELEMENTS = 1 << 21
 PARALLEL_MIN_MACS = 1 << 20
 #: Chunks per thread in a parallel loop, so an unlucky slow chunk does not idle the rest.
 _CHUNKS_PER_THREAD = 4
+#: A float MatMul goes parallel (row blocks over the intra-op threads, one single-threaded
+#: gemm each) from this many multiply-adds (256^3).  With the cores free, two blocks
+#: take 0.64-0.66x one thread's time (bench_runtime's 8 layers of 1024^3, best and
+#: median of 12, this process prioritised over the machine's other load); below 256^3
+#: (~0.35 ms on one thread) that saves at most ~0.15 ms, while beside busy processes the
+#: second thread's wake-up can cost ms (beside two, 2 blocks took 7x / 1.3x / 1.15x one thread's time at 256^3 /
+#: 512^3 / 1024^3, median of 7 runs).
+GEMM_PARALLEL_MIN_MACS = 1 << 24
+#: Row blocks per thread of a parallel float MatMul: each block's gemm packs all of
+#: ``b`` again, so few and big blocks.  One thread's 1024^3 gemm as 1 / 2 / 4 / 8 calls
+#: on row blocks took 1 / 1.05 / 1.10 / 1.25x as long (best of 20).
+GEMM_CHUNKS_PER_THREAD = 1
+#: Fewest rows in one block: with fewer, repacking ``b`` per block costs more than a
+#: second thread gains (a 128-row block already pays +25%, above).
+GEMM_MIN_ROWS_PER_CHUNK = 128
 
 
 
@@ -409,6 +428,22 @@ def _matmul_blas_serial(a, b, out):
     np.dot(a, b, out)
 
 
+@njit(cache=True, nogil=True, parallel=True)
+def _matmul_blas_parallel(a, b, out, nchunks, relu):
+    """Float matmul in ``nchunks`` row blocks, one single-threaded gemm each: ``a`` and
+    ``out`` C-ordered (a row block of each is then C-ordered too), ``b`` C or F.  With
+    ``relu``, each block is relu'd in place right after its gemm, while in cache."""
+    m = a.shape[0]
+    n = out.shape[1]
+    flat = out.reshape(-1)
+    for c in prange(nchunks):
+        lo = c * m // nchunks
+        hi = (c + 1) * m // nchunks
+        np.dot(a[lo:hi], b, out[lo:hi])
+        if relu:
+            _unary_range(RELU, flat, flat, lo * n, hi * n)
+
+
 @njit(cache=True, nogil=True)
 def _matmul_int_range(a, b, out, lo, hi):
     """Integer matmul (BLAS has none): i-k-j order, so the inner loop vectorises."""
@@ -436,6 +471,27 @@ def _matmul_int_parallel(a, b, out, nchunks):
 
 
 # --- dispatch helpers ------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _blas_single_threaded() -> bool:
+    """Make the BLAS of numba's np.dot single-threaded, once per process; whether it is.
+
+    From then on a float MatMul uses exactly the intra-op threads it was given: row
+    blocks over them, each a one-thread gemm (see :func:`matmul`).  An
+    ``OPENBLAS_NUM_THREADS`` in the environment is a choice made for this process (the
+    experiments' ``--blas-threads``): the BLAS keeps it, and a MatMul is one gemm call."""
+    if os.environ.get("OPENBLAS_NUM_THREADS"):
+        return False
+    return set_blas_threads(1)
+
+
+def _gemm_threads(ctx, m: int, n: int, k: int) -> int:
+    """Threads (row blocks) for a float ``(m, k) @ (k, n)``; 1: one gemm call."""
+    if not _blas_single_threaded() or m < 2 * GEMM_MIN_ROWS_PER_CHUNK:
+        return 1
+    threads = _pool_threads(ctx, m * n * k, GEMM_PARALLEL_MIN_MACS)
+    return max(1, min(threads, m // (GEMM_MIN_ROWS_PER_CHUNK * GEMM_CHUNKS_PER_THREAD)))
+
 
 def _pool_threads(ctx, work: int, threshold: int) -> int:
     """Threads to use for ``work`` units (1: run serially), after set_num_threads."""
@@ -720,10 +776,20 @@ def mean(ctx, inputs, attrs):
 def matmul(ctx, inputs, attrs):
     """``op(a) @ op(b)``, op transposing when ``transpose_a``/``transpose_b`` is set.
 
-    Floats make one BLAS gemm call (through numba's np.dot), whatever the intra-op pool:
-    BLAS runs its own threads, and splitting rows over the pool as well nests two thread
-    pools on the same cores (measured 1.3-3x slower on 2 cores).  Integers run a numba
-    loop, in row blocks over the intra-op pool.
+    Floats call BLAS gemm (through numba's np.dot), which this module makes
+    single-threaded (:mod:`.blas`): a big product (:data:`GEMM_PARALLEL_MIN_MACS`, at
+    least 2 x :data:`GEMM_MIN_ROWS_PER_CHUNK` rows) is split into one row block per
+    intra-op thread, each a one-thread gemm in a numba parallel loop; any other is one
+    gemm call.  So a MatMul uses the cores it was given and no more, and its threads
+    meet once, at the end: OpenBLAS's own threads meet at every panel of the product,
+    spinning, and on this shared 2-core machine one of them losing its core to another
+    process stalls the other (a 1024^3 float32 gemm beside other load, median of 40:
+    1.2x and 2.1x as long on two OpenBLAS threads as on one, scipy's and numpy's copy).
+    If the BLAS is not an OpenBLAS we can set, floats make one gemm call threaded as
+    that library likes.  Integers run a numba loop, in row blocks over the intra-op pool.
+
+    ``attrs["_fused_relu"]`` (set by the executor, :func:`runtime.executor.fuse_matmul_relu`)
+    applies a relu to the product in place: to each row block right after its gemm.
     """
     a, b = inputs
     a = a.T if attrs.get("transpose_a") else a
@@ -736,9 +802,19 @@ def matmul(ctx, inputs, attrs):
             out[...] = 0
             return (out,)
         # BLAS takes C- or F-ordered operands as they are (a transpose view is F-ordered).
-        a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
         b = b if b.flags.c_contiguous or b.flags.f_contiguous else np.ascontiguousarray(b)
-        _matmul_blas_serial(a, b, out)
+        threads = _gemm_threads(ctx, m, n, k)
+        relu = bool(attrs.get("_fused_relu"))
+        if threads == 1:
+            a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
+            _matmul_blas_serial(a, b, out)
+            if relu:
+                _unary_serial(RELU, out.reshape(-1), out.reshape(-1))
+        else:
+            # A row block of an F-ordered a (a transpose) is neither C nor F: copy it.
+            a = np.ascontiguousarray(a)
+            with parallel_region:
+                _matmul_blas_parallel(a, b, out, threads * GEMM_CHUNKS_PER_THREAD, relu)
         return (out,)
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     threads = _pool_threads(ctx, m * n * k, PARALLEL_MIN_MACS)
@@ -747,6 +823,8 @@ def matmul(ctx, inputs, attrs):
     else:
         with parallel_region:
             _matmul_int_parallel(a, b, out, min(m, threads * _CHUNKS_PER_THREAD))
+    if attrs.get("_fused_relu"):
+        _unary_serial(RELU, out.reshape(-1), out.reshape(-1))
     return (out,)
 
 
@@ -832,5 +910,7 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = Tru
                     _tanh32_parallel(TANH, v, o, 2)
                 _softmax_parallel(m2, o2, 2)
                 _softmax_grad_parallel(m2, m2, o2, 2)
+                _matmul_blas_parallel(m2, m2, o2, 2, True)
+                _matmul_blas_parallel(m2, m2.T, o2, 2, True)
             else:
                 _matmul_int_parallel(m2, m2, o2, 2)

@@ -500,3 +500,49 @@ def test_host_cores_make_a_taker_wait_until_cores_are_given_back():
     assert got == [1] and cores.free == 0  # as many as are free, at least one
     cores.give(2)
     assert cores.free == 2
+
+
+def _matmul_relu_graph(extra_reader: bool = False):
+    """``relu(x @ w)`` on 128x96 float32 (not cheap), optionally with a second reader
+    of the product."""
+    rng = np.random.default_rng(3)
+    x_val = rng.standard_normal((128, 64)).astype(np.float32)
+    w_val = rng.standard_normal((64, 96)).astype(np.float32)
+    g = tf.Graph()
+    with g.as_default():
+        p = tf.matmul(tf.constant(x_val, name="x"), tf.constant(w_val, name="w"), name="mm")
+        r = tf.relu(p, name="relu")
+        other = tf.negative(p, name="neg") if extra_reader else None
+    return g, p, r, other, x_val @ w_val
+
+
+def _fused(ex) -> list[str]:
+    """Names of the Relu ops folded into their MatMul in the executor's cached plans."""
+    return [n.name for xp in ex._plans.values() for n in xp.nodes if n.fused]
+
+
+def test_a_relu_is_folded_into_the_matmul_that_only_it_reads(executor, cluster):
+    g, p, r, _, product = _matmul_relu_graph()
+    result = run(executor, g, [r.name], trace=True)
+    assert _fused(executor) == ["relu"]
+    np.testing.assert_allclose(result.values[r.name], np.maximum(product, 0), rtol=1e-5,
+                               atol=1e-4)
+    trace = result.to_trace()
+    trace.validate(g, cluster)
+    assert {x.op for x in trace.ops} >= {"mm", "relu"}  # both keep their records
+    # The graph's own attrs are untouched (another plan, or a copy, must not fuse).
+    assert "_fused_relu" not in g.get_operation_by_name("mm").attrs
+
+
+@pytest.mark.parametrize("why", ["fetched", "second reader"])
+def test_a_matmul_whose_product_is_used_elsewhere_keeps_its_relu(executor, why):
+    g, p, r, other, product = _matmul_relu_graph(extra_reader=why == "second reader")
+    fetches = [r.name, p.name] if why == "fetched" else [r.name, other.name]
+    values = run(executor, g, fetches).values
+    assert _fused(executor) == []
+    np.testing.assert_allclose(values[r.name], np.maximum(product, 0), rtol=1e-5, atol=1e-4)
+    if why == "fetched":  # the product itself, negatives and all
+        np.testing.assert_allclose(values[p.name], product, rtol=1e-5, atol=1e-4)
+        assert (values[p.name] < 0).any()
+    else:
+        np.testing.assert_allclose(values[other.name], -product, rtol=1e-5, atol=1e-4)

@@ -3,10 +3,14 @@ concurrently from several inter-op threads."""
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 from unittest import mock
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -50,7 +54,9 @@ def dtype_and_threads(draw, dtypes=ALL):
 def parallel_everywhere():
     """Lower the size thresholds so tiny inputs take the parallel code paths."""
     with mock.patch.object(cpu, "PARALLEL_MIN_ELEMENTS", 0), \
-            mock.patch.object(cpu, "PARALLEL_MIN_MACS", 0):
+            mock.patch.object(cpu, "PARALLEL_MIN_MACS", 0), \
+            mock.patch.object(cpu, "GEMM_PARALLEL_MIN_MACS", 0), \
+            mock.patch.object(cpu, "GEMM_MIN_ROWS_PER_CHUNK", 1):
         yield
 
 
@@ -229,6 +235,104 @@ def test_matmul_of_a_large_matrix_uses_blas_blocks_correctly():
     for threads in (1, 2):
         (out,) = run("MatMul", (a, b), {"transpose_b": True}, threads=threads)
         np.testing.assert_allclose(out, a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", FLOAT)
+@pytest.mark.parametrize("ta, tb", [(False, False), (False, True), (True, False), (True, True)])
+def test_float_matmul_in_row_blocks_matches_numpy(dtype, ta, tb):
+    """With several intra-op threads a big float MatMul runs as row blocks (m = 131 does
+    not divide evenly), each a single-threaded gemm; the blocks tile the output."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((70, 131) if ta else (131, 70)).astype(dtype)
+    b = rng.standard_normal((90, 70) if tb else (70, 90)).astype(dtype)
+    expected = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+    for threads in (2, 3):
+        with single_threaded_blas(), \
+                mock.patch.object(cpu, "_matmul_blas_parallel",
+                                  wraps=cpu._matmul_blas_parallel) as blocks:
+            (out,) = run("MatMul", (a, b), {"transpose_a": ta, "transpose_b": tb},
+                         threads=threads)
+        # one block per thread (numba's pool has at most NUMBA_NUM_THREADS)
+        assert blocks.call_count == 1
+        assert blocks.call_args.args[3] == min(threads, numba.config.NUMBA_NUM_THREADS)
+        assert_close(out, expected.astype(dtype), dtype, scale=100 * 70)
+
+
+@contextmanager
+def single_threaded_blas():
+    """The kernels' BLAS made single-threaded, as on first use without an explicit
+    ``OPENBLAS_NUM_THREADS`` (which the test process may have); restored after."""
+    from runtime.kernels import blas
+    before = blas.blas_threads()
+    if before is None:
+        pytest.skip("numba's BLAS here is not an OpenBLAS whose threads we can set")
+    try:
+        with mock.patch.dict(os.environ), mock.patch.object(
+                cpu, "_blas_single_threaded", functools.lru_cache(maxsize=1)(
+                    cpu._blas_single_threaded.__wrapped__)):
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
+            yield
+    finally:
+        blas.set_blas_threads(before)
+
+
+def test_an_explicit_openblas_num_threads_keeps_one_gemm_call():
+    """``OPENBLAS_NUM_THREADS`` set (the experiments' ``--blas-threads``): the BLAS keeps
+    its thread count and a float MatMul is one gemm call, as before row blocks."""
+    from runtime.kernels import blas
+    a = np.ones((300, 4), np.float32)
+    b = np.ones((4, 5), np.float32)
+    before = blas.blas_threads()
+    with mock.patch.dict(os.environ, {"OPENBLAS_NUM_THREADS": "2"}), mock.patch.object(
+            cpu, "_blas_single_threaded", functools.lru_cache(maxsize=1)(
+                cpu._blas_single_threaded.__wrapped__)), \
+            mock.patch.object(cpu, "_matmul_blas_parallel") as blocks:
+        (out,) = run("MatMul", (a, b), threads=2)
+    assert blocks.call_count == 0
+    assert blas.blas_threads() == before
+    np.testing.assert_array_equal(out, np.full((300, 5), 4, np.float32))
+
+
+@pytest.mark.parametrize("dtype, threads", [("float32", 1), ("float32", 2), ("float64", 2),
+                                            ("int64", 1), ("int64", 2)])
+def test_matmul_with_a_fused_relu_is_the_relu_of_the_product(dtype, threads):
+    """The executor's MatMul + Relu fusion: serial gemm, row blocks (each relu'd after its
+    gemm) and the integer loop."""
+    rng = np.random.default_rng(2)
+    a = (rng.standard_normal((131, 40)) * 5).astype(dtype)
+    b = (rng.standard_normal((40, 33)) * 5).astype(dtype)
+    expected = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+    with single_threaded_blas():
+        (out,) = run("MatMul", (a, b), {"_fused_relu": True}, threads=threads)
+    assert (expected == 0).any() and (expected > 0).any()
+    assert_close(out, expected.astype(dtype), dtype, scale=100 * 40)
+
+
+def test_float_matmul_without_blas_thread_control_is_one_gemm_call():
+    """A BLAS whose threads we cannot set keeps its own threading: no row blocks."""
+    a = np.arange(12.0, dtype=np.float32).reshape(4, 3)
+    b = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    with mock.patch.object(cpu, "_blas_single_threaded", return_value=False), \
+            mock.patch.object(cpu, "_matmul_blas_parallel") as blocks:
+        (out,) = run("MatMul", (a, b), threads=2)
+    assert blocks.call_count == 0
+    np.testing.assert_array_equal(out, a @ b)
+
+
+def test_blas_thread_count_is_set_on_the_library_numba_calls():
+    from runtime.kernels import blas
+    if blas.blas_library() is None or blas.blas_threads() is None:
+        pytest.skip("numba's BLAS here is not an OpenBLAS whose threads we can set")
+    before = blas.blas_threads()
+    try:
+        assert blas.set_blas_threads(3)
+        assert blas.blas_threads() == 3
+        assert blas.set_blas_threads(1)
+        assert blas.blas_threads() == 1
+    finally:
+        blas.set_blas_threads(before)
+    # numpy's own BLAS is another library (when both bundle one), left alone.
+    assert "numpy" not in Path(blas.blas_library()).name
 
 
 @st.composite
