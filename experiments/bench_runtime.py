@@ -20,9 +20,10 @@ host) and measures, with a client session opened on ``/job:worker/task:0``:
 3. ``mlp``: ``experiments.workloads.mlp_forward`` (8 layers of 1024x1024 matmul + relu,
    batch 1024, 17.2 GFLOP) on worker 0, fetching the output: ms and GFLOP/s; and the
    same arithmetic in numpy in this process (``transport`` ``numpy``), timed in
-   alternation with ours (a step of each per round, which one first alternating), so
-   that both see the same load: this shared machine's speed drifts within a minute, and
-   measured one after the other the two drifted apart by up to 1.7x.  Without
+   alternation with ours (a step of each per round, which one first alternating, with
+   0.2 s of untimed sleep before each: numpy's BLAS threads spin on for about 0.1 s after
+   a call), so that both see the same load: this shared machine's speed drifts within a
+   minute, and measured one after the other the two drifted apart by up to 1.7x.  Without
    TensorFlow here, the MLP's reference is TensorFlow's 83 ms scaled by numpy's rate
    now over its rate then (195 GFLOP/s): this machine's speed drifts from day to day.
 
@@ -66,6 +67,9 @@ TF_REFERENCE = {"tiny step": 1.5, "transfer": 1.2, "mlp": 83.0}
 NUMPY_REFERENCE_GFLOPS = 195.0
 
 MIB64 = 64 * (1 << 20)
+#: Seconds of untimed sleep before each timed MLP step, ours or numpy's (see
+#: interleaved_ms): longer than numpy's BLAS threads spin after a call.
+MLP_PAUSE = 0.2
 
 
 def _median_ms(run, repeats: int, warmup: int) -> tuple[float, float]:
@@ -79,17 +83,21 @@ def _median_ms(run, repeats: int, warmup: int) -> tuple[float, float]:
     return statistics.median(times) * 1e3, min(times) * 1e3
 
 
-def interleaved_ms(first, second, repeats: int, warmup: int,
-                   ) -> tuple[tuple[float, float], tuple[float, float]]:
+def interleaved_ms(first, second, repeats: int, warmup: int, pause: float = 0.0,
+                   sleep=time.sleep) -> tuple[tuple[float, float], tuple[float, float]]:
     """``((median ms, best ms) of first, (median ms, best ms) of second)``, the two timed
     in alternation: each of ``repeats`` rounds runs both, ``first`` first in even rounds
-    and ``second`` first in odd ones (whichever runs second may find the other's spinning
-    BLAS threads still on the cores), after ``warmup`` untimed rounds.
+    and ``second`` first in odd ones, after ``warmup`` untimed rounds; ``pause`` seconds
+    of sleep (untimed) before each timed call, so that neither is timed beside what the
+    other left running: numpy's OpenBLAS keeps a thread spinning on a core for about
+    0.1 s after each call (measured from its threads' CPU time), which slowed a step
+    timed right after it on this 2-core machine.
 
     >>> calls = []
-    >>> _ = interleaved_ms(lambda: calls.append("a"), lambda: calls.append("b"), 2, 1)
+    >>> _ = interleaved_ms(lambda: calls.append("a"), lambda: calls.append("b"), 2, 1,
+    ...                    pause=0.2, sleep=lambda s: calls.append(f"z{s}"))
     >>> "".join(calls)
-    'ababba'
+    'abz0.2az0.2bz0.2bz0.2a'
     """
     for _ in range(warmup):
         first()
@@ -98,6 +106,8 @@ def interleaved_ms(first, second, repeats: int, warmup: int,
     times: tuple[list, list] = ([], [])
     for r in range(repeats):
         for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+            if pause:
+                sleep(pause)
             t0 = time.perf_counter()
             runs[k]()
             times[k].append(time.perf_counter() - t0)
@@ -150,7 +160,7 @@ def measure_ours(repeats: int, warmup: int, batch: int, skip_mlp: bool) -> list[
             with Session(target, graph=g) as sess:
                 sess.run(init)
                 ours, numpy_ = interleaved_ms(lambda: sess.run(h), numpy_mlp_forward(batch),
-                                              repeats, warmup)
+                                              repeats, warmup, pause=MLP_PAUSE)
             for transport, (med, best) in (("-", ours), ("numpy", numpy_)):
                 rows.append({"benchmark": "mlp", "transport": transport, "unit": "ms",
                              "value": med, "best": best, "ms": med,
