@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 import core as tf
+from experiments.machine_load import OtherLoad
 from runtime.launcher import LocalCluster, free_ports, wait_until_serving
 from runtime.session import Session
 
@@ -153,23 +154,34 @@ def measure_ours(repeats: int, warmup: int, batch: int, skip_mlp: bool) -> list[
     spec = {"ps": 1, "worker": 2}
     with LocalCluster(spec) as cluster:
         target = cluster.target("worker", 0)
-        rows.append(_tiny(target, "local", repeats, warmup))
-        rows += _transfer(cluster, "shm", repeats, warmup)
+        rows += _noting_load(lambda: [_tiny(target, "local", repeats, warmup)])
+        rows += _noting_load(lambda: _transfer(cluster, "shm", repeats, warmup))
         if not skip_mlp:
-            g, init, h, flops = mlp_graph(batch)
-            with Session(target, graph=g) as sess:
-                sess.run(init)
-                ours, numpy_ = interleaved_ms(lambda: sess.run(h), numpy_mlp_forward(batch),
-                                              repeats, warmup, pause=MLP_PAUSE)
-            for transport, (med, best) in (("-", ours), ("numpy", numpy_)):
-                rows.append({"benchmark": "mlp", "transport": transport, "unit": "ms",
-                             "value": med, "best": best, "ms": med,
-                             "gflops": flops / (med / 1e3) / 1e9})
+            rows += _noting_load(lambda: _mlp(target, batch, repeats, warmup))
     # gRPC only, as between hosts: no local calls, no shared memory.
     with LocalCluster(spec, shm=False, local_sockets=False) as cluster:
-        rows.append(_tiny(cluster.target("worker", 0), "grpc", repeats, warmup))
-        rows += _transfer(cluster, "socket", repeats, warmup)
+        rows += _noting_load(lambda: [_tiny(cluster.target("worker", 0), "grpc", repeats,
+                                            warmup)])
+        rows += _noting_load(lambda: _transfer(cluster, "socket", repeats, warmup))
     return rows
+
+
+def _noting_load(measure) -> list[dict]:
+    """``measure()``'s rows, each with the cores other programs kept busy meanwhile."""
+    with OtherLoad() as load:
+        rows = measure()
+    return [{**row, "other_cores": load.other_cores} for row in rows]
+
+
+def _mlp(target: str, batch: int, repeats: int, warmup: int) -> list[dict]:
+    g, init, h, flops = mlp_graph(batch)
+    with Session(target, graph=g) as sess:
+        sess.run(init)
+        ours, numpy_ = interleaved_ms(lambda: sess.run(h), numpy_mlp_forward(batch),
+                                      repeats, warmup, pause=MLP_PAUSE)
+    return [{"benchmark": "mlp", "transport": transport, "unit": "ms", "value": med,
+             "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9}
+            for transport, (med, best) in (("-", ours), ("numpy", numpy_))]
 
 
 def _tiny(target: str, transport: str, repeats: int, warmup: int) -> dict:

@@ -104,3 +104,12 @@ def test_bench_sim_reports_speed_growth_and_the_machines_load(tmp_path):
     assert (frame.transfers > 0).all() and (frame.peak_MiB > 0).all()
     assert frame.time_growth.notna().sum() == 1 and frame.mem_growth.notna().sum() == 1
     assert not (frame.other_cores < 0).any()
+
+
+def test_bench_runtime_rows_and_the_machines_load():
+    from experiments import bench_runtime
+    table = bench_runtime.run(repeats=1, warmup=0, batch=8, with_tensorflow=False)
+    assert set(table.benchmark) == {"tiny step", "transfer", "mlp"}
+    assert (table.value > 0).all() and table.vs_tf.notna().all()
+    assert set(table[table.benchmark == "mlp"].transport) == {"-", "numpy"}
+    assert not (table.other_cores < 0).any()
