@@ -432,8 +432,7 @@ class _Simulation:
         # read only where needed, as a plan makes each list on first use.)
         pending = plan.array("initial_pending").tolist()
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
-        send_ptr, sends = plan.csr_op_sends
-        sole_consumer, consumer_ptr, consumers = _consumers(plan)
+        sole_consumer, consumer_ptr, consumers = _sole(*plan.array("csr_transfer_consumers"))
         op_device = plan.op_device
         transfer_dst = plan.transfer_dst if self.config.serial_dispatch else None
         transfer_src = plan.transfer_src if self.config.serial_dispatch else None
@@ -656,15 +655,23 @@ class _Simulation:
             waiting = pool_waiting[d]
             while free_slots and waiting:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
-            lo, hi = send_ptr[i], send_ptr[i + 1]
-            if lo != hi:
-                if counted_down:  # the static order's countdown (see below), written out
-                    for k in sends[lo:hi]:
+            if counted_down:  # the static order's countdown (put_on_links), written out
+                k = sole_send[i]  # (m for none: its count never reaches zero)
+                if k >= 0:
+                    left = need[k] - 1
+                    need[k] = left
+                    if not left:
+                        start_transfer(k)
+                else:
+                    p = ~k
+                    for k in sends[send_ptr[p]:send_ptr[p + 1]]:
                         left = need[k] - 1
                         need[k] = left
                         if not left:
                             start_transfer(k)
-                else:
+            else:
+                lo, hi = send_ptr[i], send_ptr[i + 1]
+                if lo != hi:
                     for k in sends[lo:hi]:
                         send(k)
             if control_crossings is not None and i in control_crossings:
@@ -774,6 +781,11 @@ class _Simulation:
         # it down: written out in op_done, as `counted_down`).
         send = dispatch_send if serial else put_on_links
         counted_down = static and not serial
+        # Each op's sends (see _sole): one per op, straight; all of them, the flat form.
+        if counted_down:
+            sole_send, send_ptr, sends = _sole(*plan.array("csr_op_sends"), none=m)
+        else:
+            sole_send, (send_ptr, sends) = None, plan.csr_op_sends
 
         def transfer_done(k):
             # StepState.transfer_done: the source buffer's reference (as the log notes
@@ -783,7 +795,7 @@ class _Simulation:
             if serial:  # the receiver's dispatcher takes it in first
                 take_in(k)
             else:  # taken_in, written out (one call fewer per transfer on the hot path)
-                j = sole_consumer[k]  # (see _consumers)
+                j = sole_consumer[k]  # (see _sole)
                 if j >= 0:
                     left = pending[j] - 1
                     pending[j] = left
@@ -841,7 +853,7 @@ class _Simulation:
             """SimConfig.serial_dispatch: the receiver's dispatcher took transfer
             ``k`` in (half its route's latency of work): its consumers' counts
             drop."""
-            j = sole_consumer[k]  # (see _consumers)
+            j = sole_consumer[k]  # (see _sole)
             if j >= 0:
                 left = pending[j] - 1
                 pending[j] = left
@@ -1049,16 +1061,22 @@ def _without_gc(make):
     return made
 
 
-def _consumers(plan) -> tuple[list, list, list]:
-    """The ops each transfer counts down at its end, as the run reads them: per
-    transfer, its consumer when it has one only (most transfers: no slice to make), else
-    ``~p``, where ``flat[ptr[p]:ptr[p + 1]]`` lists its consumers; returns ``(per
-    transfer, ptr, flat)``.  (Lists of only the transfers with several consumers: the
-    plan's flat form as lists was ~300k ints to make at 100k ops.)"""
-    ptr, flat = plan.array("csr_transfer_consumers")
+def _sole(ptr: np.ndarray, flat: np.ndarray, none: int | None = None) -> tuple[list, list, list]:
+    """A flat (CSR) form of lists, ``flat[ptr[r]:ptr[r + 1]]`` for row ``r`` (the
+    consumers of each transfer, the sends of each op), as the run reads it: per row, its
+    item when it has one only (most rows: no slice to make), ``none`` for an empty row
+    when given, else ``~p``, where ``more[more_ptr[p]:more_ptr[p + 1]]`` lists its items;
+    returns ``(per row, more_ptr, more)``.  (Lists of only the rows with several items:
+    the plan's flat form as lists was ~300k ints to make at 100k ops.)
+
+    >>> _sole(np.array([0, 1, 1, 3]), np.array([7, 8, 9]), none=-9)
+    ([7, -9, -1], [0, 2], [8, 9])
+    """
     count = np.diff(ptr)
-    several = np.flatnonzero(count != 1)
+    several = np.flatnonzero(count > 1 if none is not None else count != 1)
     code = flat[np.minimum(ptr[:-1], len(flat) - 1)] if len(flat) else np.zeros(len(count), np.int64)
+    if none is not None:
+        code[count == 0] = none
     code[several] = ~np.arange(len(several))
     lengths = count[several]
     more_ptr = np.zeros(len(several) + 1, np.int64)
