@@ -616,7 +616,7 @@ class StepPlan:
         self.devices = sorted(set(op_device_name))
         dev_index = {d: i for i, d in enumerate(self.devices)}
         self.op_device = list(map(dev_index.__getitem__, op_device_name))
-        dev = np.array(self.op_device, dtype=np.int64)
+        dev = np.fromiter(self.op_device, np.int64, n)  # (np.array: ~40% more)
         n_dev = len(self.devices)
         op_range = np.arange(n, dtype=np.int64)
 
