@@ -6,9 +6,9 @@ plan's flat arrays: a method call and a ``Progress`` per event cost a fifth of t
 run); devices, hosts and links are small resources (:mod:`sim.pools`,
 :mod:`sim.links`) granted synchronously inside event callbacks (a link in the static
 order by a countdown per transfer, no scan of its route); the only scheduled events are
-the ends of ops and of transfers (one ``(handler, value)`` entry each, pushed on the
-environment's heap with SimPy's own key and stepped by :class:`_Environment`).  That keeps the cost per op to about one
-SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is numpy
+the ends of ops and of transfers (one heap entry each, ``(time, NORMAL, id, handler,
+value)``: SimPy's own key, stepped by :class:`_Environment`).  That keeps the cost per
+op to about one SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is numpy
 over the plan's arrays; the graph's part of them is read from columns the graph keeps
 as its ops are created (:class:`core.graph.OpColumns`, so even a first call on a fresh
 graph walks no op objects) and kept with the graph until it changes
@@ -161,11 +161,11 @@ def _resolve_fetches(graph, fetches):
 class _Environment(simpy.Environment):
     """The run's SimPy environment, whose events are the run's own: an op's or a
     transfer's end (and the rarer kinds: a task's part starting, a control message, a
-    dispatcher's work), each a ``(handler, value)`` pair pushed straight on the heap
-    with SimPy's own key, ``(time, NORMAL, id)`` with the environment's id counter, so
-    that ties keep SimPy's order.  ``step``, SimPy's extension point (as
-    ``simpy.rt.RealtimeEnvironment`` overrides it), pops the next one, sets the clock
-    and calls ``handler(value)``; ``run`` is SimPy's.
+    dispatcher's work), each pushed straight on the heap as ``(time, NORMAL, id,
+    handler, value)``: SimPy's own key, with the environment's id counter, so that ties
+    keep SimPy's order (the ids differ, so the handlers are never compared).  ``step``,
+    SimPy's extension point (as ``simpy.rt.RealtimeEnvironment`` overrides it), pops
+    the next one, sets the clock and calls ``handler(value)``; ``run`` is SimPy's.
 
     (SimPy's own step runs an event object's list of callbacks and checks that it did
     not fail, which an end never does; a ``Timeout`` per end also costs an
@@ -176,7 +176,7 @@ class _Environment(simpy.Environment):
 
     def step(self) -> None:
         try:
-            self._now, _, _, (handler, value) = heappop(self._queue)
+            self._now, _, _, handler, value = heappop(self._queue)
         except IndexError:
             raise EmptySchedule from None
         handler(value)
@@ -466,7 +466,7 @@ class _Simulation:
         def schedule(at, handler, value):
             """``handler(value)`` at time ``at`` (for the rarer kinds of events; the ends
             of ops and transfers are pushed written out)."""
-            heappush(queue, (at, NORMAL, next(ids), (handler, value)))
+            heappush(queue, (at, NORMAL, next(ids), handler, value))
 
         def ready(i):
             """Op ``i`` is ready: it takes a thread of its device's pool and its cores
@@ -503,7 +503,7 @@ class _Simulation:
             code = op_note[i]
             if code:  # its outputs' buffers
                 log.append(code)
-            heappush(queue, (now + duration, NORMAL, next(ids), (op_done, i)))
+            heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
 
         def take_thread(i, slot):
             """Op ``i`` got thread ``slot``: it takes its cores and starts, or waits for
@@ -554,7 +554,7 @@ class _Simulation:
             code = op_note[i]
             if code:  # its outputs' buffers
                 log.append(code)
-            heappush(queue, (now + duration, NORMAL, next(ids), (op_done, i)))
+            heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
 
         def finish_inline(i, d):
             """op_done's hand-out under SimConfig.inline_elements: the thread that ran
@@ -766,7 +766,7 @@ class _Simulation:
             if code:  # the received copy's buffer
                 log.append(code)
             x_start[k] = now
-            heappush(queue, (now + transfer_time[k], NORMAL, next(ids), (transfer_done, k)))
+            heappush(queue, (now + transfer_time[k], NORMAL, next(ids), transfer_done, k))
 
         def dispatch_send(k):
             """SimConfig.serial_dispatch: the sender's dispatcher sends transfer ``k``
@@ -827,7 +827,7 @@ class _Simulation:
                             log.append(code)
                         x_start[j] = now
                         heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
-                                         (transfer_done, j)))
+                                         transfer_done, j))
                     j = next_second[k]
                     left = need[j] - 1
                     need[j] = left
@@ -838,7 +838,7 @@ class _Simulation:
                             log.append(code)
                         x_start[j] = now
                         heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
-                                         (transfer_done, j)))
+                                         transfer_done, j))
                     return
             release_links(k)
 
