@@ -8,10 +8,10 @@ run); devices, hosts and links are small resources (:mod:`sim.pools`,
 order by a countdown per transfer, no scan of its route); the only scheduled events are
 the ends of ops and of transfers (one heap entry each, ``(time, NORMAL, id, handler,
 value)``: SimPy's own key, stepped by :class:`_Environment`).  That keeps the cost per
-op to about one SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is numpy
-over the plan's arrays; the graph's part of them is read from columns the graph keeps
-as its ops are created (:class:`core.graph.OpColumns`, so even a first call on a fresh
-graph walks no op objects) and kept with the graph until it changes
+op to about one SimPy event.  Everything before time 0 (plan, durations, routes, link
+orders) is numpy over the plan's arrays; the graph's part of them is read from columns
+the graph keeps as its ops are created (:class:`core.graph.OpColumns`, so even a first
+call on a fresh graph walks no op objects) and kept with the graph until it changes
 (``Graph.cached_view``), so the same graph under other placements reuses it; and the
 trace's records are made on first access (:meth:`Trace.lazy`).  The run notes only the
 order of ends and allocations (an int each); the memory records are worked out from it
@@ -401,9 +401,14 @@ class _Simulation:
         The event handlers are closures over local lists (``StepState``'s counters and
         the resources, inlined): a closure reads its variables as fast as locals, where
         ``self.x`` is a dictionary look-up, and the handlers run ~230k times at 100k ops.
-        Memory is an int appended per end and per allocation (a record tuple per change
-        and the reference counts were a fifth of the run); bytes in use are kept only
-        when a device could run out.
+        A call copies in all of a closure's variables, and a call or a loop over a few
+        items costs as much as a dozen lines of straight code: so the hot handlers
+        (op_done, transfer_done, ready) do the common case straight, written out where
+        it would be a call, and leave the rarer configurations' work (serial dispatch,
+        control messages, a task's late start) to small helpers.  Memory is an int
+        appended per end and per allocation (a record tuple per change and the
+        reference counts were a fifth of the run); bytes in use are kept only when a
+        device could run out (:class:`sim.memory.TrackedLog`).
         """
         plan, config = self.plan, self.config
         self.env = env = _Environment()
