@@ -426,13 +426,15 @@ class _Simulation:
         # (sim.memory.memory_records): an int append each, where a record was a tuple.
         # (Called as log.append: the interpreter specializes that call, not one of the
         # bound method kept in a variable, ~1% of the run.)  When some device could run
-        # out, the log keeps the bytes in use as changes are noted and checks each
-        # allocation (sim.memory.TrackedLog); else no allocation can exceed its
+        # out, the handlers note through a sim.memory.TrackedLog, which also keeps the
+        # bytes in use and checks each allocation; else no allocation can exceed its
         # device's capacity.
         self.oom_events = []
         self.in_use = [0] * len(self.devices)
-        self.log = log = (TrackedLog(plan, self.op_alloc_array, self.in_use, self.capacity,
-                                     self._out_of_memory) if self.track_memory else [])
+        self.log = log = []
+        if self.track_memory:
+            log = TrackedLog(self.log, plan, self.op_alloc_array, self.in_use, self.capacity,
+                             self._out_of_memory)
 
         # StepState's counters (see core.dataflow), driven inline.  (Plan columns are
         # read only where needed, as a plan makes each list on first use.)
@@ -923,7 +925,7 @@ class _Simulation:
             # allocation once (an op's or a received copy's with bytes): so the log's
             # length tells whether it stalled (a scan of op_end for None, comparing
             # each float with None, took 20 ms at 100k ops).
-            complete_log = (len(log) + n + m + int(np.count_nonzero(self.op_alloc_array))
+            complete_log = (len(self.log) + n + m + int(np.count_nonzero(self.op_alloc_array))
                             + int(np.count_nonzero(all_bytes[n_tensors:])))
             initial = np.flatnonzero(plan.array("initial_pending") == 0).tolist()
             if cheap is None:
@@ -939,7 +941,7 @@ class _Simulation:
         except OutOfMemory as e:
             e.trace = self._trace(stopped=True)
             raise
-        if len(log) != complete_log:
+        if len(self.log) != complete_log:
             raise SimulationStalled([plan.op_names[i] for i in range(n) if op_end[i] is None])
         return self._trace()
 
