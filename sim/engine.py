@@ -664,7 +664,7 @@ class _Simulation:
             while free_slots and waiting:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
             if counted_down:  # the static order's countdown (put_on_links), written out
-                k = sole_send[i]  # (m for none: its count never reaches zero)
+                k = sole_send[i]  # (see _sole; none: m, the sentinel never counted to 0)
                 if k >= 0:
                     left = need[k] - 1
                     need[k] = left
