@@ -71,7 +71,8 @@ class TrackedLog:
         release_ptr, releases = plan.csr_op_releases
         buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
         tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
-        transfer_dst, op_device, op_alloc = plan.transfer_dst, plan.op_device, op_alloc.tolist()
+        transfer_dst, op_device = plan.transfer_dst, plan.op_device
+        op_alloc = op_alloc.tolist()
         note = codes.append
 
         def append(code: int) -> None:
@@ -98,10 +99,12 @@ class TrackedLog:
             elif made < n_made:
                 k = made - n
                 tensor = transfer_tensor[k]
-                d, nbytes, op = transfer_dst[k], buffer_bytes[n_tensors + k], tensor_op[tensor]
+                d, op = transfer_dst[k], tensor_op[tensor]
+                nbytes = buffer_bytes[n_tensors + k]
             else:
                 b = made - n_made
-                d, nbytes, op, tensor = buffer_device[b], buffer_bytes[b], tensor_op[b], None
+                d, nbytes = buffer_device[b], buffer_bytes[b]
+                op, tensor = tensor_op[b], None
             use = in_use[d] + nbytes
             if use > capacity[d]:
                 out_of_memory(d, nbytes, op, tensor)
