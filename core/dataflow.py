@@ -482,13 +482,14 @@ class _FromArray:
 # lists only on first use.
 _KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                 "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs", "op_device",
-                "csr_transfer_consumers", "csr_op_succ",
+                "csr_transfer_consumers", "csr_op_succ", "csr_op_sends",
                 "tensor_base", "tensor_op", "tensor_bytes", "tensor_spec", "transfer_tensor",
                 "transfer_dst", "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs",
                 "csr_op_releases", "initial_pending")
 _ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs",
-               "csr_op_releases", "csr_transfer_consumers", "initial_pending", "tensor_spec",
+               "csr_op_releases", "csr_transfer_consumers", "csr_op_sends", "initial_pending",
+               "tensor_spec",
                "tensor_base", "tensor_op", "tensor_bytes", "transfer_tensor", "transfer_dst",
                "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs")
 
@@ -554,6 +555,7 @@ class StepPlan:
     csr_op_dead_outputs = _FromArray()
     csr_op_releases = _FromArray()
     csr_transfer_consumers = _FromArray()
+    csr_op_sends = _FromArray()
     initial_pending = _FromArray()
     tensor_spec = _FromArray()
     tensor_base = _FromArray()
@@ -614,7 +616,7 @@ class StepPlan:
         self.devices = sorted(set(op_device_name))
         dev_index = {d: i for i, d in enumerate(self.devices)}
         self.op_device = list(map(dev_index.__getitem__, op_device_name))
-        dev = np.array(self.op_device, dtype=np.int64)
+        dev = np.fromiter(self.op_device, np.int64, n)  # (np.array: ~40% more)
         n_dev = len(self.devices)
         op_range = np.arange(n, dtype=np.int64)
 

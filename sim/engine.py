@@ -6,12 +6,12 @@ plan's flat arrays: a method call and a ``Progress`` per event cost a fifth of t
 run); devices, hosts and links are small resources (:mod:`sim.pools`,
 :mod:`sim.links`) granted synchronously inside event callbacks (a link in the static
 order by a countdown per transfer, no scan of its route); the only scheduled events are
-the ends of ops and of transfers (one ``(handler, value)`` entry each, pushed on the
-environment's heap with SimPy's own key and stepped by :class:`_Environment`).  That keeps the cost per op to about one
-SimPy event.  Everything before time 0 (plan, durations, routes, link orders) is numpy
-over the plan's arrays; the graph's part of them is read from columns the graph keeps
-as its ops are created (:class:`core.graph.OpColumns`, so even a first call on a fresh
-graph walks no op objects) and kept with the graph until it changes
+the ends of ops and of transfers (one heap entry each, ``(time, NORMAL, id, handler,
+value)``: SimPy's own key, stepped by :class:`_Environment`).  That keeps the cost per
+op to about one SimPy event.  Everything before time 0 (plan, durations, routes, link
+orders) is numpy over the plan's arrays; the graph's part of them is read from columns
+the graph keeps as its ops are created (:class:`core.graph.OpColumns`, so even a first
+call on a fresh graph walks no op objects) and kept with the graph until it changes
 (``Graph.cached_view``), so the same graph under other placements reuses it; and the
 trace's records are made on first access (:meth:`Trace.lazy`).  The run notes only the
 order of ends and allocations (an int each); the memory records are worked out from it
@@ -163,11 +163,11 @@ def _resolve_fetches(graph, fetches):
 class _Environment(simpy.Environment):
     """The run's SimPy environment, whose events are the run's own: an op's or a
     transfer's end (and the rarer kinds: a task's part starting, a control message, a
-    dispatcher's work), each a ``(handler, value)`` pair pushed straight on the heap
-    with SimPy's own key, ``(time, NORMAL, id)`` with the environment's id counter, so
-    that ties keep SimPy's order.  ``step``, SimPy's extension point (as
-    ``simpy.rt.RealtimeEnvironment`` overrides it), pops the next one, sets the clock
-    and calls ``handler(value)``; ``run`` is SimPy's.
+    dispatcher's work), each pushed straight on the heap as ``(time, NORMAL, id,
+    handler, value)``: SimPy's own key, with the environment's id counter, so that ties
+    keep SimPy's order (the ids differ, so the handlers are never compared).  ``step``,
+    SimPy's extension point (as ``simpy.rt.RealtimeEnvironment`` overrides it), pops
+    the next one, sets the clock and calls ``handler(value)``; ``run`` is SimPy's.
 
     (SimPy's own step runs an event object's list of callbacks and checks that it did
     not fail, which an end never does; a ``Timeout`` per end also costs an
@@ -178,7 +178,7 @@ class _Environment(simpy.Environment):
 
     def step(self) -> None:
         try:
-            self._now, _, _, (handler, value) = heappop(self._queue)
+            self._now, _, _, handler, value = heappop(self._queue)
         except IndexError:
             raise EmptySchedule from None
         handler(value)
@@ -416,13 +416,19 @@ class _Simulation:
         The event handlers are closures over local lists (``StepState``'s counters and
         the resources, inlined): a closure reads its variables as fast as locals, where
         ``self.x`` is a dictionary look-up, and the handlers run ~230k times at 100k ops.
-        Memory is an int appended per end and per allocation (a record tuple per change
-        and the reference counts were a fifth of the run); bytes in use are kept only
-        when a device could run out.
+        A call copies in all of a closure's variables, and a call or a loop over a few
+        items costs as much as a dozen lines of straight code: so the hot handlers
+        (op_done, transfer_done, ready) do the common case straight, written out where
+        it would be a call, and leave the rarer configurations' work (serial dispatch,
+        control messages, a task's late start) to small helpers.  Memory is an int
+        appended per end and per allocation (a record tuple per change and the
+        reference counts were a fifth of the run); bytes in use are kept only when a
+        device could run out (:class:`sim.memory.TrackedLog`).
         """
         plan, config = self.plan, self.config
         self.env = env = _Environment()
-        queue, next_id = env._queue, env._eid.__next__
+        # (ids by next(ids): calling the bound __next__, a method-wrapper, cost a third more)
+        queue, ids = env._queue, env._eid
         n, m, n_tensors = plan.n_ops, plan.n_transfers, plan.n_tensors
 
         # What the run records (the trace's columns).
@@ -435,20 +441,21 @@ class _Simulation:
         # (sim.memory.memory_records): an int append each, where a record was a tuple.
         # (Called as log.append: the interpreter specializes that call, not one of the
         # bound method kept in a variable, ~1% of the run.)  When some device could run
-        # out, the log keeps the bytes in use as changes are noted and checks each
-        # allocation (sim.memory.TrackedLog); else no allocation can exceed its
+        # out, the handlers note through a sim.memory.TrackedLog, which also keeps the
+        # bytes in use and checks each allocation; else no allocation can exceed its
         # device's capacity.
         self.oom_events = []
         self.in_use = [0] * len(self.devices)
-        self.log = log = (TrackedLog(plan, self.op_alloc_array, self.in_use, self.capacity,
-                                     self._out_of_memory) if self.track_memory else [])
+        self.log = log = []
+        if self.track_memory:
+            log = TrackedLog(self.log, plan, self.op_alloc_array, self.in_use, self.capacity,
+                             self._out_of_memory)
 
         # StepState's counters (see core.dataflow), driven inline.  (Plan columns are
         # read only where needed, as a plan makes each list on first use.)
         pending = plan.array("initial_pending").tolist()
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
-        send_ptr, sends = plan.csr_op_sends
-        sole_consumer, consumer_ptr, consumers = _consumers(plan)
+        sole_consumer, consumer_ptr, consumers = _sole(*plan.array("csr_transfer_consumers"))
         op_device = plan.op_device
         transfer_dst = plan.transfer_dst if self.config.serial_dispatch else None
         transfer_src = plan.transfer_src if self.config.serial_dispatch else None
@@ -481,7 +488,7 @@ class _Simulation:
         def schedule(at, handler, value):
             """``handler(value)`` at time ``at`` (for the rarer kinds of events; the ends
             of ops and transfers are pushed written out)."""
-            heappush(queue, (at, NORMAL, next_id(), (handler, value)))
+            heappush(queue, (at, NORMAL, next(ids), handler, value))
 
         def ready(i):
             """Op ``i`` is ready: it takes a thread of its device's pool and its cores
@@ -518,7 +525,7 @@ class _Simulation:
             code = op_note[i]
             if code:  # its outputs' buffers
                 log.append(code)
-            heappush(queue, (now + duration, NORMAL, next_id(), (op_done, i)))
+            heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
 
         def take_thread(i, slot):
             """Op ``i`` got thread ``slot``: it takes its cores and starts, or waits for
@@ -578,7 +585,7 @@ class _Simulation:
             code = op_note[i]
             if code:  # its outputs' buffers
                 log.append(code)
-            heappush(queue, (now + duration, NORMAL, next_id(), (op_done, i)))
+            heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
 
         def finish_inline(i, d):
             """op_done's hand-out under SimConfig.inline_elements: the thread that ran
@@ -680,15 +687,23 @@ class _Simulation:
             waiting = pool_waiting[d]
             while free_slots and waiting:
                 take_thread(heappop(waiting)[1], heappop(free_slots))
-            lo, hi = send_ptr[i], send_ptr[i + 1]
-            if lo != hi:
-                if counted_down:  # the static order's countdown (see below), written out
-                    for k in sends[lo:hi]:
+            if counted_down:  # the static order's countdown (put_on_links), written out
+                k = sole_send[i]  # (see _sole; none: m, the sentinel never counted to 0)
+                if k >= 0:
+                    left = need[k] - 1
+                    need[k] = left
+                    if not left:
+                        start_transfer(k)
+                else:
+                    p = ~k
+                    for k in sends[send_ptr[p]:send_ptr[p + 1]]:
                         left = need[k] - 1
                         need[k] = left
                         if not left:
                             start_transfer(k)
-                else:
+            else:
+                lo, hi = send_ptr[i], send_ptr[i + 1]
+                if lo != hi:
                     for k in sends[lo:hi]:
                         send(k)
             if control_crossings is not None and i in control_crossings:
@@ -781,7 +796,7 @@ class _Simulation:
             if code:  # the received copy's buffer
                 log.append(code)
             x_start[k] = now
-            heappush(queue, (now + transfer_time[k], NORMAL, next_id(), (transfer_done, k)))
+            heappush(queue, (now + transfer_time[k], NORMAL, next(ids), transfer_done, k))
 
         def dispatch_send(k):
             """SimConfig.serial_dispatch: the sender's dispatcher sends transfer ``k``
@@ -796,6 +811,11 @@ class _Simulation:
         # it down: written out in op_done, as `counted_down`).
         send = dispatch_send if serial else put_on_links
         counted_down = static and not serial
+        # Each op's sends (see _sole): one per op, straight; all of them, the flat form.
+        if counted_down:
+            sole_send, send_ptr, sends = _sole(*plan.array("csr_op_sends"), none=m)
+        else:
+            sole_send, (send_ptr, sends) = None, plan.csr_op_sends
 
         def transfer_done(k):
             # StepState.transfer_done: the source buffer's reference (as the log notes
@@ -805,7 +825,7 @@ class _Simulation:
             if serial:  # the receiver's dispatcher takes it in first
                 take_in(k)
             else:  # taken_in, written out (one call fewer per transfer on the hot path)
-                j = sole_consumer[k]  # (see _consumers)
+                j = sole_consumer[k]  # (see _sole)
                 if j >= 0:
                     left = pending[j] - 1
                     pending[j] = left
@@ -835,8 +855,8 @@ class _Simulation:
                         if code:  # the received copy's buffer
                             log.append(code)
                         x_start[j] = now
-                        heappush(queue, (now + transfer_time[j], NORMAL, next_id(),
-                                         (transfer_done, j)))
+                        heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
+                                         transfer_done, j))
                     j = next_second[k]
                     left = need[j] - 1
                     need[j] = left
@@ -846,8 +866,8 @@ class _Simulation:
                         if code:  # the received copy's buffer
                             log.append(code)
                         x_start[j] = now
-                        heappush(queue, (now + transfer_time[j], NORMAL, next_id(),
-                                         (transfer_done, j)))
+                        heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
+                                         transfer_done, j))
                     return
             release_links(k)
 
@@ -862,7 +882,7 @@ class _Simulation:
             """SimConfig.serial_dispatch: the receiver's dispatcher took transfer
             ``k`` in (half its route's latency of work): its consumers' counts
             drop."""
-            j = sole_consumer[k]  # (see _consumers)
+            j = sole_consumer[k]  # (see _sole)
             if j >= 0:
                 left = pending[j] - 1
                 pending[j] = left
@@ -925,7 +945,7 @@ class _Simulation:
             # allocation once (an op's or a received copy's with bytes): so the log's
             # length tells whether it stalled (a scan of op_end for None, comparing
             # each float with None, took 20 ms at 100k ops).
-            complete_log = (len(log) + n + m + int(np.count_nonzero(self.op_alloc_array))
+            complete_log = (len(self.log) + n + m + int(np.count_nonzero(self.op_alloc_array))
                             + int(np.count_nonzero(all_bytes[n_tensors:])))
             initial = np.flatnonzero(plan.array("initial_pending") == 0).tolist()
             if cheap is None:
@@ -941,7 +961,7 @@ class _Simulation:
         except OutOfMemory as e:
             e.trace = self._trace(stopped=True)
             raise
-        if len(log) != complete_log:
+        if len(self.log) != complete_log:
             raise SimulationStalled([plan.op_names[i] for i in range(n) if op_end[i] is None])
         return self._trace()
 
@@ -1069,16 +1089,22 @@ def _without_gc(make):
     return made
 
 
-def _consumers(plan) -> tuple[list, list, list]:
-    """The ops each transfer counts down at its end, as the run reads them: per
-    transfer, its consumer when it has one only (most transfers: no slice to make), else
-    ``~p``, where ``flat[ptr[p]:ptr[p + 1]]`` lists its consumers; returns ``(per
-    transfer, ptr, flat)``.  (Lists of only the transfers with several consumers: the
-    plan's flat form as lists was ~300k ints to make at 100k ops.)"""
-    ptr, flat = plan.array("csr_transfer_consumers")
+def _sole(ptr: np.ndarray, flat: np.ndarray, none: int | None = None) -> tuple[list, list, list]:
+    """A flat (CSR) form of lists, ``flat[ptr[r]:ptr[r + 1]]`` for row ``r`` (the
+    consumers of each transfer, the sends of each op), as the run reads it: per row, its
+    item when it has one only (most rows: no slice to make), ``none`` for an empty row
+    when given, else ``~p``, where ``more[more_ptr[p]:more_ptr[p + 1]]`` lists its items;
+    returns ``(per row, more_ptr, more)``.  (Lists of only the rows with several items:
+    the plan's flat form as lists was ~300k ints to make at 100k ops.)
+
+    >>> _sole(np.array([0, 1, 1, 3]), np.array([7, 8, 9]), none=-9)
+    ([7, -9, -1], [0, 2], [8, 9])
+    """
     count = np.diff(ptr)
-    several = np.flatnonzero(count != 1)
+    several = np.flatnonzero(count > 1 if none is not None else count != 1)
     code = flat[np.minimum(ptr[:-1], len(flat) - 1)] if len(flat) else np.zeros(len(count), np.int64)
+    if none is not None:
+        code[count == 0] = none
     code[several] = ~np.arange(len(several))
     lengths = count[several]
     more_ptr = np.zeros(len(several) + 1, np.int64)

@@ -95,7 +95,7 @@ def static_transfer_order(plan, durations: list[float]) -> np.ndarray:
         else:
             fa, fb = finish[a], finish[b]
             finish.append((fa if fa > fb else fb) + duration)
-    keys = np.asarray(finish)[1 + producer]
+    keys = np.fromiter(finish, np.float64, len(finish))[1 + producer]  # (asarray: 1.6x)
     return np.argsort(keys, kind="stable")  # stable: ties by transfer index
 
 

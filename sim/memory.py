@@ -41,70 +41,77 @@ def device_capacity(device, config) -> int:
     return int(device.memory_bytes)
 
 
-class TrackedLog(list):
-    """A run's log (the codes :func:`memory_records` reads) that also keeps each
-    device's bytes in use, for a step where some device could run out: each code
-    appended applies its change as it happens.  An allocation past the device's
-    capacity first calls ``out_of_memory(device, bytes, op, tensor)`` (which raises
-    unless the run only records it), so a refused allocation is not noted.  The engine's
-    handlers note every change the same way, tracked or not, and a step where nothing
-    can run out pays nothing for the tracking.
+class TrackedLog:
+    """The run's log for a step where some device could run out of memory: its
+    ``append(code)`` notes ``code`` in ``codes`` (the list :func:`memory_records`
+    reads) and applies the change to the bytes in use as it happens.  An allocation
+    past the device's capacity first calls ``out_of_memory(device, bytes, op, tensor)``
+    (which raises unless the run only records it), so a refused allocation is not
+    noted.  The engine's handlers note every change with ``log.append`` either way,
+    and a step where nothing can run out pays nothing for the tracking (its log is the
+    plain list).
 
     An end lets go of buffers as :class:`core.dataflow.StepState` counts references
     (an op's end: its release list; a transfer's end: its source buffer), except that an
     output nobody reads holds one reference, its op's.  ``in_use`` (bytes per device,
-    updated in place) and ``capacity`` are lists by device index.
+    updated in place) and ``capacity`` are lists by device index; ``op_alloc`` (an
+    array) the bytes of each op's outputs.  (``append`` is a closure over local lists:
+    it runs for every end and allocation; as a list subclass's method reading
+    ``self.x`` and calling helpers it made a tracked step 1.4x as costly.)
     """
 
-    def __init__(self, plan, op_alloc, in_use: list, capacity: list, out_of_memory):
-        super().__init__()
-        self.n_ops, self.n_made = plan.n_ops, plan.n_ops + plan.n_transfers
-        self.refs = list(plan.buffer_refs)
+    __slots__ = ("append",)
+
+    def __init__(self, codes: list, plan, op_alloc, in_use: list, capacity: list,
+                 out_of_memory):
+        n, n_made, n_tensors = plan.n_ops, plan.n_ops + plan.n_transfers, plan.n_tensors
+        refs = list(plan.buffer_refs)
         for b in plan.array("csr_op_dead_outputs")[1].tolist():
-            self.refs[b] = 1
-        self.release_ptr, self.releases = plan.csr_op_releases
-        self.buffer_bytes, self.buffer_device = plan.buffer_bytes, plan.buffer_device
-        self.tensor_op, self.transfer_tensor = plan.tensor_op, plan.transfer_tensor
-        self.transfer_dst, self.n_tensors = plan.transfer_dst, plan.n_tensors
-        self.op_device, self.op_alloc = plan.op_device, op_alloc.tolist()
-        self.in_use, self.capacity, self.out_of_memory = in_use, capacity, out_of_memory
+            refs[b] = 1
+        release_ptr, releases = plan.csr_op_releases
+        buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
+        tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
+        transfer_dst, op_device = plan.transfer_dst, plan.op_device
+        op_alloc = op_alloc.tolist()
+        note = codes.append
 
-    def append(self, code: int) -> None:
-        if code >= 0:  # an end: its buffers are let go of after it is noted
-            super().append(code)
-            if code < self.n_ops:
-                released = self.releases[self.release_ptr[code]:self.release_ptr[code + 1]]
+        def append(code: int) -> None:
+            if code >= 0:  # an end: noted, then its buffers are let go of
+                note(code)
+                if code < n:
+                    for b in releases[release_ptr[code]:release_ptr[code + 1]]:
+                        left = refs[b] - 1
+                        refs[b] = left
+                        if not left:
+                            in_use[buffer_device[b]] -= buffer_bytes[b]
+                else:  # (a transfer's source buffer: the same, without a loop)
+                    b = transfer_tensor[code - n]
+                    left = refs[b] - 1
+                    refs[b] = left
+                    if not left:
+                        in_use[buffer_device[b]] -= buffer_bytes[b]
+                return
+            # An allocation (memory_records' numbering): an op's outputs, a transfer's
+            # received copy, a resident buffer; checked before it is noted.
+            made = ~code
+            if made < n:
+                d, nbytes, op, tensor = op_device[made], op_alloc[made], made, None
+            elif made < n_made:
+                k = made - n
+                tensor = transfer_tensor[k]
+                d, op = transfer_dst[k], tensor_op[tensor]
+                nbytes = buffer_bytes[n_tensors + k]
             else:
-                released = (self.transfer_tensor[code - self.n_ops],)
-            for b in released:
-                self._let_go(b)
-        else:  # an allocation: checked before it is noted
-            self._allocate(~code)
-            super().append(code)
+                b = made - n_made
+                d, nbytes = buffer_device[b], buffer_bytes[b]
+                op, tensor = tensor_op[b], None
+            use = in_use[d] + nbytes
+            if use > capacity[d]:
+                out_of_memory(d, nbytes, op, tensor)
+            in_use[d] = use
+            note(code)
 
-    def _let_go(self, b: int) -> None:
-        left = self.refs[b] - 1
-        self.refs[b] = left
-        if not left:
-            self.in_use[self.buffer_device[b]] -= self.buffer_bytes[b]
-
-    def _allocate(self, made: int) -> None:
-        """The allocation ``made`` (:func:`memory_records`' numbering: an op's outputs, a
-        transfer's received copy, a resident buffer)."""
-        n = self.n_ops
-        if made < n:
-            d, nbytes, op, tensor = self.op_device[made], self.op_alloc[made], made, None
-        elif made < self.n_made:
-            k = made - n
-            tensor = self.transfer_tensor[k]
-            d, nbytes, op = self.transfer_dst[k], self.buffer_bytes[self.n_tensors + k], self.tensor_op[tensor]
-        else:
-            b = made - self.n_made
-            d, nbytes, op, tensor = self.buffer_device[b], self.buffer_bytes[b], self.tensor_op[b], None
-        use = self.in_use[d] + nbytes
-        if use > self.capacity[d]:
-            self.out_of_memory(d, nbytes, op, tensor)
-        self.in_use[d] = use
+        self.append = append
 
 
 def memory_records(plan, log, op_alloc, times, begin=0) -> tuple[list, list, list]:
