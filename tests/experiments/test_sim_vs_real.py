@@ -44,3 +44,15 @@ def test_ranking_agreement_counts_pairs_apart_by_more_than_10_percent():
     assert sim_vs_real.ranking_agreement(rows) == (2, 0)
     rows["predicted_ms"] = [1.0, 1.1, 3.0]
     assert sim_vs_real.ranking_agreement(rows) == (2, 2)
+
+
+def test_the_replacement_loop_keeps_a_proposal_only_if_simulated_faster():
+    frame, loop, cluster, figures = sim_vs_real.run(
+        ["mlp"], repeats=1, quick=True, placer_names=("simple", "cost_model"), progress=False)
+    assert list(loop.columns) == sim_vs_real.LOOP_COLUMNS and len(loop) == 1
+    row = loop.iloc[0]
+    assert row.static_ms > 0 and row.measured_cost_ms > 0
+    if row.proposal_kept:  # taken: the simulator put it below the static placement
+        assert row.measured_cost_predicted_ms < row.static_under_measured_ms
+    else:  # refused: the static placement is timed again
+        assert row.same_placement
