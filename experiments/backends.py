@@ -107,6 +107,9 @@ class Measurement:
     step_time: float
     steps: list
     traces: list
+    #: The cores other programs kept busy while the steps were timed
+    #: (:class:`experiments.machine_load.OtherLoad`; NaN where unknown).
+    other_cores: float = math.nan
 
     @property
     def trace(self) -> Trace:
@@ -185,7 +188,8 @@ def measure_placements(workload: Workload, placements: Mapping[str, Placement], 
     runs ``warmup`` untimed steps (they also compile or load the kernels).  Then
     ``repeats`` rounds each time one step of every placement, the order rotating from
     round to round, so that a change in the machine's load hits every placement alike;
-    then ``traced`` traced steps each.  Returns a :class:`Measurement` per name.
+    then ``traced`` traced steps each.  Returns a :class:`Measurement` per name, each
+    with the cores other programs kept busy during the timed rounds.
     """
     names = list(placements)
     with contextlib.ExitStack() as stack:
@@ -201,16 +205,17 @@ def measure_placements(workload: Workload, placements: Mapping[str, Placement], 
                 session.run(fetches, feed_dict=workload.feeds or None)
             runs[name] = (session, fetches)
         steps: dict[str, list] = {name: [] for name in names}
-        for r in range(repeats):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                session, fetches = runs[name]
-                t0 = time.perf_counter()
-                session.run(fetches, feed_dict=workload.feeds or None)
-                steps[name].append(time.perf_counter() - t0)
+        with OtherLoad() as load:
+            for r in range(repeats):
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    session, fetches = runs[name]
+                    t0 = time.perf_counter()
+                    session.run(fetches, feed_dict=workload.feeds or None)
+                    steps[name].append(time.perf_counter() - t0)
         out = {}
         for name in names:
             session, fetches = runs[name]
             traces = [session.run(fetches, feed_dict=workload.feeds or None, trace=True)[1]
                       for _ in range(max(1, traced))]
-            out[name] = Measurement(min(steps[name]), steps[name], traces)
+            out[name] = Measurement(min(steps[name]), steps[name], traces, load.other_cores)
     return out

@@ -33,7 +33,6 @@ from core.placement import transfers
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
                                   measure_placements, predict, runtime_cluster_spec,
                                   server_env, this_host_cluster)
-from experiments.machine_load import OtherLoad
 from experiments.report import (per_device_MiB, print_table, results_parser, save_table,
                                 short_device)
 from experiments.workloads import (data_parallel_step, inception_training_step,
@@ -133,9 +132,8 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
         first: dict = {}
         for pname, p in placements.items():
             first.setdefault(p, pname)
-        with OtherLoad() as load:
-            timed = measure_placements(w, {name: p for p, name in first.items()}, local,
-                                       repeats=repeats)
+        timed = measure_placements(w, {name: p for p, name in first.items()}, local,
+                                   repeats=repeats)
         for row in rows:
             owner = first[placements[row["placer"]]]
             row["same_as"] = "" if owner == row["placer"] else owner
@@ -143,7 +141,7 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
             row["real_step_ms"] = m.step_time * 1e3
             row["real_median_ms"] = m.median * 1e3
             # On a busy machine every real step is slower: say how busy it was.
-            row["other_cores"] = load.other_cores
+            row["other_cores"] = m.other_cores
             row["real_peak_MiB"] = max(m.trace.peak_memory.values(), default=0) / 2**20
             row["real_peak_MiB_per_device"] = per_device_MiB(m.trace.peak_memory)
     return rows

@@ -92,7 +92,7 @@ from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_cal
                                   measure_placements, predict, runtime_cluster_spec,
                                   server_env, this_host_cluster)
 from experiments.compare_placers import SPLIT_MARGIN, WORKLOADS, placers_to_compare
-from experiments.machine_load import OtherLoad, wait_until_quiet
+from experiments.machine_load import wait_until_quiet
 from experiments.report import print_table, results_parser, save_table
 
 __all__ = ["main", "run", "summarise", "ranking_agreement"]
@@ -154,9 +154,8 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
     first: dict = {}
     for pname, p in placements.items():
         first.setdefault(p, pname)
-    with OtherLoad() as load:
-        timed = measure_placements(w, {name: p for p, name in first.items()}, local,
-                                   repeats=repeats, traced=3, config=config)
+    timed = measure_placements(w, {name: p for p, name in first.items()}, local,
+                               repeats=repeats, traced=3, config=config)
     measured = {pname: timed[first[p]] for pname, p in placements.items()}
     rows = []
     for pname, p in placements.items():
@@ -165,7 +164,7 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
         rows.append({"workload": wname, "placer": pname, "cost_model": "static",
                      "predicted_ms": predicted * 1e3, "measured_ms": m.step_time * 1e3,
                      "median_ms": m.median * 1e3, "halves_spread": m.halves_spread,
-                     "other_cores": load.other_cores, "replay": False,
+                     "other_cores": m.other_cores, "replay": False,
                      "same_as": "" if first[p] == pname else first[p]})
     profile = "simple" if "simple" in measured else next(iter(measured))
     measured_cost = profile_cost_model(measured[profile].traces, w.graph)
