@@ -422,6 +422,13 @@ class Link:
             n0, t0 = n1, t1
         return t0 + (nbytes - n0) / self.bandwidth
 
+    def fixed_time(self, nbytes: int) -> float:
+        """What a transfer of ``nbytes`` takes here beyond its bytes at the bandwidth:
+        the latency, or what the measured ``size_costs`` add."""
+        if not self.size_costs:
+            return self.latency
+        return self.time(nbytes) - nbytes / self.bandwidth
+
 
 def device_sort_key(device: Device) -> tuple:
     """The order of a cluster's devices: job, task, CPU before GPU (before any other

@@ -46,7 +46,7 @@ class CostModel:
     Subclasses override :meth:`op_time`; :meth:`transfer_time` charges every link's
     latency and the slowest link's bandwidth (a tensor is pipelined through the route);
     a link with measured ``size_costs`` charges, in place of its latency, what its
-    measured time (:meth:`core.cluster.Link.time`) adds to the bytes at its bandwidth.
+    measured time adds to the bytes at its bandwidth (:meth:`core.cluster.Link.fixed_time`).
     """
 
     def op_time(self, op: Operation, device) -> float:
@@ -57,11 +57,8 @@ class CostModel:
         """Seconds to move ``nbytes`` over ``route`` (a sequence of links) when alone on it."""
         if not route:
             return 0.0
-        if len(route) == 1:
-            return route[0].time(nbytes)
-        fixed = sum(link.time(nbytes) - nbytes / link.bandwidth if link.size_costs
-                    else link.latency for link in route)
-        return fixed + nbytes / min(link.bandwidth for link in route)
+        return (sum(link.fixed_time(nbytes) for link in route)
+                + nbytes / min(link.bandwidth for link in route))
 
     def tensor_bytes(self, tensor: Tensor) -> int:
         return tensor_bytes(tensor)
