@@ -52,15 +52,14 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool)
     for n in sizes:
         for devices in device_counts:
             graph, cluster, placement = placed_dag(n, devices)
-            times, records = [], math.inf
-            for k in range(repeat):
+            times, loads, records = [], [], math.inf
+            for _ in range(repeat):
                 gc.collect()
                 with OtherLoad() as load:
                     t0 = time.perf_counter()
                     trace = sim.simulate(graph, placement, cluster)
                     times.append(time.perf_counter() - t0)
-                if not k:
-                    first_load = load.other_cores
+                loads.append(load.other_cores)
                 # The simulator makes its record lists on first access (Trace.lazy):
                 # reported apart, as the seconds to read them all once.
                 t0 = time.perf_counter()
@@ -80,7 +79,7 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool)
                          "seconds": cold, "ops_per_s": n / cold,
                          "warm_s": min(times[1:], default=math.nan), "records_s": records,
                          "step_time_s": trace.step_time, "peak_MiB": peak,
-                         "other_cores": first_load})
+                         "other_cores": loads[0]})
             del graph, trace
     frame = pd.DataFrame(rows).sort_values(["devices", "ops"]).reset_index(drop=True)
     frame["time_growth"] = math.nan
