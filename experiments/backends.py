@@ -37,8 +37,9 @@ __all__ = ["Measurement", "pinned_graph", "predict", "measure", "measure_placeme
 #: ends an op goes on with the ops it made ready, its cheap ones and one other, taking
 #: the freed cores before a waiting thread of its process can (``inline_elements``, the
 #: executor's own limit for cheap ops): how the executor's threads share one interpreter
-#: lock.  The interpreters of the server processes share the host's cores
-#: (``dispatch_cores``: three processes on two cores do not all run Python at once).
+#: lock.  The interpreters of the server processes share the host's cores, with each
+#: other and with the kernels (``dispatch_cores``: three processes on two cores do not
+#: all run Python at once, nor while two kernels hold both cores).
 RUNTIME_SIM = sim.SimConfig(serial_dispatch=True, inline_elements=_CHEAP_ELEMENTS,
                             dispatch_cores=True)
 

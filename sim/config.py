@@ -47,8 +47,11 @@ class SimConfig:
     dispatch_cores : with ``serial_dispatch``, the dispatchers' work (an op's first part,
         a crossing's ends) also needs one of its host's cores: the interpreters of more
         server processes than a host has cores do not all run at once (three on two
-        cores: at most two).  The kernels' cores are counted apart (their work is not
-        booked here).  False (default): every task's dispatcher runs whenever it is free.
+        cores: at most two), nor on a core a kernel holds: a CPU kernel's cores are
+        booked too, from the end of its op's first part to its end (one host's CPU is
+        shared by its tasks' interpreters and kernels alike).  Kernels themselves wait
+        only for each other (``HostCores``).  False (default): every task's dispatcher
+        runs whenever it is free.
     inline_elements : with ``serial_dispatch``, the thread that finished an op goes on
         with the ops it made ready on its device, as the runtime's executor does: those
         whose every input and output tensor has at most this many elements (cheap ops;

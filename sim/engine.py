@@ -43,7 +43,8 @@ of servers"):
   serial_dispatch``).
 - With ``SimConfig.serial_dispatch`` each task's dispatcher serves one op's first part
   (and each end of a crossing) at a time (with ``SimConfig.dispatch_cores``, on a core of
-  its host booked in :class:`sim.pools.DispatchCalendar`); with ``SimConfig.inline_elements`` too, the
+  its host booked in :class:`sim.pools.DispatchCalendar`, where the host's running
+  kernels hold theirs); with ``SimConfig.inline_elements`` too, the
   thread that finished an op goes on with the ops it made ready on its device (cheap
   ones and one other, the last made ready first, :meth:`_Simulation.inline_ops`),
   taking the freed cores first; ops of its task waiting for cores wait on (they would
@@ -518,7 +519,7 @@ class _Simulation:
                 host.free = free - cores
             now = env._now
             if serial:
-                duration = dispatched(i, duration)
+                duration = dispatched(i, duration, cores)
             op_start[i] = now
             op_thread[i] = slot
             op_cores[i] = cores
@@ -561,13 +562,18 @@ class _Simulation:
         cheap = self.inline_ops() if serial and config.inline_elements is not None else None
         stacks = [[[] for _ in range(pool.threads)] for pool in self.pools] if cheap else None
 
-        def dispatched(i, duration):
+        def dispatched(i, duration, cores):
             """SimConfig.serial_dispatch: the time op ``i`` takes from now, when its first
             part waits for its task's dispatcher, which serves one op at a time (its
-            GIL), and holds it."""
+            GIL), and holds it.  With SimConfig.dispatch_cores, its kernel's ``cores``
+            are booked on its host's calendar for the rest of the op: the
+            interpreters' work then finds those cores taken."""
             now = env._now
             t = task_of[op_device[i]]
-            begin = reserve(t, now, min(serial_part[i], duration))
+            first = serial_part[i] if serial_part[i] < duration else duration
+            begin = reserve(t, now, first)
+            if calendar_of is not None and cores and duration > first:
+                calendar_of[t].occupy(begin + first, begin + duration, cores, now)
             return duration + (begin - now)
 
         def start(i, slot, cores):
@@ -578,7 +584,7 @@ class _Simulation:
                 duration *= slowdown[op_device[i]][cores]
             now = env._now
             if serial:
-                duration = dispatched(i, duration)
+                duration = dispatched(i, duration, cores)
             op_start[i] = now
             op_thread[i] = slot
             op_cores[i] = cores

@@ -107,8 +107,9 @@ class DispatchCalendar:
     A dispatcher books its work when it is asked for it, often for a later time (it is
     busy until then), so the calendar keeps each core's future bookings, in order, and
     a booking takes the earliest gap long enough on any core: the work of several
-    processes' interpreters overlaps on at most ``cores`` cores.  (The kernels' own
-    cores are :class:`HostCores`; this calendar counts the interpreters' work alone.)
+    processes' interpreters overlaps on at most ``cores`` cores.  The kernels running
+    on the host hold cores here too (:meth:`occupy`; :class:`HostCores` decides when
+    they run), so an interpreter's work waits for a core no kernel holds.
 
     >>> cal = DispatchCalendar(cores=2)
     >>> [cal.book(0.0, now=0.0, work=1.0) for _ in range(3)]  # the third waits for a core
@@ -137,3 +138,28 @@ class DispatchCalendar:
                 best, best_core = begin, core
         insort(best_core, (best, best + work))
         return best
+
+    def occupy(self, start: float, end: float, cores: int, now: float) -> None:
+        """A kernel holds ``cores`` cores over ``[start, end)`` (the host's
+        :class:`HostCores` granted them; it does not wait here): each goes on the core
+        whose bookings overlap it least, so later bookings find it taken.
+
+        >>> cal = DispatchCalendar(cores=1)
+        >>> cal.occupy(0.0, 2.0, cores=1, now=0.0)
+        >>> cal.book(0.5, now=0.0, work=0.1)  # the only core is the kernel's until 2.0
+        2.0
+        """
+        for _ in range(min(cores, len(self.bookings))):
+            best = best_core = None
+            for core in self.bookings:
+                while core and core[0][1] <= now:
+                    del core[0]
+                overlap = 0.0
+                for s, e in core:
+                    if s >= end:
+                        break
+                    if e > start:
+                        overlap += min(e, end) - max(s, start)
+                if best is None or overlap < best:
+                    best, best_core = overlap, core
+            insort(best_core, (start, end))

@@ -32,3 +32,21 @@ def test_bookings_fit_the_cores_and_begin_at_a_gap(cores, asks):
     # At no time do more than `cores` bookings overlap.
     for a, _ in booked:
         assert sum(1 for x, y in booked if x <= a < y) <= cores
+
+
+@settings(max_examples=200, deadline=None)
+@given(cores=st.integers(1, 4), held=st.integers(0, 4), start=st.floats(0, 2),
+       length=st.floats(0.01, 3), earliest=st.floats(0, 6), work=st.floats(0.01, 1))
+def test_a_booking_finds_the_cores_kernels_hold_taken(cores, held, start, length, earliest, work):
+    # Kernels hold `held` cores over [start, start + length) (one each, as HostCores
+    # grants them: never more than the host has).  A booking that would overlap them
+    # begins at once if a core is left, else when they end.
+    held = min(held, cores)
+    cal = DispatchCalendar(cores)
+    cal.occupy(start, start + length, held, now=0.0)
+    begin = cal.book(earliest, now=0.0, work=work)
+    overlaps = earliest < start + length and start < earliest + work
+    if held == cores and overlaps:
+        assert begin == start + length
+    else:
+        assert begin == earliest

@@ -200,3 +200,32 @@ def test_ops_of_another_task_still_take_the_cores_left_free():
 def test_inline_elements_is_checked():
     with pytest.raises(ValueError, match="inline_elements"):
         SimConfig(inline_elements=-1)
+
+
+def test_a_dispatcher_waits_for_a_core_its_hosts_kernels_hold():
+    # Host h has one core; W2's kernel k holds it from 0 to 5 ms.  a crosses from W0 (on
+    # host g) to W1 (on h): 2 ms of latency, 1 ms on each end's dispatcher.  W1's
+    # dispatcher would take a in from 1 to 2 ms, but its interpreter needs a core and k
+    # holds the only one: with dispatch_cores it takes a in from 5 to 6 ms, and b (1 ms)
+    # ends at 7.  Without, it takes a in at once, b waits for k's core only: 6 ms.
+    spec = ClusterSpec({"worker": ["127.0.0.1:0"] * 3})
+    c = Cluster.from_spec(spec, hosts={("worker", 0): "g", ("worker", 1): "h", ("worker", 2): "h"},
+                          cpu_cores=1, cpu_inter_op_threads=1)
+    for d in c.devices:
+        c = c.replace_device(d.name, op_overhead=0.0)
+    c = c.replace_link("network:g", latency=2e-3, bandwidth=1e12)
+    c = c.replace_link("network:h", latency=0.0, bandwidth=1e12)
+    w2 = "/job:worker/replica:0/task:2/device:CPU:0"
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(W0):
+            a = tf.constant(np.float32(1.0), name="a")
+        with tf.device(w2):
+            tf.negative(tf.constant(np.float32(2.0), name="x"), name="k")
+        with tf.device(W1):
+            tf.identity(a, name="b")
+    p = Placement({op.name: op.device for op in g.get_operations()})
+    costs = FixedCost({"a": 0.0, "x": 0.0, "k": 5e-3, "b": 1e-3})
+    booked = SimConfig(serial_dispatch=True, dispatch_cores=True)
+    assert simulate(g, p, c, cost_model=costs, config=SERIAL).step_time == pytest.approx(6e-3)
+    assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(7e-3)
