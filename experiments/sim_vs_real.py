@@ -17,10 +17,12 @@ hits every placement alike.
 ``measured_ms`` is the fastest of the timed steps (``median_ms`` beside it): the
 simulator predicts a step on a machine that runs nothing else, and on a shared machine
 other processes only ever add time, so the undisturbed step is the least of the repeats.
-Two columns say how far the measurement itself can be trusted: ``halves_spread``, how
+Three columns say how far the measurement itself can be trusted: ``halves_spread``, how
 far apart the fastest steps of the first and the second half of the rounds are
-(relative; :attr:`experiments.backends.Measurement.halves_spread`), and ``other_cores``,
-the cores other programs kept busy while the workload was measured
+(relative; :attr:`experiments.backends.Measurement.halves_spread`); ``repeat_spread``,
+how far a second measurement of the same placements, in new sessions right after the
+first, landed from it (``remeasured_ms``; relative); and ``other_cores``, the cores
+other programs kept busy while the workload was measured
 (:class:`experiments.machine_load.OtherLoad`).  On this shared 2-core machine a second
 program slows every kernel through the whole measurement, which no statistic over
 repeats removes: an error beside a large ``other_cores`` says more about the machine
@@ -99,7 +101,8 @@ __all__ = ["main", "run", "summarise", "ranking_agreement"]
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
-           "median_ms", "halves_spread", "other_cores", "replay", "same_as"]
+           "median_ms", "halves_spread", "remeasured_ms", "repeat_spread", "other_cores",
+           "replay", "same_as"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "proposal_kept", "static_under_measured_ms",
                 "measured_cost_predicted_ms"]
@@ -132,8 +135,9 @@ def ranking_agreement(rows: pd.DataFrame, threshold: float = 0.10) -> tuple[int,
 def summarise(frame: pd.DataFrame) -> pd.DataFrame:
     """Per cost model: rows, median and max |relative error|, ranking agreement (the
     replayed rows are left out); and what bounds those figures from below: the median
-    ``halves_spread`` of the measurements (how far a second measurement could land) and
-    the most cores other programs took while a workload was measured."""
+    ``halves_spread`` and ``repeat_spread`` of the measurements (how far the two halves
+    of one measurement's rounds, and a second measurement, landed from it) and the most
+    cores other programs took while a workload was measured."""
     out = []
     for cm, group in frame[~frame.replay].groupby("cost_model", sort=False):
         err = group.rel_error.abs()
@@ -142,6 +146,7 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
                     "max_abs_error": err.max(), "rows_within_15pct": int((err <= 0.15).sum()),
                     "ranked_pairs": pairs, "ranked_same": agree,
                     "median_halves_spread": group.halves_spread.median(),
+                    "median_repeat_spread": group.repeat_spread.median(),
                     "max_other_cores": group.other_cores.max()})
     return pd.DataFrame(out)
 
@@ -154,17 +159,23 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
     first: dict = {}
     for pname, p in placements.items():
         first.setdefault(p, pname)
-    timed = measure_placements(w, {name: p for p, name in first.items()}, local,
-                               repeats=repeats, traced=3, config=config)
+    distinct = {name: p for p, name in first.items()}
+    timed = measure_placements(w, distinct, local, repeats=repeats, traced=3, config=config)
+    # The same placements timed again, in new sessions: how far one measurement of the
+    # machine lands from the next (two halves of one measurement's rounds agree better
+    # than that: the machine's speed drifts over seconds).
+    again = measure_placements(w, distinct, local, repeats=repeats, traced=1, config=config)
     measured = {pname: timed[first[p]] for pname, p in placements.items()}
     rows = []
     for pname, p in placements.items():
-        m = measured[pname]
+        m, m2 = measured[pname], again[first[p]]
         predicted = predict(w, p, cluster, StaticCostModel(), RUNTIME_SIM).step_time
         rows.append({"workload": wname, "placer": pname, "cost_model": "static",
                      "predicted_ms": predicted * 1e3, "measured_ms": m.step_time * 1e3,
                      "median_ms": m.median * 1e3, "halves_spread": m.halves_spread,
-                     "other_cores": m.other_cores, "replay": False,
+                     "remeasured_ms": m2.step_time * 1e3,
+                     "repeat_spread": abs(m2.step_time - m.step_time) / min(m.step_time, m2.step_time),
+                     "other_cores": max(m.other_cores, m2.other_cores), "replay": False,
                      "same_as": "" if first[p] == pname else first[p]})
     profile = "simple" if "simple" in measured else next(iter(measured))
     measured_cost = profile_cost_model(measured[profile].traces, w.graph)

@@ -21,8 +21,12 @@ def test_quick_run_writes_the_table(tmp_path, capsys):
     assert "calibration:" in out and "summary" in out
     # How far the measurements can be trusted, per row and in the summary.
     assert saved.halves_spread.notna().all() and (saved.halves_spread >= 0).all()
+    assert (saved.remeasured_ms > 0).all()
+    spread = (saved.remeasured_ms - saved.measured_ms).abs() / saved[
+        ["measured_ms", "remeasured_ms"]].min(axis=1)
+    assert saved.repeat_spread.to_numpy() == pytest.approx(spread.to_numpy())
     summary = sim_vs_real.summarise(saved)
-    assert {"median_halves_spread", "max_other_cores"} <= set(summary.columns)
+    assert {"median_halves_spread", "median_repeat_spread", "max_other_cores"} <= set(summary.columns)
     # The calibrated cluster is saved: the simple row predicts again from it alone.
     from core.cluster import Cluster
     from core.costs import StaticCostModel
