@@ -341,16 +341,17 @@ def _fit_line(xs, ys) -> tuple[float, float]:
     return float(intercept), float(slope)
 
 
-def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 15
-                           ) -> tuple[float, float, dict]:
+def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 15,
+                           rounds: int = 3) -> tuple[float, float, dict]:
     """``(step_overhead, part_overhead, samples)`` of steps on ``local_cluster``.
 
     A step runs one tiny op (a scalar constant and an Identity) on each involved task:
     the master's task alone, then the master with 1, 2, ... other tasks.
     ``step_overhead`` is the master-alone step; ``part_overhead`` the least-squares
     slope of the step time per extra task (intercept held at the master-alone time).
-    ``samples`` maps the number of other tasks to the step seconds (fastest of
-    ``repeats``).
+    ``samples`` maps the number of other tasks to the step seconds: the median over
+    ``rounds`` of the fastest of ``repeats`` (one round's slope moved between 0.11 and
+    0.33 ms per task from one calibration to the next).
     """
     import core as tf
     master = tuple(master)
@@ -368,9 +369,12 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
             return g, outs
         return make
 
-    samples = {}
-    for k in range(len(others) + 1):
-        samples[k] = _step_time(local_cluster, build([master] + others[:k]), master, repeats)
+    runs: dict[int, list[float]] = {k: [] for k in range(len(others) + 1)}
+    for _ in range(max(1, rounds)):  # the rounds interleaved: a drift hits every k alike
+        for k in runs:
+            runs[k].append(_step_time(local_cluster, build([master] + others[:k]), master,
+                                      repeats))
+    samples = {k: statistics.median(v) for k, v in runs.items()}
     base = samples[0]
     ks = [k for k in samples if k]
     part = (sum(k * (samples[k] - base) for k in ks) / sum(k * k for k in ks)) if ks else 0.0
@@ -507,7 +511,8 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     ``figures`` holds the measurements and their samples."""
     master = tuple(master or cluster.master)
     repeats = 5 if quick else 15
-    step, part, step_samples = measure_step_overheads(local_cluster, master, repeats)
+    step, part, step_samples = measure_step_overheads(local_cluster, master, repeats,
+                                                      rounds=1 if quick else 3)
     src = next((tuple(t) for t in local_cluster.tasks if tuple(t) != master), None)
     # Sizes on both sides of the runtime's switch from socket messages to shared
     # memory (runtime.worker.SHM_MIN_BYTES, 256 KiB): the link's size_costs.
