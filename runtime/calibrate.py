@@ -39,9 +39,9 @@ figure                        measured by
 ``Task.part_overhead``        the same with 1..n other tasks involved: the least-squares
                               slope per extra task (the master's RunGraph calls)
 memcpy link (latency,         :func:`measure_process_transfer`: tensors made on another task
-bandwidth)                    and read on the master's, minus the same graph without the
+bandwidth, size_costs)        and read on the master's, minus the same graph without the
                               crossings: a chain of tiny hops between the two tasks for
-                              the latency, one tensor per size for the bandwidth
+                              the latency, a chain of 8 hops per size for the sizes
 CPU ``op_overhead``           :func:`measure_dispatch_overhead`: a chain of tiny ops on the
                               master's task, the slope per op (the server's executor)
 ============================  ==============================================================
