@@ -485,6 +485,16 @@ def _blas_single_threaded() -> bool:
     return set_blas_threads(1)
 
 
+def _output(ctx, shape: tuple, dtype) -> np.ndarray:
+    """The kernel's first output: ``ctx.out`` when it is a writable C-contiguous array of
+    ``shape`` and ``dtype`` (see :class:`.context.KernelContext`), else a new array."""
+    out = ctx.out
+    if (type(out) is np.ndarray and out.shape == shape and out.dtype == dtype
+            and out.flags.c_contiguous and out.flags.writeable):
+        return out
+    return np.empty(shape, dtype=dtype)
+
+
 def _gemm_threads(ctx, m: int, n: int, k: int) -> int:
     """Threads (row blocks) for a float ``(m, k) @ (k, n)``; 1: one gemm call."""
     if not _blas_single_threaded() or m < 2 * GEMM_MIN_ROWS_PER_CHUNK:
@@ -790,13 +800,14 @@ def matmul(ctx, inputs, attrs):
 
     ``attrs["_fused_relu"]`` (set by the executor, :func:`runtime.executor.fuse_matmul_relu`)
     applies a relu to the product in place: to each row block right after its gemm.
+    The product is written into ``ctx.out`` when it fits (:func:`_output`).
     """
     a, b = inputs
     a = a.T if attrs.get("transpose_a") else a
     b = b.T if attrs.get("transpose_b") else b
     m, k = a.shape
     n = b.shape[1]
-    out = np.empty((m, n), dtype=a.dtype)
+    out = _output(ctx, (m, n), a.dtype)
     if a.dtype.kind == "f":
         if k == 0 or m == 0 or n == 0:
             out[...] = 0
