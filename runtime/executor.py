@@ -198,7 +198,7 @@ class _Node:
     __slots__ = ("name", "type", "kind", "device", "kernel", "attrs", "in_bufs", "out_base",
                  "n_out", "want_cores", "contexts", "checks", "var_name", "init_var",
                  "ctrl_sends", "gpu_ctx", "shape", "dtype", "remote_ctrl", "forward", "cheap",
-                 "fused")
+                 "fused", "then")
 
 
 class _ExecPlan:
@@ -371,6 +371,7 @@ class _ExecPlan:
             node.ctrl_sends = ctrl_sends.get(m.name, ())
             node.kind = m.kind
             node.fused = False  # a Relu folded into its MatMul (fuse_matmul_relu)
+            node.then = None  # that Relu's index, on the MatMul: it ends with it
             if m.kind != KERNEL:
                 node.in_bufs = ()
                 nodes.append(node)
@@ -497,7 +498,9 @@ def fuse_matmul_relu(nodes: list, plan, keep: frozenset) -> int:
     bench_runtime's MLP).  Only on CPU devices, for a Relu big enough not to be cheap
     (small ones cost the executor more than the pass), when the MatMul's output is not
     fetched nor sent.  Both ops keep their trace records (the Relu's takes no time and
-    no core; memory is accounted as before).  Returns how many were fused.
+    no core; memory is accounted as before; it ends when the MatMul ends, in the same
+    round of the executor, unless it waits for something else too).  Returns how many
+    were fused.
     """
     readers: dict[int, list[int]] = {}
     for j, node in enumerate(nodes):
@@ -521,6 +524,8 @@ def fuse_matmul_relu(nodes: list, plan, keep: frozenset) -> int:
         relu.fused = True
         relu.cheap = True
         relu.want_cores = 0
+        if not relu.ctrl_sends:  # else it sends them in a round of its own
+            mm.then = j
         fused += 1
     return fused
 
@@ -743,6 +748,17 @@ class _Step:
             if self.trace and not node.forward:
                 self._alloc_outputs(i, node, t0)
             self._progress(self.state.op_finished(i), t1, ready, sends)
+            j = node.then
+            if j is not None and j in ready:
+                # The Relu folded into this MatMul ends with it, here: a round of its
+                # own through the pool thread's loop cost ~30 us between the layers of
+                # an MLP (caches cold after the gemm).
+                ready.remove(j)
+                vals[xp.nodes[j].out_base] = outs[0]
+                if self.trace:
+                    self.op_times[j] = (t1, t1, slot, 0)
+                    self._alloc_outputs(j, xp.nodes[j], t1)
+                self._progress(self.state.op_finished(j), t1, ready, sends)
         if node.ctrl_sends:
             for dst in node.ctrl_sends:
                 self._remote_send("^" + node.name, _CONTROL_VALUE, dst, node.name)

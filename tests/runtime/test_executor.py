@@ -530,6 +530,10 @@ def test_a_relu_is_folded_into_the_matmul_that_only_it_reads(executor, cluster):
     trace = result.to_trace()
     trace.validate(g, cluster)
     assert {x.op for x in trace.ops} >= {"mm", "relu"}  # both keep their records
+    records = {x.op: x for x in trace.ops}
+    # The Relu ends with its MatMul, taking no time (and no core).
+    assert records["relu"].start == records["relu"].end == records["mm"].end
+    assert records["relu"].cores == 0
     # The graph's own attrs are untouched (another plan, or a copy, must not fuse).
     assert "_fused_relu" not in g.get_operation_by_name("mm").attrs
 
