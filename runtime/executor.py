@@ -39,7 +39,8 @@ send_to=None, step_id=0, trace=False, timeout=None) -> StepResult``.
    as a :class:`core.trace.TransferRecord` over the cluster's route.  A ``recv`` is
    recorded as a transfer from the remote device, from the call to its return.
 6. ``fetches`` (tensor names, produced or fed in this part) come back as host numpy
-   arrays (copies when they alias a variable); ``targets`` (op names) must run.
+   arrays (copies when they alias a variable; with ``fetch_into``, possibly the buffer
+   offered for it, written by its kernel); ``targets`` (op names) must run.
    Variable ops read the :class:`~runtime.variables.VariableStore` (the executor serves
    them itself, without a kernel call); an ``Assign`` to an uninitialised variable
    gets a fresh buffer of the variable's shape and dtype on its device, stored once the
@@ -197,7 +198,7 @@ class _Node:
     __slots__ = ("name", "type", "kind", "device", "kernel", "attrs", "in_bufs", "out_base",
                  "n_out", "want_cores", "contexts", "checks", "var_name", "init_var",
                  "ctrl_sends", "gpu_ctx", "shape", "dtype", "remote_ctrl", "forward", "cheap",
-                 "fused")
+                 "fused", "then")
 
 
 class _ExecPlan:
@@ -370,6 +371,7 @@ class _ExecPlan:
             node.ctrl_sends = ctrl_sends.get(m.name, ())
             node.kind = m.kind
             node.fused = False  # a Relu folded into its MatMul (fuse_matmul_relu)
+            node.then = None  # that Relu's index, on the MatMul: it ends with it
             if m.kind != KERNEL:
                 node.in_bufs = ()
                 nodes.append(node)
@@ -478,6 +480,7 @@ class _ExecPlan:
                           for i, n in enumerate(nodes) if n.kind == FED}
         self.plan_ops_real = [m.real for m in plan.ops]
         fuse_matmul_relu(nodes, plan, self.keep)
+        self.fetch_writers = fetch_writers(nodes, plan, self.fetch_bufs, self.copy_fetch)
         # Memory: resident bytes per local device at the start.
         self.resident = {}
         for b in plan.resident:
@@ -495,7 +498,9 @@ def fuse_matmul_relu(nodes: list, plan, keep: frozenset) -> int:
     bench_runtime's MLP).  Only on CPU devices, for a Relu big enough not to be cheap
     (small ones cost the executor more than the pass), when the MatMul's output is not
     fetched nor sent.  Both ops keep their trace records (the Relu's takes no time and
-    no core; memory is accounted as before).  Returns how many were fused.
+    no core; memory is accounted as before; it ends when the MatMul ends, in the same
+    round of the executor, unless it waits for something else too).  Returns how many
+    were fused.
     """
     readers: dict[int, list[int]] = {}
     for j, node in enumerate(nodes):
@@ -519,8 +524,30 @@ def fuse_matmul_relu(nodes: list, plan, keep: frozenset) -> int:
         relu.fused = True
         relu.cheap = True
         relu.want_cores = 0
+        if not relu.ctrl_sends:  # else it sends them in a round of its own
+            mm.then = j
         fused += 1
     return fused
+
+
+def fetch_writers(nodes: list, plan, fetch_bufs: Mapping, copy_fetch: Mapping) -> dict:
+    """``fetched tensor name -> index of the CPU kernel op that writes it`` as its first
+    output: its producer, or the MatMul a fetched Relu was folded into (which writes the
+    Relu's output).  ``run_step(fetch_into=...)`` offers such an op a buffer to write the
+    tensor into (``KernelContext.out``).  Not for a fetch that is copied anyway (a
+    variable's buffer) nor a variable's read."""
+    writers = {}
+    for name, b in fetch_bufs.items():
+        i = int(plan.tensor_op[b])
+        node = nodes[i]
+        if node.fused:
+            b = node.in_bufs[0]
+            i = int(plan.tensor_op[b])
+            node = nodes[i]
+        if (node.kind == KERNEL and not node.forward and node.device.is_cpu
+                and b == node.out_base and not copy_fetch[name]):
+            writers[name] = i
+    return writers
 
 
 def _tensor(graph, name: str, given: dict):
@@ -579,7 +606,7 @@ class _Step:
     __slots__ = ("ex", "xp", "plan", "state", "lock", "vals", "done", "error", "aborted",
                  "recv", "send", "trace", "op_times", "xfer_records", "mem_events", "sent",
                  "pending_vars", "fetch_bufs", "keep", "start", "send_copies", "recv_async",
-                 "send_final", "sinks_left")
+                 "send_final", "sinks_left", "out_into")
 
     def __init__(self, ex: "Executor", xp: _ExecPlan, recv, send, trace: bool):
         self.ex, self.xp, self.plan = ex, xp, xp.plan
@@ -600,6 +627,7 @@ class _Step:
         self.sinks_left = xp.n_sinks
         self.pending_vars = {}
         self.keep = xp.keep
+        self.out_into = None  # op index -> buffer offered for its first output (fetch_into)
 
     # -- failure ---------------------------------------------------------------------
     def fail(self, error: BaseException) -> None:
@@ -685,9 +713,12 @@ class _Step:
                 inputs = [vals[b] for b in node.in_bufs]
                 if dev.is_cpu:
                     cores = dev.cores.take(node.want_cores)
+                    ctx = node.contexts[cores]
+                    if self.out_into is not None and i in self.out_into:
+                        ctx = type(ctx)("CPU", ctx.intra_op_threads, out=self.out_into[i])
                     try:
                         t0 = perf_counter()
-                        outs = node.kernel(node.contexts[cores], inputs, node.attrs)
+                        outs = node.kernel(ctx, inputs, node.attrs)
                         t1 = perf_counter()
                     finally:
                         dev.cores.give(cores)
@@ -717,6 +748,17 @@ class _Step:
             if self.trace and not node.forward:
                 self._alloc_outputs(i, node, t0)
             self._progress(self.state.op_finished(i), t1, ready, sends)
+            j = node.then
+            if j is not None and j in ready:
+                # The Relu folded into this MatMul ends with it, here: a round of its
+                # own through the pool thread's loop cost ~30 us between the layers of
+                # an MLP (caches cold after the gemm).
+                ready.remove(j)
+                vals[xp.nodes[j].out_base] = outs[0]
+                if self.trace:
+                    self.op_times[j] = (t1, t1, slot, 0)
+                    self._alloc_outputs(j, xp.nodes[j], t1)
+                self._progress(self.state.op_finished(j), t1, ready, sends)
         if node.ctrl_sends:
             for dst in node.ctrl_sends:
                 self._remote_send("^" + node.name, _CONTROL_VALUE, dst, node.name)
@@ -1099,7 +1141,8 @@ class Executor:
                  timeout: float | None = None,
                  on_abort: Callable[[Callable[[BaseException], None]], None] | None = None,
                  send_copies: bool = False, recv_async: Callable | None = None,
-                 send_final: bool = False) -> StepResult:
+                 send_final: bool = False,
+                 fetch_into: Mapping[str, np.ndarray] | None = None) -> StepResult:
         """Run this task's part of one step; see the module docstring.
 
         ``recv_async(tensor_name, src_device, dst_device, callback)``, when given, is
@@ -1118,6 +1161,14 @@ class Executor:
         ``on_abort``, when given, is called once with a function ``abort(error)`` that
         stops the step (no further op starts; ``run_step`` raises ``error``): the
         worker calls it when another task's part of the step failed.
+
+        ``fetch_into`` (fetched tensor name -> numpy array): buffers offered for fetched
+        tensors, each to the CPU kernel that writes that tensor (:func:`fetch_writers`)
+        as ``KernelContext.out``; a kernel that takes it (MatMul, when the shape and
+        dtype fit) writes the tensor there, and the fetched value is that very array
+        (test with ``is``); otherwise the value is allocated as usual and the buffer is
+        left alone.  The master offers pieces of shared memory the client reads the
+        values from, saving a copy of each.
         """
         feeds = feeds or {}
         xp = self.plan_for(ops, placement, fetches, targets, feeds.keys(), send_to)
@@ -1125,6 +1176,10 @@ class Executor:
         step.send_copies = send_copies
         step.recv_async = recv_async
         step.send_final = send_final
+        if fetch_into:
+            writers = xp.fetch_writers
+            step.out_into = {writers[n]: buf for n, buf in fetch_into.items()
+                             if n in writers} or None
         if on_abort is not None:
             on_abort(step.fail)
         plan = xp.plan
@@ -1174,6 +1229,7 @@ class Executor:
                 f"{waiting[:20]}{' ...' if len(waiting) > 20 else ''}", waiting)
         end = perf_counter()
         if step.error is not None:
+            step.out_into = None  # see below
             raise step.error
         values = {}
         for name, b in xp.fetch_bufs.items():
@@ -1184,6 +1240,11 @@ class Executor:
             else:
                 v = _to_host(v)
             values[name] = v
+        # The step object may outlive this call (callbacks of its transfers): it must
+        # not hold the offered buffers (fetch_into), which belong to the caller now.
+        step.out_into = None
+        for b in xp.fetch_bufs.values():
+            step.vals[b] = None
         result = StepResult(values, start=start, end=end, sent=step.sent,
                             capacity=self.devices.capacities())
         if trace or xp.has_gpu:

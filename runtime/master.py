@@ -36,7 +36,9 @@ makes that server its master:
    (``RunStepResponse.shared_values``): one copy into memory reused from step to step
    instead of the bytes through the message and the socket (on this 2-core host a
    4 MiB fetch added 3.0 ms to a step inline, 0.4 ms this way: medians of 300
-   interleaved steps).
+   interleaved steps). Not even that copy when the kernel that makes the tensor can
+   write it there: the segment is offered to it before the step (``fetch_into``;
+   MatMul takes it).
 """
 
 from __future__ import annotations
@@ -100,6 +102,9 @@ class _Signature:
     parts: list            # of _TaskPart
     fed_fetches: list      # fetched names that are fed (answered by the master)
     node_count: int
+    # (name, shape, dtype, elements) of this task's fetches a segment is offered for (_offers);
+    # None until the first step that returns values in shared memory.
+    offer_specs: list | None = None
 
 
 @dataclass
@@ -346,6 +351,46 @@ class MasterService(master_pb2_grpc.MasterServicer):
                  ) -> master_pb2.RunStepResponse:
         """One client step (see the module docstring). ``local``: the request came on a
         local connection (same host), so ``request.shared_fetches`` may be honoured."""
+        offers: dict = {}  # fetched name -> (pooled segment, array over its bytes)
+        try:
+            return self._run_step(request, local, offers)
+        finally:
+            # The answer refers to the segments it uses (their flag set: held until the
+            # client let go); the others are free again. The arrays over them first.
+            segments = [segment for segment, _ in offers.values()]
+            offers.clear()
+            for segment in segments:
+                self.worker.segments.release(segment)
+
+    def _offers(self, graph: Graph, sig: _Signature, part: _TaskPart, offers: dict) -> None:
+        """Fill ``offers`` with a pooled segment for each of ``part``'s fetches that goes
+        back through shared memory when the tensor lands there (a static shape, large
+        enough), and an array of its shape and dtype over the segment's bytes, which the
+        kernel that makes the tensor may write it into (``fetch_into``): the answer then
+        refers to the segment without a copy (see :meth:`_add_values`)."""
+        if sig.offer_specs is None:
+            specs = []
+            least = self.worker.shm_min_bytes
+            for name in part.fetches if least is not None else ():
+                t = graph.get_tensor_by_name(name)
+                if t.shape is None or None in tuple(t.shape):
+                    continue
+                try:
+                    dtype = wire._wire_dtype(t.dtype, name)
+                except wire.WireError:
+                    continue
+                shape = tuple(int(d) for d in t.shape)
+                count = int(np.prod(shape))
+                if count * dtype.itemsize >= least:
+                    specs.append((name, shape, dtype, count))
+            sig.offer_specs = specs
+        for name, shape, dtype, count in sig.offer_specs:
+            segment = self.worker.segments.acquire(count * dtype.itemsize)
+            offers[name] = (segment, np.frombuffer(segment.buf, dtype, count=count,
+                                                   offset=SEGMENT_HEADER).reshape(shape))
+
+    def _run_step(self, request: master_pb2.RunStepRequest, local: bool, offers: dict,
+                  ) -> master_pb2.RunStepResponse:
         sess = self._session(request.session_handle)
         shared = local and request.shared_fetches
         if request.nodes or request.base_node_count != len(sess.nodes):
@@ -469,8 +514,11 @@ class MasterService(master_pb2_grpc.MasterServicer):
                     self._register(sess, local, sig.node_count, fresh=True, deadline=deadline)
                     wsess, wpart = self.worker.partition(sess.handle, local.handle)
                 feeds = {n: tensor_from_proto(feeds_by_name[n].value, n) for n in local.feeds}
-                result, sends = self.worker.run_partition(wsess, wpart, step_id, feeds,
-                                                          trace=trace, timeout=timeout)
+                if shared:
+                    self._offers(graph, sig, local, offers)
+                result, sends = self.worker.run_partition(
+                    wsess, wpart, step_id, feeds, trace=trace, timeout=timeout,
+                    fetch_into={name: view for name, (_, view) in offers.items()} or None)
                 results[self.task] = (result, sends)
             except BaseException as err:  # noqa: BLE001
                 fail(err)
@@ -528,31 +576,42 @@ class MasterService(master_pb2_grpc.MasterServicer):
         if trace:
             response.stats.CopyFrom(stats)
         # Last: nothing may fail once a value sits in a segment held for the client.
-        self._add_values(response, own_values, shared)
+        self._add_values(response, own_values, shared, offers)
         return response
 
     def _add_values(self, response: master_pb2.RunStepResponse, values: dict,
-                    shared: bool) -> None:
+                    shared: bool, offers: dict | None = None) -> None:
         """This task's fetched ``values`` into ``response``: inline, or, ``shared``,
         those large enough in pooled shared-memory segments (``shared_values``; the
         worker's :meth:`~runtime.worker.WorkerService.stage_shared`), which the client
         hands back by clearing their flag once it copied the bytes out. A client that
         dies first leaves its segment held: never reused, unlinked when the server
-        stops, as a peer's pushed segments."""
+        stops, as a peer's pushed segments. ``offers`` (from :meth:`_offers`; the caller
+        releases them): a value that is its offer's array is in its segment already (its
+        kernel wrote it there): no copy; another value is copied into its offer's
+        segment."""
         if not shared:
             add_named_tensors(response.values, values)
             return
+        offers = offers or {}
         inline = {}
         staged = []
         try:
             for name, value in values.items():
                 segment = None
                 if isinstance(value, np.ndarray):
-                    try:
-                        arr = wire.as_wire_array(value, name)
-                    except wire.WireError:
-                        arr = None  # add_named_tensors names the problem
-                    segment = self.worker.stage_shared(arr) if arr is not None else None
+                    offer = offers.get(name)
+                    if offer is not None and value is offer[1]:
+                        arr, segment = value, offer[0]
+                        segment.buf[0] = 1  # as stage_shared: held until the client let go
+                    else:
+                        try:
+                            arr = wire.as_wire_array(value, name)
+                        except wire.WireError:
+                            arr = None  # add_named_tensors names the problem
+                        if arr is not None:
+                            fits = offer is not None and offer[1].nbytes == arr.nbytes
+                            segment = self.worker.stage_shared(arr, offer[0] if fits else None)
                 if segment is None:
                     inline[name] = value
                     continue
@@ -569,8 +628,10 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 segment.buf[0] = 0
             raise
         finally:
+            offered = {id(segment) for segment, _ in offers.values()}
             for segment in staged:
-                self.worker.segments.release(segment)
+                if id(segment) not in offered:
+                    self.worker.segments.release(segment)
 
     def _run_again(self, sess, p: _TaskPart, sig: _Signature, request, deadline: float):
         """Run ``p`` again on a worker that restarted (it answered UnknownPartition),

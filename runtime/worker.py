@@ -308,7 +308,8 @@ class SegmentPool:
 
     def acquire(self, nbytes: int):
         """A segment with room for ``nbytes`` after :data:`SEGMENT_HEADER` that no
-        receiver holds (its flag clear); the caller sets the flag when it hands it over."""
+        receiver holds (its flag clear); the caller sets the flag when it hands it over,
+        and gives it back with :meth:`release` in any case."""
         from multiprocessing import resource_tracker, shared_memory
 
         # Whole MiB: fewer size classes.
@@ -832,7 +833,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     def run_partition(self, sess: _WorkerSession, part: _Partition, step_id: int,
                       feeds: Mapping[str, np.ndarray], *, trace: bool = False,
                       timeout: float | None = None, answer_to: tuple | None = None,
-                      answer_frames: list | None = None):
+                      answer_frames: list | None = None,
+                      fetch_into: Mapping[str, np.ndarray] | None = None):
         """Run one step of ``part``; return ``(StepResult, sends)``.
 
         ``sends`` lists ``(tensor, dst_device, start, end)`` of the pushes. Raises the
@@ -843,6 +845,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         master's) and a list: a tensor of at most :data:`ANSWER_MAX_BYTES` for that task,
         sent once every op of the part has run, is appended to the list as a push frame
         instead of pushed by gRPC; the caller's answer carries it (it follows at once).
+
+        ``fetch_into``: buffers offered for fetched tensors (the executor's ``run_step``).
         """
         timeout = sess.config.operation_timeout if timeout is None or timeout <= 0 else timeout
         deadline = time.monotonic() + timeout
@@ -921,7 +925,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 part.ops, placement, fetches=part.fetches, targets=part.targets, feeds=feeds,
                 recv=recv, send=send, send_to=part.send_to, step_id=step_id, trace=trace,
                 timeout=timeout, on_abort=lambda abort: rendezvous.watch(step_id, abort),
-                send_copies=True, recv_async=recv_async, send_final=answer_to is not None)
+                send_copies=True, recv_async=recv_async, send_final=answer_to is not None,
+                fetch_into=fetch_into)
         except BaseException as err:
             if failed:  # the root cause: a peer we push to is gone
                 raise failed[0] from err
@@ -975,15 +980,17 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             return None
         return self.stage_shared(arr)
 
-    def stage_shared(self, arr: np.ndarray):
+    def stage_shared(self, arr: np.ndarray, segment=None):
         """A pooled segment holding a copy of ``arr`` (a wire array: contiguous, of a
         whitelisted dtype) after :data:`SEGMENT_HEADER`, its flag set (held until the
         receiver lets go), when ``arr`` is large enough to go through shared memory and
         this server may use it; else None. Hand the segment to :meth:`SegmentPool.release`
-        once the reference is on its way."""
+        once the reference is on its way. ``segment``: one acquired already, with room
+        for ``arr`` (else one is acquired)."""
         if self.shm_min_bytes is None or arr.nbytes < self.shm_min_bytes:
             return None
-        segment = self.segments.acquire(arr.nbytes)
+        if segment is None:
+            segment = self.segments.acquire(arr.nbytes)
         target = np.frombuffer(segment.buf, np.uint8, count=arr.nbytes, offset=SEGMENT_HEADER)
         np.copyto(target, arr.reshape(-1).view(np.uint8))
         del target

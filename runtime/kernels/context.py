@@ -26,6 +26,12 @@ class KernelContext:
         ``Variable`` returns it, not a copy, so that ``Assign*`` ops update it in place.
     stream : the ``numba.cuda`` stream GPU kernels are launched on and allocate with
         (None: the default stream).  Unused on a CPU.
+    out : a buffer offered for the kernel's first output (None: none).  A kernel that
+        can write its result into a given array (MatMul) does so when ``out`` is a
+        writable C-contiguous numpy array of the output's shape and dtype, and returns
+        it; any other kernel, or another shape, allocates as usual.  The executor offers
+        one for a fetched tensor whose destination is known before the step (a shared-
+        memory segment the client reads it from: one copy of the tensor fewer).
 
     Examples
     --------
@@ -39,6 +45,7 @@ class KernelContext:
     feed: Any = None
     variable: Any = None
     stream: Any = None
+    out: Any = None
 
     def __post_init__(self):
         if self.intra_op_threads < 1:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 
 import numba
 import numpy as np
@@ -81,6 +82,8 @@ GEMM_CHUNKS_PER_THREAD = 1
 #: Fewest rows in one block: with fewer, repacking ``b`` per block costs more than a
 #: second thread gains (a 128-row block already pays +25%, above).
 GEMM_MIN_ROWS_PER_CHUNK = 128
+#: Threads of numba's pool (fixed once it launched, at import of :mod:`runtime.kernels`).
+_NUMBA_THREADS = numba.config.NUMBA_NUM_THREADS
 
 
 
@@ -485,21 +488,54 @@ def _blas_single_threaded() -> bool:
     return set_blas_threads(1)
 
 
-def _gemm_threads(ctx, m: int, n: int, k: int) -> int:
-    """Threads (row blocks) for a float ``(m, k) @ (k, n)``; 1: one gemm call."""
-    if not _blas_single_threaded() or m < 2 * GEMM_MIN_ROWS_PER_CHUNK:
-        return 1
-    threads = _pool_threads(ctx, m * n * k, GEMM_PARALLEL_MIN_MACS)
-    return max(1, min(threads, m // (GEMM_MIN_ROWS_PER_CHUNK * GEMM_CHUNKS_PER_THREAD)))
+def _output(ctx, shape: tuple, dtype) -> np.ndarray:
+    """The kernel's first output: ``ctx.out`` when it is a writable C-contiguous array of
+    ``shape`` and ``dtype`` (see :class:`.context.KernelContext`), else a new array."""
+    out = ctx.out
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if (type(out) is np.ndarray and out.shape == shape and out.dtype == dtype
+            and out.flags.c_contiguous and out.flags.writeable):
+        return out
+    return np.empty(shape, dtype=dtype)
+
+
+def _gemm_threads(ctx, m: int, n: int, k: int) -> tuple[int, int]:
+    """``(row blocks, pool threads)`` for a float ``(m, k) @ (k, n)``; ``(1, 1)``: one
+    gemm call; numba's pool set to those threads for this thread.  Written out (few
+    helper calls) because the MLP's layers run it with the caches cold, after a gemm,
+    where each Python call costs tens of microseconds (5-10x its time when warm)."""
+    if m < 2 * GEMM_MIN_ROWS_PER_CHUNK or not _blas_single_threaded():
+        return 1, 1
+    threads = ctx.intra_op_threads
+    if threads > _NUMBA_THREADS:
+        threads = _NUMBA_THREADS
+    if threads <= 1 or m * n * k < GEMM_PARALLEL_MIN_MACS:
+        return 1, 1
+    _set_pool_threads(threads)
+    return max(1, min(threads, m // (GEMM_MIN_ROWS_PER_CHUNK * GEMM_CHUNKS_PER_THREAD))), threads
 
 
 def _pool_threads(ctx, work: int, threshold: int) -> int:
     """Threads to use for ``work`` units (1: run serially), after set_num_threads."""
-    threads = min(ctx.intra_op_threads, numba.config.NUMBA_NUM_THREADS)
+    threads = min(ctx.intra_op_threads, _NUMBA_THREADS)
     if threads <= 1 or work < threshold:
         return 1
-    numba.set_num_threads(threads)  # per calling thread: other inter-op threads keep theirs
+    _set_pool_threads(threads)
     return threads
+
+
+_POOL_THREADS = threading.local()
+
+
+def _set_pool_threads(threads: int) -> None:
+    """``numba.set_num_threads(threads)`` for the calling thread (per thread: other
+    inter-op threads keep theirs), skipped when the kernels set that count on this
+    thread last: the call cost ~35 us with the caches cold, as between the layers of an
+    MLP (the kernels are the only ones that set it on the executor's threads)."""
+    if getattr(_POOL_THREADS, "n", 0) != threads:
+        numba.set_num_threads(threads)
+        _POOL_THREADS.n = threads
 
 
 @functools.lru_cache(maxsize=1024)
@@ -790,22 +826,23 @@ def matmul(ctx, inputs, attrs):
 
     ``attrs["_fused_relu"]`` (set by the executor, :func:`runtime.executor.fuse_matmul_relu`)
     applies a relu to the product in place: to each row block right after its gemm.
+    The product is written into ``ctx.out`` when it fits (:func:`_output`).
     """
     a, b = inputs
     a = a.T if attrs.get("transpose_a") else a
     b = b.T if attrs.get("transpose_b") else b
     m, k = a.shape
     n = b.shape[1]
-    out = np.empty((m, n), dtype=a.dtype)
+    out = _output(ctx, (m, n), a.dtype)
     if a.dtype.kind == "f":
         if k == 0 or m == 0 or n == 0:
             out[...] = 0
             return (out,)
         # BLAS takes C- or F-ordered operands as they are (a transpose view is F-ordered).
         b = b if b.flags.c_contiguous or b.flags.f_contiguous else np.ascontiguousarray(b)
-        threads = _gemm_threads(ctx, m, n, k)
+        blocks, threads = _gemm_threads(ctx, m, n, k)
         relu = bool(attrs.get("_fused_relu"))
-        if threads == 1:
+        if blocks == 1:
             a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
             _matmul_blas_serial(a, b, out)
             if relu:
@@ -814,7 +851,7 @@ def matmul(ctx, inputs, attrs):
             # A row block of an F-ordered a (a transpose) is neither C nor F: copy it.
             a = np.ascontiguousarray(a)
             with parallel_region:
-                _matmul_blas_parallel(a, b, out, threads * GEMM_CHUNKS_PER_THREAD, relu)
+                _matmul_blas_parallel(a, b, out, blocks * GEMM_CHUNKS_PER_THREAD, relu)
         return (out,)
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     threads = _pool_threads(ctx, m * n * k, PARALLEL_MIN_MACS)

@@ -530,6 +530,10 @@ def test_a_relu_is_folded_into_the_matmul_that_only_it_reads(executor, cluster):
     trace = result.to_trace()
     trace.validate(g, cluster)
     assert {x.op for x in trace.ops} >= {"mm", "relu"}  # both keep their records
+    records = {x.op: x for x in trace.ops}
+    # The Relu ends with its MatMul, taking no time (and no core).
+    assert records["relu"].start == records["relu"].end == records["mm"].end
+    assert records["relu"].cores == 0
     # The graph's own attrs are untouched (another plan, or a copy, must not fuse).
     assert "_fused_relu" not in g.get_operation_by_name("mm").attrs
 
@@ -546,3 +550,25 @@ def test_a_matmul_whose_product_is_used_elsewhere_keeps_its_relu(executor, why):
         assert (values[p.name] < 0).any()
     else:
         np.testing.assert_allclose(values[other.name], -product, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("fetch", ["relu", "mm", "x"])
+def test_a_fetched_tensor_is_written_into_the_buffer_offered_for_it(executor, fetch):
+    """``fetch_into``: the kernel that makes a fetched tensor writes it into the buffer
+    offered (for a folded Relu, its MatMul); a constant's value is no kernel's product,
+    so its buffer is left alone."""
+    g, p, r, _, product = _matmul_relu_graph()
+    name = {"relu": r.name, "mm": p.name, "x": "x:0"}[fetch]
+    shape = (128, 64) if fetch == "x" else (128, 96)
+    offered = np.full(shape, 7.0, np.float32)
+    for _ in range(2):  # the plan is cached: the second step offers through it again
+        value = run(executor, g, [name], fetch_into={name: offered}).values[name]
+        if fetch == "x":
+            assert value is not offered and (offered == 7).all()
+            continue
+        assert value is offered
+        expected = np.maximum(product, 0) if fetch == "relu" else product
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-4)
+        offered[...] = 7.0
+    # Without an offer the value is a new array, as always.
+    assert run(executor, g, [name]).values[name] is not offered

@@ -308,6 +308,26 @@ def test_matmul_with_a_fused_relu_is_the_relu_of_the_product(dtype, threads):
     assert_close(out, expected.astype(dtype), dtype, scale=100 * 40)
 
 
+@pytest.mark.parametrize("dtype, threads", [("float32", 1), ("float32", 2), ("int64", 2)])
+def test_matmul_writes_its_product_into_an_offered_buffer_that_fits(dtype, threads):
+    """``ctx.out`` (a fetched tensor's destination, offered by the executor): the product
+    goes there when the buffer has the product's shape and dtype, else into a new array."""
+    rng = np.random.default_rng(4)
+    a = (rng.standard_normal((300, 40)) * 5).astype(dtype)
+    b = (rng.standard_normal((40, 33)) * 5).astype(dtype)
+    expected = (a.astype(np.float64) @ b.astype(np.float64)).astype(dtype)
+    given = np.full((300, 33), 7, dtype)
+    with single_threaded_blas():
+        (out,) = run("MatMul", (a, b), threads=threads, out=given)
+        assert out is given
+        assert_close(out, expected, dtype, scale=100 * 40)
+        for misfit in (np.full((300, 34), 7, dtype), np.full((300, 33), 7, "float64"),
+                       np.full((33, 300), 7, dtype).T):
+            (out,) = run("MatMul", (a, b), threads=threads, out=misfit)
+            assert out is not misfit and (misfit == 7).all()
+            assert_close(out, expected, dtype, scale=100 * 40)
+
+
 def test_float_matmul_without_blas_thread_control_is_one_gemm_call():
     """A BLAS whose threads we cannot set keeps its own threading: no row blocks."""
     a = np.arange(12.0, dtype=np.float32).reshape(4, 3)

@@ -76,6 +76,49 @@ def test_a_large_fetch_comes_through_a_reused_segment_and_is_the_callers_copy(mo
     assert _my_pool_segments() == []
 
 
+def test_a_fetched_product_is_written_straight_into_the_segment(monkeypatch):
+    """The master offers its segment to the kernel that makes a fetched tensor (here the
+    MatMul a fetched Relu is folded into): no copy into the segment, and the client's
+    value is still its own copy."""
+    from runtime.worker import WorkerService
+    staged = []
+    stage = WorkerService.stage_shared
+    monkeypatch.setattr(WorkerService, "stage_shared",
+                        lambda self, arr, segment=None: (staged.append(arr.shape),
+                                                         stage(self, arr, segment))[1])
+    taken = _spy_take_shared(monkeypatch)
+    rng = np.random.default_rng(5)
+    x_val = rng.standard_normal((ROWS, 64)).astype(np.float32)
+    w_val = rng.standard_normal((64, ROWS)).astype(np.float32)
+    server = _server()
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            w = tf.Variable(w_val, name="w")
+            out = tf.relu(tf.matmul(tf.constant(x_val), w), name="out")
+            total = tf.reduce_sum(out, name="total")
+        with Session(server.target, graph=g) as sess:
+            sess.run(w.initializer)
+            first = sess.run(out)
+            np.testing.assert_allclose(first, np.maximum(x_val @ w_val, 0), rtol=1e-5,
+                                       atol=1e-4)
+            assert first.flags.writeable and first.flags.owndata
+            sess.run(w.assign(-w_val).op)
+            for _ in range(3):
+                later, later_total = sess.run([out, total])
+                np.testing.assert_allclose(later, np.maximum(-(x_val @ w_val), 0),
+                                           rtol=1e-5, atol=1e-4)
+                assert later_total == pytest.approx(later.sum(), rel=1e-4)
+            np.testing.assert_allclose(first, np.maximum(x_val @ w_val, 0), rtol=1e-5,
+                                       atol=1e-4)
+            assert taken == ["out:0"] * 4
+            assert (ROWS, ROWS) not in staged  # written there by the MatMul, not copied
+            assert len(_my_pool_segments()) == 1
+    finally:
+        server.stop()
+    assert _my_pool_segments() == []
+
+
 @pytest.mark.parametrize("options", [{"local_sockets": False}, {"shm_min_bytes": None}],
                          ids=["by gRPC only", "a server without shared memory"])
 def test_large_fetches_come_inline_without_a_local_connection_or_shared_memory(
