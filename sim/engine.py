@@ -168,7 +168,10 @@ class _Environment(simpy.Environment):
     handler, value)``: SimPy's own key, with the environment's id counter, so that ties
     keep SimPy's order (the ids differ, so the handlers are never compared).  ``step``,
     SimPy's extension point (as ``simpy.rt.RealtimeEnvironment`` overrides it), pops
-    the next one, sets the clock and calls ``handler(value)``; ``run`` is SimPy's.
+    the next one, sets the clock and calls ``handler(value)``; ``run`` does the same in
+    its own loop (SimPy's calls ``step`` once per event: a Python call per end, 3% of
+    simulate()'s instructions).  As SimPy events cannot be scheduled here, neither
+    can ``until``.
 
     (SimPy's own step runs an event object's list of callbacks and checks that it did
     not fail, which an end never does; a ``Timeout`` per end also costs an
@@ -183,6 +186,21 @@ class _Environment(simpy.Environment):
         except IndexError:
             raise EmptySchedule from None
         handler(value)
+
+    def run(self, until=None) -> None:
+        """Handle the events until none is left (``step``, written out)."""
+        if until is not None:
+            raise ValueError("the simulator's environment runs until no event is left")
+        queue = self._queue
+        # (`while True`, not `while queue`: CPython 3.11 specializes a function's
+        # bytecode once it was called or looped back by an unconditional jump a few
+        # times; run is called once, and a `while queue` loop jumps back
+        # conditionally, so its body would run unspecialized: 8% more instructions.)
+        while True:
+            if not queue:
+                return
+            self._now, _, _, handler, value = heappop(queue)
+            handler(value)
 
 
 class _Simulation:

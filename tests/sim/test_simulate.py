@@ -232,3 +232,29 @@ def test_a_run_that_leaves_an_op_unrun_raises_simulation_stalled():
     assert stalled.value.waiting == ["op1", "op2"]
     # Unforced, the same run completes.
     simulate(g, placement, ONE)
+
+
+def test_the_environment_handles_events_by_time_then_in_the_order_scheduled():
+    from heapq import heappush
+
+    from simpy.events import NORMAL
+
+    from sim.engine import _Environment
+
+    env = _Environment()
+    seen = []
+
+    def schedule(at, handler, value):
+        heappush(env._queue, (at, NORMAL, next(env._eid), handler, value))
+
+    def note(value):
+        seen.append((env.now, value))
+        if value == "a":  # scheduled while running, at the same time: after "b"
+            schedule(env.now, note, "a2")
+
+    for at, value in ((2.0, "c"), (1.0, "a"), (1.0, "b")):
+        schedule(at, note, value)
+    env.run()
+    assert seen == [(1.0, "a"), (1.0, "b"), (1.0, "a2"), (2.0, "c")]
+    with pytest.raises(ValueError):
+        env.run(until=3.0)
