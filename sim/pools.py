@@ -124,10 +124,9 @@ class DispatchCalendar:
     def book(self, earliest: float, now: float, work: float) -> float:
         """Book ``work`` seconds from ``earliest`` on (``now``: the clock; bookings that
         ended by then are forgotten); returns when the work begins."""
+        self._forget(now)
         best = best_core = None
         for core in self.bookings:
-            while core and core[0][1] <= now:
-                del core[0]
             begin = earliest
             for start, end in core:
                 if start >= begin + work:
@@ -149,11 +148,10 @@ class DispatchCalendar:
         >>> cal.book(0.5, now=0.0, work=0.1)  # the only core is the kernel's until 2.0
         2.0
         """
+        self._forget(now)
         for _ in range(min(cores, len(self.bookings))):
             best = best_core = None
             for core in self.bookings:
-                while core and core[0][1] <= now:
-                    del core[0]
                 overlap = 0.0
                 for s, e in core:
                     if s >= end:
@@ -163,3 +161,9 @@ class DispatchCalendar:
                 if best is None or overlap < best:
                     best, best_core = overlap, core
             insort(best_core, (start, end))
+
+    def _forget(self, now: float) -> None:
+        """Drop the bookings that ended by ``now`` (each core's are in order)."""
+        for core in self.bookings:
+            while core and core[0][1] <= now:
+                del core[0]
