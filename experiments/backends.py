@@ -28,7 +28,7 @@ from experiments.workloads.mlp import Workload
 from runtime.calibrate import calibrate, calibrate_distributed
 from runtime.executor import _CHEAP_ELEMENTS  # the executor's limit for ops run inline
 
-__all__ = ["Measurement", "pinned_graph", "predict", "measure", "measure_placements",
+__all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure", "measure_placements",
            "runtime_cluster_spec", "server_env", "this_host_cluster", "calibrate_this_host",
            "describe_calibration", "RUNTIME_SIM"]
 
@@ -129,8 +129,16 @@ class Measurement:
         half = len(self.steps) // 2
         if not half:
             return math.nan
-        first, second = min(self.steps[:half]), min(self.steps[half:])
-        return abs(first - second) / min(first, second)
+        return relative_spread(min(self.steps[:half]), min(self.steps[half:]))
+
+
+def relative_spread(a: float, b: float) -> float:
+    """How far apart two timings of one thing are, relative to the faster.
+
+    >>> relative_spread(2.0, 2.5)
+    0.25
+    """
+    return abs(a - b) / min(a, b)
 
 
 def pinned_graph(graph: Graph, placement: Placement) -> Graph:

@@ -91,8 +91,8 @@ import placers
 import runtime
 from core.costs import MeasuredCostModel, StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
-                                  measure_placements, predict, runtime_cluster_spec,
-                                  server_env, this_host_cluster)
+                                  measure_placements, predict, relative_spread,
+                                  runtime_cluster_spec, server_env, this_host_cluster)
 from experiments.compare_placers import SPLIT_MARGIN, WORKLOADS, placers_to_compare
 from experiments.machine_load import wait_until_quiet
 from experiments.report import print_table, results_parser, save_table
@@ -174,7 +174,7 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
                      "predicted_ms": predicted * 1e3, "measured_ms": m.step_time * 1e3,
                      "median_ms": m.median * 1e3, "halves_spread": m.halves_spread,
                      "remeasured_ms": m2.step_time * 1e3,
-                     "repeat_spread": abs(m2.step_time - m.step_time) / min(m.step_time, m2.step_time),
+                     "repeat_spread": relative_spread(m.step_time, m2.step_time),
                      "other_cores": max(m.other_cores, m2.other_cores), "replay": False,
                      "same_as": "" if first[p] == pname else first[p]})
     profile = "simple" if "simple" in measured else next(iter(measured))
