@@ -463,6 +463,9 @@ class _ExecPlan:
         self.transfer_names = [plan.tensor_name(plan.transfer_tensor[k])
                                for k in range(plan.n_transfers)]
         self.n_recv = kinds.count(RECV)
+        # Every recv of a step may wait in a recv-pool thread at once (without
+        # recv_async): tensors, and the control edges from other tasks.
+        self.n_recv_waits = self.n_recv + sum(1 for node in self.nodes if node.remote_ctrl)
         self.recv_consumer = [plan.ops[plan.transfer_consumers[k][0]].name
                               if plan.transfer_consumers[k] else "" for k in range(plan.n_transfers)]
 
@@ -828,7 +831,7 @@ class _Step:
             kind = xp.transfer_kind[k]
             if kind == RECV:
                 if self.recv_async is None or not xp.dev_objs[plan.transfer_dst[k]].is_cpu:
-                    self.ex._recv_pool(xp.n_recv).submit(self._recv, k)
+                    self.ex._recv_pool(xp.n_recv_waits).submit(self._recv, k)
                     continue
                 # No helper thread: the value is here already, or the thread that
                 # delivers it later finishes the transfer (_recv_done).
@@ -996,23 +999,59 @@ class _Step:
             return
         self._arrived(k, value, start, now)
 
+    def _await_control(self, i: int) -> None:
+        """Go on past remote op ``i`` (a control edge) once it ran: with ``recv_async``,
+        the thread that delivers its message does (or this one, if it is here already),
+        as for a tensor; else a recv-pool thread waits for it (:meth:`_recv_control`).
+        A waiting thread per control edge cost a pool hand-over, a blocked thread and
+        two wake-ups each: ~10% of a worker's interpreter time in a step with 20 of
+        them (py-spy, transformer with its variables on other tasks)."""
+        if self.recv_async is None:
+            self.ex._recv_pool(self.xp.n_recv_waits).submit(
+                self._recv_control, i)
+            return
+        src, dst = self.plan.devices[self.plan.op_device[i]], self.xp.cpu_name
+        try:
+            value = self.recv_async("^" + self.xp.nodes[i].name, src, dst,
+                                    lambda value, error, i=i: self._control_done(i, error))
+        except BaseException as e:  # noqa: BLE001
+            self._control_failed(i, e)
+            return
+        if value is not None:
+            self._finish_virtual(i)
+
+    def _control_done(self, i: int, error) -> None:
+        """``recv_async``'s callback for control edge ``i``. Never raises (see
+        :meth:`_recv_done`)."""
+        try:
+            if error is not None:
+                self._control_failed(i, error)
+            elif not self.aborted:
+                self._finish_virtual(i)
+        except BaseException as e:  # noqa: BLE001
+            self.fail(e)
+
+    def _control_failed(self, i: int, e: BaseException) -> None:
+        plan = self.plan
+        name = self.xp.nodes[i].name
+        src, dst = plan.devices[plan.op_device[i]], self.xp.cpu_name
+        waiting = [plan.ops[j].name for j in plan.op_succ[i]]
+        err = OpError(waiting[0] if waiting else name, dst,
+                      f"waiting for {name!r} on {src} failed: {type(e).__name__}: {e}")
+        err.__cause__ = e
+        self.fail(err)
+
     def _recv_control(self, i: int) -> None:
         """Recv-pool entry point: wait until remote op ``i`` ran (a control edge)."""
-        xp, plan = self.xp, self.plan
-        node = xp.nodes[i]
+        plan = self.plan
         src = plan.devices[plan.op_device[i]]
-        dst = xp.cpu_name
         try:
             if self.recv is None:
-                raise InvalidArgument(f"an op waits for {node.name!r} on {src}, another task, "
-                                      "but run_step got no recv callback")
-            self.recv("^" + node.name, src, dst)
+                raise InvalidArgument(f"an op waits for {self.xp.nodes[i].name!r} on {src}, "
+                                      "another task, but run_step got no recv callback")
+            self.recv("^" + self.xp.nodes[i].name, src, self.xp.cpu_name)
         except BaseException as e:  # noqa: BLE001
-            waiting = [plan.ops[j].name for j in plan.op_succ[i]]
-            err = OpError(waiting[0] if waiting else node.name, dst,
-                          f"waiting for {node.name!r} on {src} failed: {type(e).__name__}: {e}")
-            err.__cause__ = e
-            self.fail(err)
+            self._control_failed(i, e)
             return
         self._finish_virtual(i)
 
@@ -1213,7 +1252,7 @@ class Executor:
                 step.done.set()
         if step.error is None:
             for i in recv_ctrl:
-                self._recv_pool(xp.n_recv + len(recv_ctrl)).submit(step._recv_control, i)
+                step._await_control(i)
             if sends:
                 step._do_sends(sends, ready)
             step._run_ready(ready)

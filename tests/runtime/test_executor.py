@@ -467,6 +467,59 @@ def test_recv_async_delivers_from_another_thread_and_errors_name_the_op():
         devices.close()
 
 
+def test_a_control_edge_from_another_task_waits_by_recv_async_not_in_a_thread():
+    """A control edge from another task is awaited as a tensor is: the thread that
+    delivers its message goes on with the step (no recv-pool thread blocks per edge);
+    a failed wait names the op that waited."""
+    cluster, _, _, w0, w1 = _two_tasks()
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(w1):
+            gate = tf.no_op(name="gate")
+        with tf.device(w0):
+            x = tf.constant(np.float32(2.0), name="x")
+            with tf.control_dependencies([gate]):
+                after = tf.negative(x, name="after")
+    placement = Placement({op.name: op.device for op in g.get_operations()})
+    mine = [op for op in g.get_operations() if placement[op.name] == w0]
+    devices = LocalDevices.for_task(cluster, "worker", 0, SessionConfig())
+    ex = Executor(devices, VariableStore())
+    asked, delivered_on = [], []
+
+    def later(name, src, dst, callback):
+        asked.append((name, src))
+
+        def deliver():
+            delivered_on.append(threading.current_thread().name)
+            callback(np.zeros(0, np.float32), None)
+        threading.Timer(0.05, deliver).start()
+        return None
+
+    def no_blocking_recv(*args):
+        raise AssertionError("a control edge waited in a recv-pool thread")
+
+    def failing(name, src, dst, callback):
+        threading.Timer(0.05, callback, (None, ConnectionError("peer went away"))).start()
+        return None
+
+    try:
+        r = ex.run_step(mine, placement, fetches=["after:0"], recv=no_blocking_recv,
+                        recv_async=later, send=lambda *a: None, timeout=10)
+        assert r.values["after:0"] == -2.0
+        assert asked == [("^gate", w1)] and len(delivered_on) == 1
+        r = ex.run_step(mine, placement, fetches=["after:0"], recv=no_blocking_recv,
+                        recv_async=lambda *a: np.zeros(0, np.float32), send=lambda *a: None,
+                        timeout=10)  # already here: no callback needed
+        assert r.values["after:0"] == -2.0
+        with pytest.raises(OpError, match="peer went away") as info:
+            ex.run_step(mine, placement, fetches=["after:0"], recv=no_blocking_recv,
+                        recv_async=failing, send=lambda *a: None, timeout=10)
+        assert info.value.op == "after"
+    finally:
+        ex.close()
+        devices.close()
+
+
 def test_on_abort_stops_a_running_step_between_ops(executor):
     g = tf.Graph()
     with g.as_default():
