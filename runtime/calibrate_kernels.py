@@ -68,13 +68,38 @@ def kernel_calibration_graph(n: int = 8, seed: int = 0):
 
 
 def _traced_steps(n: int, steps: int, config):
+    """``(graph, traces)``: ``steps`` traced steps of the graph on ``n x n`` tensors."""
+    return _interleaved_traced_steps((n,), steps, config)[n]
+
+
+def _interleaved_traced_steps(sizes, steps: int, config) -> dict[int, tuple]:
+    """Per size ``n``: ``(graph, traces)`` of ``steps`` traced steps of the graph on
+    ``n x n`` tensors, the sizes taking turns step by step (one session each).
+
+    Why in turns: this machine's speed flips between two states about 1.7x apart
+    within seconds.  Twenty steps of the small graph in one burst (a tenth of a second)
+    caught one state or the other: in four calibrations in a row the dispatch cost per
+    op spread by 73% and 83% (max / min - 1, two runs of
+    ``python -m experiments.calibration_spread``), and by 9% to 60% in four runs with
+    the sizes taking turns.  The steps an experiment times are spread over seconds,
+    and their fastest is in the fast state; spread over the whole calibration, each
+    size's fastest step is more likely in that state too."""
+    import contextlib
+
     import runtime
-    graph, init, fetches = kernel_calibration_graph(n)
-    with runtime.Session(graph=graph, config=config) as session:
-        session.run(init)
-        for _ in range(2):
-            session.run(fetches)
-        return graph, [session.run(fetches, trace=True)[1] for _ in range(steps)]
+    runs = {}
+    with contextlib.ExitStack() as stack:
+        for n in sizes:
+            graph, init, fetches = kernel_calibration_graph(n)
+            session = stack.enter_context(runtime.Session(graph=graph, config=config))
+            session.run(init)
+            for _ in range(2):
+                session.run(fetches)
+            runs[n] = (graph, session, fetches, [])
+        for _ in range(steps):
+            for graph, session, fetches, traces in runs.values():
+                traces.append(session.run(fetches, trace=True)[1])
+    return {n: (graph, traces) for n, (graph, _, _, traces) in runs.items()}
 
 
 def _fastest(traces):
@@ -146,7 +171,8 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     :class:`core.cluster.Device` whose rates are already calibrated).
 
     :func:`kernel_calibration_graph` runs ``steps`` traced steps in an in-process
-    session on ``small`` square tensors and on each size of ``large``; each op's
+    session on ``small`` square tensors and on each size of ``large``, the sizes taking
+    turns step by step (:func:`_interleaved_traced_steps`); each op's
     fastest kernel time over its steps counts (other load on a shared machine only adds
     time).  Per op type, ``fixed`` is the median time of its ops on the small tensors,
     and ``factor`` the least-squares fit of ``time = fixed + factor * roofline`` (the
@@ -171,13 +197,15 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     from core.costs import StaticCostModel
     bare = replace(device, op_overhead=0.0, kernel_costs=())
     roofline = StaticCostModel()
-    graph, traces = _traced_steps(small, steps, config)
+    sizes = (large,) if isinstance(large, int) else tuple(large)
+    runs = _interleaved_traced_steps((small, *sizes), steps, config)
+    graph, traces = runs[small]
     fixed = _median_by_type(graph, _fastest_kernels(traces), lambda op, t: t)
     dispatch = dispatch_gaps([_fastest(traces)], graph).get("CPU", 0.0)
 
     samples: dict[str, list[tuple[float, float]]] = {}
-    for n in (large,) if isinstance(large, int) else large:
-        graph, traces = _traced_steps(n, steps, config)
+    for n in sizes:
+        graph, traces = runs[n]
         for name, t in _fastest_kernels(traces).items():
             op = graph.get_operation_by_name(name)
             samples.setdefault(op.type, []).append((roofline.op_time(op, bare), t))

@@ -85,3 +85,23 @@ def test_the_factor_fits_every_size_in_relative_terms():
     assert fit_factors({"Mul": [(1e-6, 9e-6)]}, {"Mul": 5e-6}) == {}
     assert fit_factors({"Tanh": line}, {"Mul": 5e-6}) == {}
     assert fit_factors({"Mul": [(1e-3, 1e-6)]}, {"Mul": 5e-6}) == {"Mul": 0.1}
+
+
+def test_the_sizes_take_turns_step_by_step(monkeypatch):
+    """Each size's traced steps are spread over the whole measurement, one step of
+    every size in turn, so that a change of the machine's speed hits them alike."""
+    import runtime
+    from runtime.calibrate_kernels import _interleaved_traced_steps
+    traced_graphs = []
+    run = runtime.Session.run
+
+    def recording_run(self, fetches, *args, trace=False, **kwargs):
+        if trace:
+            traced_graphs.append(self.graph)
+        return run(self, fetches, *args, trace=trace, **kwargs)
+
+    monkeypatch.setattr(runtime.Session, "run", recording_run)
+    runs = _interleaved_traced_steps((4, 8), steps=3, config=None)
+    assert set(runs) == {4, 8} and all(len(traces) == 3 for _, traces in runs.values())
+    size_of = {id(graph): n for n, (graph, _) in runs.items()}
+    assert [size_of[id(g)] for g in traced_graphs] == [4, 8] * 3
