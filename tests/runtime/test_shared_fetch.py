@@ -171,6 +171,36 @@ def test_a_fetched_product_still_referenced_after_the_step_lets_the_server_stop_
     np.testing.assert_allclose(value, np.maximum(x_val @ w_val, 0), rtol=1e-5, atol=1e-4)
 
 
+def test_the_segment_offered_to_a_failed_step_is_never_offered_again():
+    """A failed step returns while ops it started may still run (a MatMul writing the
+    fetched product into the segment offered for it): that segment is let go, not put
+    back in the pool where the next step would take it."""
+    from runtime.errors import FailedPrecondition
+    rng = np.random.default_rng(9)
+    x_val = rng.standard_normal((ROWS, 64)).astype(np.float32)
+    w_val = rng.standard_normal((64, ROWS)).astype(np.float32)
+    server = _server()
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            w = tf.Variable(w_val, name="w")
+            out = tf.relu(tf.matmul(tf.constant(x_val), w), name="out")
+            never = tf.Variable(np.zeros(3, np.float32), name="never")  # not initialized
+        expected = np.maximum(x_val @ w_val, 0)
+        with Session(server.target, graph=g) as sess:
+            sess.run(w.initializer)
+            np.testing.assert_allclose(sess.run(out), expected, rtol=1e-5, atol=1e-4)
+            (offered,) = _my_pool_segments()
+            with pytest.raises(FailedPrecondition, match="never"):
+                sess.run([out, never])
+            assert offered not in _my_pool_segments()
+            np.testing.assert_allclose(sess.run(out), expected, rtol=1e-5, atol=1e-4)
+            assert len(_my_pool_segments()) == 1
+    finally:
+        server.stop()
+    assert _my_pool_segments() == []
+
+
 @pytest.mark.parametrize("options", [{"local_sockets": False}, {"shm_min_bytes": None}],
                          ids=["by gRPC only", "a server without shared memory"])
 def test_large_fetches_come_inline_without_a_local_connection_or_shared_memory(
