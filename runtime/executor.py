@@ -640,6 +640,16 @@ class _Step:
             self.aborted = True
         self.done.set()
 
+    def let_go(self) -> None:
+        """Drop the step's values once ``run_step`` gives up on it (it failed): the step
+        object may outlive the call (ops still running, a pool thread's last item,
+        callbacks of its transfers, the frames of its error's traceback), and must not
+        keep the buffers offered for the fetches (``fetch_into``: the caller's) or any
+        other value alive meanwhile."""
+        self.out_into = None
+        vals = self.vals
+        vals[:] = [None] * len(vals)  # in place: the list is shared with running ops
+
     # -- state changes (call with self.lock held) ---------------------------------------
     def _progress(self, progress, now: float, ready_out: list, sends_out: list) -> None:
         """Absorb a Progress: free buffers, finish ready sinks, collect ready ops/sends."""
@@ -1263,12 +1273,13 @@ class Executor:
             with step.lock:
                 waiting = [plan.op_names[i] for i in range(plan.n_ops)
                            if step.state.status[i] != FINISHED and xp.nodes[i].kind != SINK]
+            step.let_go()
             raise DeadlineExceeded(
                 f"step {step_id} ran past its deadline of {timeout} s; ops not finished: "
                 f"{waiting[:20]}{' ...' if len(waiting) > 20 else ''}", waiting)
         end = perf_counter()
         if step.error is not None:
-            step.out_into = None  # see below
+            step.let_go()
             raise step.error
         values = {}
         for name, b in xp.fetch_bufs.items():

@@ -117,6 +117,9 @@ class InterOpPool:
             try:
                 fn(slot, arg)
             finally:
+                # Not kept while waiting for the next item: fn is a step's bound method,
+                # and the step would live on (its values, its error) until then.
+                fn = arg = None
                 self.release(slot)
 
     def close(self) -> None:

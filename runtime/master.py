@@ -352,15 +352,24 @@ class MasterService(master_pb2_grpc.MasterServicer):
         """One client step (see the module docstring). ``local``: the request came on a
         local connection (same host), so ``request.shared_fetches`` may be honoured."""
         offers: dict = {}  # fetched name -> (pooled segment, array over its bytes)
+        failed = True
         try:
-            return self._run_step(request, local, offers)
+            response = self._run_step(request, local, offers)
+            failed = False
+            return response
         finally:
             # The answer refers to the segments it uses (their flag set: held until the
             # client let go); the others are free again. The arrays over them first.
+            # After a failed step a kernel may still be writing into its offer (the
+            # executor does not wait for the ops running when a step fails): such a
+            # segment is never reused.
             segments = [segment for segment, _ in offers.values()]
             offers.clear()
             for segment in segments:
-                self.worker.segments.release(segment)
+                if failed:
+                    self.worker.segments.discard(segment)
+                else:
+                    self.worker.segments.release(segment)
 
     def _offers(self, graph: Graph, sig: _Signature, part: _TaskPart, offers: dict) -> None:
         """Fill ``offers`` with a pooled segment for each of ``part``'s fetches that goes

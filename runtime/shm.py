@@ -13,16 +13,18 @@ RPC failed unlinks the segment itself (:func:`unlink_segment` is a no-op when th
 receiver got there first); a server that hands out refs keeps a
 :class:`SegmentLedger` and unlinks the unclaimed ones when it shuts down.
 
-Python 3.11's resource tracker: ``SharedMemory`` registers every segment it creates
-*or attaches* with the resource tracker of the process, which unlinks it (with a
-"leaked shared_memory objects" warning) when that process exits. For a segment
-created in one process and unlinked in another that is wrong twice over: the
-creator's tracker would unlink a segment the receiver may not have read yet, and
-warn at exit about a segment that was in fact unlinked. Python 3.13 has
-``SharedMemory(track=False)``; on 3.11 and 3.12 the creator calls
-``resource_tracker.unregister`` right after creating (what ``track=False`` does),
-and the receiver does not go through ``SharedMemory`` at all: it opens and maps the
-segment file directly, so its tracker never hears of it.
+Segments are files of :data:`SHM_DIR` mapped with ``mmap`` (:func:`create_segment`),
+not ``multiprocessing.shared_memory.SharedMemory``, for two reasons. Its resource
+tracker unlinks every segment the process created or attached when it exits (with a
+"leaked shared_memory objects" warning): wrong for a segment created in one process
+and unlinked in another (the creator's tracker would unlink a segment the receiver
+may not have read yet). And its ``close()``, which its ``__del__`` calls too, raises
+``BufferError: cannot close exported pointers exist`` while any array still views
+the mapping: an array can outlive the code that made it (a frame of a kernel kept by
+a reference cycle until the garbage collector runs: numba's compiler leaves such
+cycles when it compiles in the middle of a step), so whoever lets a mapping go calls
+:func:`release_mapping`: unmapped now if nothing uses it, else when the last array
+over it goes (the array's base chain holds the ``mmap``).
 
 Segments are named ``plab_<pid>_<random>`` (:data:`SEGMENT_PREFIX`) so that leaks
 are easy to spot: ``ls /dev/shm/plab_*``, or :func:`list_segments`.
@@ -47,7 +49,6 @@ import os
 import secrets
 import sys
 import threading
-from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,8 @@ from runtime.protos import tensor_pb2
 from runtime.wire import WireError, as_wire_array, check_meta, make_meta
 
 __all__ = ["SHM_DIR", "SEGMENT_PREFIX", "ShmError", "SegmentLedger", "shm_available",
-           "export_array", "import_array", "unlink_segment", "list_segments"]
+           "export_array", "import_array", "create_segment", "release_mapping",
+           "unlink_segment", "list_segments"]
 
 #: Where Linux exposes POSIX shared-memory segments as files.
 SHM_DIR = Path("/dev/shm")
@@ -123,16 +125,32 @@ class SegmentLedger:
         return sum(unlink_segment(name) for name in names)
 
 
-def _create_untracked(size: int) -> shared_memory.SharedMemory:
-    """Create a segment that this process's resource tracker will not unlink."""
-    name = f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(8)}"
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, create=True, size=size, track=False)
-    segment = shared_memory.SharedMemory(name=name, create=True, size=size)
-    # 3.11/3.12: undo the registration SharedMemory just made (its private `_name`
-    # carries the leading slash the tracker was given).
-    resource_tracker.unregister(getattr(segment, "_name", "/" + name), "shared_memory")
-    return segment
+def create_segment(name: str, size: int) -> mmap.mmap:
+    """Create segment ``name`` of ``size`` (> 0) bytes, zeroed, and map it read-write.
+
+    Raises ``FileExistsError`` if the name is taken, ``OSError`` if ``/dev/shm`` is full.
+    Nothing unlinks it but :func:`unlink_segment` (no resource tracker hears of it); let
+    the mapping go with :func:`release_mapping`.
+    """
+    fd = os.open(SHM_DIR / name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    except BaseException:
+        unlink_segment(name)
+        raise
+    finally:
+        os.close(fd)
+
+
+def release_mapping(mapping: mmap.mmap) -> None:
+    """Let a segment's mapping go: unmapped now when nothing uses it; else, arrays still
+    viewing it (each holds it through its base chain), when the last of them goes.
+    Never raises (``mmap.close()`` refuses, with ``BufferError``, while arrays view it)."""
+    try:
+        mapping.close()
+    except BufferError:
+        pass
 
 
 def export_array(array: Any, key: str = "", *, ledger: SegmentLedger | None = None,
@@ -149,19 +167,19 @@ def export_array(array: Any, key: str = "", *, ledger: SegmentLedger | None = No
     """
     arr = as_wire_array(array, key)
     nbytes = arr.nbytes
+    name = f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(8)}"
     # A segment cannot be empty; an empty tensor gets one unused byte.
-    segment = _create_untracked(max(nbytes, 1))
-    name = segment.name
+    mapping = create_segment(name, max(nbytes, 1))
     try:
         if nbytes:
-            target = np.frombuffer(segment.buf, dtype=np.uint8, count=nbytes)
-            np.copyto(target, arr.reshape(-1).view(np.uint8))
-            del target  # release the buffer export, or close() raises BufferError
+            np.copyto(np.frombuffer(mapping, dtype=np.uint8, count=nbytes),
+                      arr.reshape(-1).view(np.uint8))
     except BaseException:
-        segment.close()
-        unlink_segment(name)
+        unlink_segment(name)  # first: it cannot fail
         raise
-    segment.close()  # unmap here; the segment lives on until the receiver unlinks it
+    finally:
+        # Unmap here; the segment lives on until the receiver unlinks it.
+        release_mapping(mapping)
     if ledger is not None:
         ledger.record(name)
     return tensor_pb2.TensorChunk(key=key, meta=make_meta(arr), offset=0,

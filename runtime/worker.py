@@ -293,11 +293,27 @@ POOL_PREFIX = "plabpool_"
 SEGMENT_HEADER = 64
 
 
+class PooledSegment:
+    """A segment of a :class:`SegmentPool`: ``name``, ``size`` and ``buf``, its mapping
+    (an ``mmap``: ``buf[0]`` is the flag, the tensor follows :data:`SEGMENT_HEADER`)."""
+
+    __slots__ = ("name", "size", "buf")
+
+    def __init__(self, name: str, size: int, buf):
+        self.name, self.size, self.buf = name, size, buf
+
+    def __repr__(self) -> str:
+        return f"<PooledSegment {self.name} size={self.size}>"
+
+
 class SegmentPool:
     """Shared-memory segments of this process, reused for same-host pushes.
 
     The sender owns them (it unlinks them in :meth:`close`); receivers map them by name
-    and keep the mapping. Thread-safe.
+    and keep the mapping. An array of this process over a segment's mapping (the master's
+    offer of a fetched tensor's memory to its kernel) may outlive the pool's use of it:
+    letting a segment go unlinks its name at once and unmaps it once no array views it
+    (:func:`runtime.shm.release_mapping`). Thread-safe.
     """
 
     def __init__(self, keep: int = 4):
@@ -310,7 +326,7 @@ class SegmentPool:
         """A segment with room for ``nbytes`` after :data:`SEGMENT_HEADER` that no
         receiver holds (its flag clear); the caller sets the flag when it hands it over,
         and gives it back with :meth:`release` in any case."""
-        from multiprocessing import resource_tracker, shared_memory
+        from runtime.shm import create_segment
 
         # Whole MiB: fewer size classes.
         size = -(-(nbytes + SEGMENT_HEADER) // (1 << 20)) * (1 << 20)
@@ -320,9 +336,7 @@ class SegmentPool:
                 if segment.buf[0] == 0:  # the last receiver let go of it
                     return free.pop(i)
         name = f"{POOL_PREFIX}{os.getpid()}_{secrets.token_hex(6)}"
-        segment = shared_memory.SharedMemory(name=name, create=True, size=size)
-        # Not the resource tracker's to unlink at exit (see runtime.shm); close() does.
-        resource_tracker.unregister(getattr(segment, "_name", "/" + name), "shared_memory")
+        segment = PooledSegment(name, size, create_segment(name, size))
         with self._lock:
             self._all.append(segment)
         return segment
@@ -345,6 +359,19 @@ class SegmentPool:
             self._all.remove(done)
         _destroy(done)
 
+    def discard(self, segment) -> None:
+        """Let ``segment`` (acquired from this pool) go instead of releasing it: never
+        reused, whatever its flag says (a kernel of a failed step may still be writing
+        into it)."""
+        with self._lock:
+            free = self._free.get(segment.size, [])
+            if segment in free:
+                free.remove(segment)
+            if segment not in self._all:
+                return
+            self._all.remove(segment)
+        _destroy(segment)
+
     def close(self) -> None:
         with self._lock:
             segments, self._all, self._free = self._all, [], {}
@@ -352,15 +379,11 @@ class SegmentPool:
             _destroy(segment)
 
 
-def _destroy(segment) -> None:
-    from runtime.shm import unlink_segment
-    try:
-        segment.close()
-    except BufferError:  # a view is still alive; the unlink below frees the name
-        pass
-    # Not SharedMemory.unlink(): it also unregisters the name from the resource tracker,
-    # which no longer has it (acquire unregistered it) and prints a KeyError.
+def _destroy(segment: PooledSegment) -> None:
+    """Unlink ``segment``'s name, and unmap it once no array of this process views it."""
+    from runtime.shm import release_mapping, unlink_segment
     unlink_segment(segment.name)
+    release_mapping(segment.buf)
 
 
 class BufferPool:

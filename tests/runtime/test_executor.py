@@ -605,6 +605,31 @@ def test_a_matmul_whose_product_is_used_elsewhere_keeps_its_relu(executor, why):
         np.testing.assert_allclose(values[other.name], -product, rtol=1e-5, atol=1e-4)
 
 
+def test_a_failed_step_keeps_no_buffer_offered_for_a_fetch(executor):
+    """The offered buffer is the caller's (the master's shared memory): once a step that
+    wrote into it failed, nothing of the executor's may keep it alive (a pool thread
+    idling with the step's last op, the step's values)."""
+    import gc
+    import weakref
+
+    g, p, r, _, _ = _matmul_relu_graph()
+    with g.as_default():
+        fed = tf.placeholder(tf.float32, (None, 3), name="fed")
+        with tf.control_dependencies([r]):  # fails once the product is in the buffer
+            tf.reshape(fed, (2, 3), name="bad_reshape")
+    offered = np.full((128, 96), 7.0, np.float32)
+    alive = weakref.ref(offered)
+    fetch_into = {r.name: offered}
+    del offered
+    with pytest.raises(OpError, match="bad_reshape"):
+        run(executor, g, [r.name, "bad_reshape:0"], fetch_into=fetch_into,
+            feeds={"fed:0": np.ones((3, 3), np.float32)})
+    assert (fetch_into[r.name] != 7.0).any()  # the MatMul had written it
+    del fetch_into
+    gc.collect()
+    assert alive() is None
+
+
 @pytest.mark.parametrize("fetch", ["relu", "mm", "x"])
 def test_a_fetched_tensor_is_written_into_the_buffer_offered_for_it(executor, fetch):
     """``fetch_into``: the kernel that makes a fetched tensor writes it into the buffer

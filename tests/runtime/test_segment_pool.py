@@ -3,13 +3,16 @@ and a killed server's are reaped. Receive buffers are reused once nothing refers
 
 from __future__ import annotations
 
+import gc
+import sys
+
 import pytest
 
 import runtime
 from runtime.shm import SHM_DIR, list_segments, shm_available
 import numpy as np
 
-from runtime.worker import POOL_PREFIX, BufferPool, SegmentPool
+from runtime.worker import POOL_PREFIX, SEGMENT_HEADER, BufferPool, SegmentPool
 
 
 def test_segments_in_flight_outlive_the_pool_limit_and_cleared_ones_are_reused():
@@ -35,6 +38,32 @@ def test_segments_in_flight_outlive_the_pool_limit_and_cleared_ones_are_reused()
     finally:
         pool.close()
     assert not names & set(list_segments(POOL_PREFIX))
+
+
+@pytest.mark.skipif(not shm_available(), reason="no /dev/shm here")
+def test_a_segment_an_array_still_views_is_unlinked_at_close_and_unmapped_after_it(
+        monkeypatch):
+    """Closing the pool never needs every array over its segments gone (some may live on
+    in frames a reference cycle keeps until the garbage collector runs, issue 4): the
+    name goes at once, the memory when the last array does, and nothing raises, then or
+    later (it was SharedMemory.__del__'s "BufferError: cannot close exported pointers
+    exist")."""
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    pool = SegmentPool()
+    segment = pool.acquire(100)
+    name = segment.name
+    view = np.frombuffer(segment.buf, np.uint8, count=100, offset=SEGMENT_HEADER)
+    view[:] = 7
+    pool.close()
+    del segment
+    gc.collect()
+    assert name not in list_segments(POOL_PREFIX)
+    assert (view == 7).all()  # still mapped for the array that uses it
+    view[:] = 8
+    del view
+    gc.collect()
+    assert [u.exc_value for u in unraisable] == []
 
 
 def test_receive_buffers_are_reused_only_once_every_view_is_gone():

@@ -4,7 +4,9 @@ connection only); the client copies them out and hands each segment back."""
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -113,6 +115,86 @@ def test_a_fetched_product_is_written_straight_into_the_segment(monkeypatch):
                                        atol=1e-4)
             assert taken == ["out:0"] * 4
             assert (ROWS, ROWS) not in staged  # written there by the MatMul, not copied
+            assert len(_my_pool_segments()) == 1
+    finally:
+        server.stop()
+    assert _my_pool_segments() == []
+
+
+def test_a_fetched_product_still_referenced_after_the_step_lets_the_server_stop_cleanly(
+        monkeypatch):
+    """Issue 4: the kernel that wrote a fetched product into the master's segment can
+    leave frames behind that still refer to it after the step (numba, compiling a new
+    signature in the middle of a step, keeps the frames under it in a reference cycle
+    until the garbage collector runs: seen on fresh clones, whose numba cache is cold).
+    Stopping the server before that collection must not fail to close the segment
+    ("BufferError: cannot close exported pointers exist" from SharedMemory.__del__), nor
+    leave it in /dev/shm; the mapping goes when its last array does."""
+    from runtime.kernels import registry
+    matmul, dtypes = registry._REGISTRY[("MatMul", "CPU")]
+
+    def matmul_whose_frame_outlives_the_step(ctx, inputs, attrs):
+        outs = matmul(ctx, inputs, attrs)
+        try:
+            raise RuntimeError("handled inside the kernel, as numba's typing errors are")
+        except RuntimeError as err:
+            caught = err  # noqa: F841 - its traceback holds this frame, which holds it
+        return outs
+
+    monkeypatch.setitem(registry._REGISTRY, ("MatMul", "CPU"),
+                        (matmul_whose_frame_outlives_the_step, dtypes))
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    rng = np.random.default_rng(7)
+    x_val = rng.standard_normal((ROWS, 64)).astype(np.float32)
+    w_val = rng.standard_normal((64, ROWS)).astype(np.float32)
+    gc.collect()
+    gc.disable()  # the cycle stays until the server has stopped, as it did on CI
+    try:
+        server = _server()
+        try:
+            g = tf.Graph()
+            with g.as_default():
+                w = tf.Variable(w_val, name="w")
+                out = tf.relu(tf.matmul(tf.constant(x_val), w), name="out")
+            with Session(server.target, graph=g) as sess:
+                sess.run(w.initializer)
+                value = sess.run(out)
+                assert len(_my_pool_segments()) == 1  # it came through the segment
+        finally:
+            server.stop()
+        assert _my_pool_segments() == []
+    finally:
+        gc.enable()
+    gc.collect()
+    assert [u.exc_value for u in unraisable] == []
+    np.testing.assert_allclose(value, np.maximum(x_val @ w_val, 0), rtol=1e-5, atol=1e-4)
+
+
+def test_the_segment_offered_to_a_failed_step_is_never_offered_again():
+    """A failed step returns while ops it started may still run (a MatMul writing the
+    fetched product into the segment offered for it): that segment is let go, not put
+    back in the pool where the next step would take it."""
+    from runtime.errors import FailedPrecondition
+    rng = np.random.default_rng(9)
+    x_val = rng.standard_normal((ROWS, 64)).astype(np.float32)
+    w_val = rng.standard_normal((64, ROWS)).astype(np.float32)
+    server = _server()
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            w = tf.Variable(w_val, name="w")
+            out = tf.relu(tf.matmul(tf.constant(x_val), w), name="out")
+            never = tf.Variable(np.zeros(3, np.float32), name="never")  # not initialized
+        expected = np.maximum(x_val @ w_val, 0)
+        with Session(server.target, graph=g) as sess:
+            sess.run(w.initializer)
+            np.testing.assert_allclose(sess.run(out), expected, rtol=1e-5, atol=1e-4)
+            (offered,) = _my_pool_segments()
+            with pytest.raises(FailedPrecondition, match="never"):
+                sess.run([out, never])
+            assert offered not in _my_pool_segments()
+            np.testing.assert_allclose(sess.run(out), expected, rtol=1e-5, atol=1e-4)
             assert len(_my_pool_segments()) == 1
     finally:
         server.stop()
