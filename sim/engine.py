@@ -437,9 +437,11 @@ class _Simulation:
         ``self.x`` is a dictionary look-up, and the handlers run ~230k times at 100k ops.
         A call copies in all of a closure's variables, and a call or a loop over a few
         items costs as much as a dozen lines of straight code: so the hot handlers
-        (op_done, transfer_done, ready) do the common case straight, written out where
-        it would be a call, and leave the rarer configurations' work (serial dispatch,
-        control messages, a task's late start) to small helpers.  Memory is an int
+        (op_done, transfer_done, ready) are long-lived generators, sent a value per
+        event (:func:`_process`: no frame to set up per call), do the common case
+        straight, written out where it would be a call, and leave the rarer
+        configurations' work (serial dispatch, control messages, a task's late start)
+        to small helpers.  Memory is an int
         appended per end and per allocation (a record tuple per change and the
         reference counts were a fifth of the run); bytes in use are kept only when a
         device could run out (:class:`sim.memory.TrackedLog`).
@@ -509,42 +511,46 @@ class _Simulation:
             of ops and transfers are pushed written out)."""
             heappush(queue, (at, NORMAL, next(ids), handler, value))
 
-        def ready(i):
-            """Op ``i`` is ready: it takes a thread of its device's pool and its cores
-            and starts, or waits for them."""
-            d = op_device[i]
-            if late and env._now < start_at[d]:  # the task's part has not started yet
-                schedule(start_at[d], ready, i)
-                return
-            free_slots = pool_free[d]
-            if not free_slots or pool_waiting[d]:
-                heappush(pool_waiting[d], (env._now, i))
-                return
-            # take_thread and start, written out: most ops get their thread and cores
-            # here (a call fewer per op, ~2% of the run).
-            slot = heappop(free_slots)
-            cores = want_cores[i]
-            duration = durations[i]
-            if cores:
-                host = host_of[d]
-                free = host.free
-                if not free or host.waiting:
-                    heappush(host.waiting, (env._now, i, slot))
-                    return
-                if cores > free:  # a multithreaded kernel takes what is free, runs longer
-                    cores = free
-                    duration *= slowdown[d][cores]
-                host.free = free - cores
-            now = env._now
-            if serial:
-                duration = dispatched(i, duration, cores)
-            op_start[i] = now
-            op_thread[i] = slot
-            op_cores[i] = cores
-            code = op_note[i]
-            if code:  # its outputs' buffers
-                log.append(code)
-            heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
+        def ready_process():
+            """Op ``i`` is ready (each value sent): it takes a thread of its device's pool
+            and its cores and starts, or waits for them."""
+            while True:
+                i = yield
+                d = op_device[i]
+                if late and env._now < start_at[d]:  # the task's part has not started yet
+                    schedule(start_at[d], ready, i)
+                    continue
+                free_slots = pool_free[d]
+                if not free_slots or pool_waiting[d]:
+                    heappush(pool_waiting[d], (env._now, i))
+                    continue
+                # take_thread and start, written out: most ops get their thread and
+                # cores here (a call fewer per op, ~2% of the run).
+                slot = heappop(free_slots)
+                cores = want_cores[i]
+                duration = durations[i]
+                if cores:
+                    host = host_of[d]
+                    free = host.free
+                    if not free or host.waiting:
+                        heappush(host.waiting, (env._now, i, slot))
+                        continue
+                    if cores > free:  # a multithreaded kernel takes what is free, runs longer
+                        cores = free
+                        duration *= slowdown[d][cores]
+                    host.free = free - cores
+                now = env._now
+                if serial:
+                    duration = dispatched(i, duration, cores)
+                op_start[i] = now
+                op_thread[i] = slot
+                op_cores[i] = cores
+                code = op_note[i]
+                if code:  # its outputs' buffers
+                    log.append(code)
+                heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
+
+        ready = _process(ready_process)
 
         def take_thread(i, slot):
             """Op ``i`` got thread ``slot``: it takes its cores and starts, or waits for
@@ -675,63 +681,68 @@ class _Simulation:
             for j in queued:
                 ready(j)
 
-        def op_done(i):
-            op_end[i] = env._now
-            log.append(i)
-            # StepState.op_finished: the buffers it read and its unread outputs let go
-            # of (ascending, as the log notes its end), then freed resources are handed
-            # out, then the successors that became ready queue (ascending), then its
-            # sends go.
-            d = op_device[i]
-            free_slots = pool_free[d]
-            if cheap is None:
-                cores = op_cores[i]
-                if cores:  # its cores go to the ops waiting for them (sim.pools)
-                    host = host_of[d]
-                    free_cores = host.free + cores
-                    waiting = host.waiting
-                    while free_cores and waiting:
-                        _, j, slot = heappop(waiting)
-                        got = want_cores[j]
-                        if got > free_cores:
-                            got = free_cores
-                        free_cores -= got
-                        start(j, slot, got)
-                    host.free = free_cores
-                heappush(free_slots, op_thread[i])
-                lo, hi = succ_ptr[i], succ_ptr[i + 1]
-                if lo != hi:  # (most ops' successors are on other devices: no slice)
-                    for j in succ[lo:hi]:
-                        left = pending[j] - 1
-                        pending[j] = left
-                        if not left:
-                            ready(j)
-            else:
-                finish_inline(i, d)
-            waiting = pool_waiting[d]
-            while free_slots and waiting:
-                take_thread(heappop(waiting)[1], heappop(free_slots))
-            if counted_down:  # the static order's countdown (put_on_links), written out
-                k = sole_send[i]  # (see _sole; none: m, the sentinel never counted to 0)
-                if k >= 0:
-                    left = need[k] - 1
-                    need[k] = left
-                    if not left:
-                        start_transfer(k)
+        def op_done_process():
+            """Op ``i`` ended (each value sent)."""
+            while True:
+                i = yield
+                op_end[i] = env._now
+                log.append(i)
+                # StepState.op_finished: the buffers it read and its unread outputs let go
+                # of (ascending, as the log notes its end), then freed resources are handed
+                # out, then the successors that became ready queue (ascending), then its
+                # sends go.
+                d = op_device[i]
+                free_slots = pool_free[d]
+                if cheap is None:
+                    cores = op_cores[i]
+                    if cores:  # its cores go to the ops waiting for them (sim.pools)
+                        host = host_of[d]
+                        free_cores = host.free + cores
+                        waiting = host.waiting
+                        while free_cores and waiting:
+                            _, j, slot = heappop(waiting)
+                            got = want_cores[j]
+                            if got > free_cores:
+                                got = free_cores
+                            free_cores -= got
+                            start(j, slot, got)
+                        host.free = free_cores
+                    heappush(free_slots, op_thread[i])
+                    lo, hi = succ_ptr[i], succ_ptr[i + 1]
+                    if lo != hi:  # (most ops' successors are on other devices: no slice)
+                        for j in succ[lo:hi]:
+                            left = pending[j] - 1
+                            pending[j] = left
+                            if not left:
+                                ready(j)
                 else:
-                    p = ~k
-                    for k in sends[send_ptr[p]:send_ptr[p + 1]]:
+                    finish_inline(i, d)
+                waiting = pool_waiting[d]
+                while free_slots and waiting:
+                    take_thread(heappop(waiting)[1], heappop(free_slots))
+                if counted_down:  # the static order's countdown (put_on_links), written out
+                    k = sole_send[i]  # (see _sole; none: m, the sentinel never counted to 0)
+                    if k >= 0:
                         left = need[k] - 1
                         need[k] = left
                         if not left:
                             start_transfer(k)
-            else:
-                lo, hi = send_ptr[i], send_ptr[i + 1]
-                if lo != hi:
-                    for k in sends[lo:hi]:
-                        send(k)
-            if control_crossings is not None and i in control_crossings:
-                send_control(i, d)
+                    else:
+                        p = ~k
+                        for k in sends[send_ptr[p]:send_ptr[p + 1]]:
+                            left = need[k] - 1
+                            need[k] = left
+                            if not left:
+                                start_transfer(k)
+                else:
+                    lo, hi = send_ptr[i], send_ptr[i + 1]
+                    if lo != hi:
+                        for k in sends[lo:hi]:
+                            send(k)
+                if control_crossings is not None and i in control_crossings:
+                    send_control(i, d)
+
+        op_done = _process(op_done_process)
 
         def send_control(i, d):
             """Op ``i`` ended: the messages of its control edges to other tasks go."""
@@ -841,59 +852,64 @@ class _Simulation:
         else:
             sole_send, (send_ptr, sends) = None, plan.csr_op_sends
 
-        def transfer_done(k):
-            # StepState.transfer_done: the source buffer's reference (as the log notes
-            # its end), consumers' counts (the buffer is freed before any consumer
-            # starts, as StepState reports it).
-            log.append(n + k)
-            if serial:  # the receiver's dispatcher takes it in first
-                take_in(k)
-            else:  # taken_in, written out (one call fewer per transfer on the hot path)
-                j = sole_consumer[k]  # (see _sole)
-                if j >= 0:
-                    left = pending[j] - 1
-                    pending[j] = left
-                    if not left:
-                        ready(j)
-                else:
-                    p = ~j
-                    for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
+        def transfer_done_process():
+            """Transfer ``k`` ended (each value sent)."""
+            while True:
+                k = yield
+                # StepState.transfer_done: the source buffer's reference (as the log notes
+                # its end), consumers' counts (the buffer is freed before any consumer
+                # starts, as StepState reports it).
+                log.append(n + k)
+                if serial:  # the receiver's dispatcher takes it in first
+                    take_in(k)
+                else:  # taken_in, written out (one call fewer per transfer on the hot path)
+                    j = sole_consumer[k]  # (see _sole)
+                    if j >= 0:
                         left = pending[j] - 1
                         pending[j] = left
                         if not left:
                             ready(j)
-            if static:
-                j = next_first[k]
-                if j >= 0:
-                    # Two links at most (release_links, written out): the transfers they
-                    # offer themselves to start as they reach zero, which is in the
-                    # order of their first link (one after both links reaches zero at
-                    # the second).  Nearly every transfer starts here: start_transfer
-                    # is written out, once per link (calls, or a loop over the two
-                    # links, cost 2-4% of the run).
-                    left = need[j] - 1
-                    need[j] = left
-                    if not left:
-                        now = env._now
-                        code = recv_note[j]
-                        if code:  # the received copy's buffer
-                            log.append(code)
-                        x_start[j] = now
-                        heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
-                                         transfer_done, j))
-                    j = next_second[k]
-                    left = need[j] - 1
-                    need[j] = left
-                    if not left:  # (as for the first link)
-                        now = env._now
-                        code = recv_note[j]
-                        if code:  # the received copy's buffer
-                            log.append(code)
-                        x_start[j] = now
-                        heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
-                                         transfer_done, j))
-                    return
-            release_links(k)
+                    else:
+                        p = ~j
+                        for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
+                            left = pending[j] - 1
+                            pending[j] = left
+                            if not left:
+                                ready(j)
+                if static:
+                    j = next_first[k]
+                    if j >= 0:
+                        # Two links at most (release_links, written out): the transfers they
+                        # offer themselves to start as they reach zero, which is in the
+                        # order of their first link (one after both links reaches zero at
+                        # the second).  Nearly every transfer starts here: start_transfer
+                        # is written out, once per link (calls, or a loop over the two
+                        # links, cost 2-4% of the run).
+                        left = need[j] - 1
+                        need[j] = left
+                        if not left:
+                            now = env._now
+                            code = recv_note[j]
+                            if code:  # the received copy's buffer
+                                log.append(code)
+                            x_start[j] = now
+                            heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
+                                             transfer_done, j))
+                        j = next_second[k]
+                        left = need[j] - 1
+                        need[j] = left
+                        if not left:  # (as for the first link)
+                            now = env._now
+                            code = recv_note[j]
+                            if code:  # the received copy's buffer
+                                log.append(code)
+                            x_start[j] = now
+                            heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
+                                             transfer_done, j))
+                        continue
+                release_links(k)
+
+        transfer_done = _process(transfer_done_process)
 
         def take_in(k):
             """SimConfig.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
@@ -1096,6 +1112,22 @@ class _TraceColumns:
         device, time, use = memory_records(self.plan, self.log, self.op_alloc,
                                            self.op_end + self.x_end + self.op_start + self.x_start)
         return [make(MemoryRecord, (names[d], t, b)) for d, t, b in zip(device, time, use)]
+
+
+def _process(handler) -> callable:
+    """The ``send`` of the long-lived generator ``handler()``, started: each value sent
+    is handled from its ``yield`` to the next one (``while True: i = yield; ...``).
+
+    The run's hot handlers (an op ready, an op's or a transfer's end) are such
+    generators, not plain closures: a call copies every variable a closure reads
+    into a new frame and clears them after (~850 instructions for a handler reading
+    25 of them), where a generator keeps its frame between values (a send: ~350).
+    None of them is sent a value while it handles one (a generator cannot be
+    re-entered): they only schedule each other's events or call the others.
+    """
+    process = handler()
+    next(process)
+    return process.send
 
 
 def _without_gc(make):
