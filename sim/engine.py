@@ -6,8 +6,8 @@ plan's flat arrays: a method call and a ``Progress`` per event cost a fifth of t
 run); devices, hosts and links are small resources (:mod:`sim.pools`,
 :mod:`sim.links`) granted synchronously inside event callbacks (a link in the static
 order by a countdown per transfer, no scan of its route); the only scheduled events are
-the ends of ops and of transfers (one heap entry each, ``(time, NORMAL, id, handler,
-value)``: SimPy's own key, stepped by :class:`_Environment`).  That keeps the cost per
+the ends of ops and of transfers (one heap entry each, ``(time, id, handler, value)``:
+SimPy's own key less its priority, stepped by :class:`_Environment`).  That keeps the cost per
 op to about one SimPy event.  Everything before time 0 (plan, durations, routes, link
 orders) is numpy over the plan's arrays; the graph's part of them is read from columns
 the graph keeps as its ops are created (:class:`core.graph.OpColumns`, so even a first
@@ -65,7 +65,6 @@ from heapq import heappop, heappush
 import numpy as np
 import simpy
 from simpy.core import EmptySchedule
-from simpy.events import NORMAL
 
 from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
@@ -164,9 +163,11 @@ def _resolve_fetches(graph, fetches):
 class _Environment(simpy.Environment):
     """The run's SimPy environment, whose events are the run's own: an op's or a
     transfer's end (and the rarer kinds: a task's part starting, a control message, a
-    dispatcher's work), each pushed straight on the heap as ``(time, NORMAL, id,
-    handler, value)``: SimPy's own key, with the environment's id counter, so that ties
-    keep SimPy's order (the ids differ, so the handlers are never compared).  ``step``,
+    dispatcher's work), each pushed straight on the heap as ``(time, id, handler,
+    value)``: SimPy's own key ``(time, priority, id)`` less the priority, which would
+    be NORMAL for every event here, with the environment's id counter, so that ties
+    keep SimPy's order (the ids differ, so the handlers are never compared; a
+    constant in every entry was one more item to build, unpack and compare per event).  ``step``,
     SimPy's extension point (as ``simpy.rt.RealtimeEnvironment`` overrides it), pops
     the next one, sets the clock and calls ``handler(value)``; ``run`` does the same in
     its own loop (SimPy's calls ``step`` once per event: a Python call per end, 3% of
@@ -182,7 +183,7 @@ class _Environment(simpy.Environment):
 
     def step(self) -> None:
         try:
-            self._now, _, _, handler, value = heappop(self._queue)
+            self._now, _, handler, value = heappop(self._queue)
         except IndexError:
             raise EmptySchedule from None
         handler(value)
@@ -199,7 +200,7 @@ class _Environment(simpy.Environment):
         while True:
             if not queue:
                 return
-            self._now, _, _, handler, value = heappop(queue)
+            self._now, _, handler, value = heappop(queue)
             handler(value)
 
 
@@ -399,20 +400,22 @@ class _Simulation:
         """Control edges between tasks: taken out of the successor lists
         (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, destination
         task, successors)]``, one entry per destination device (None when there are
-        none: the plan's own lists are used)."""
+        none: the plan's own lists are used); ``self.succ_count``: how many successors
+        each op keeps (an array)."""
         plan = self.plan
         self.succ = None
         self.control_crossings = None
+        ptr, succ = plan.array("csr_op_succ")
+        self.succ_count = np.diff(ptr)
         if len(set(self.task_of)) < 2:
             return
-        ptr, succ = plan.array("csr_op_succ")
         src = np.repeat(np.arange(plan.n_ops), np.diff(ptr))
         op_task = np.asarray(self.task_of, np.int64)[plan.array("op_device")]
         cross = op_task[src] != op_task[succ]
         if not cross.any():
             return
         keep = ~cross
-        counts = np.bincount(src[keep], minlength=plan.n_ops)
+        self.succ_count = counts = np.bincount(src[keep], minlength=plan.n_ops)
         self.succ = (np.concatenate([[0], np.cumsum(counts)]).tolist(), succ[keep].tolist())
         op_device, names = plan.op_device, self.device_names
         latency: dict[tuple[int, int], float] = {}
@@ -476,6 +479,9 @@ class _Simulation:
         # read only where needed, as a plan makes each list on first use.)
         pending = plan.array("initial_pending").tolist()
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
+        # (most ops' successors are on other devices: a flag per op tells which have
+        # some, where comparing two of succ_ptr was a few lines more per op end)
+        has_succ = (self.succ_count > 0).tolist()
         sole_consumer, consumer_ptr, consumers = _sole(*plan.array("csr_transfer_consumers"))
         op_device = plan.op_device
         transfer_dst = plan.transfer_dst if self.config.serial_dispatch else None
@@ -509,7 +515,7 @@ class _Simulation:
         def schedule(at, handler, value):
             """``handler(value)`` at time ``at`` (for the rarer kinds of events; the ends
             of ops and transfers are pushed written out)."""
-            heappush(queue, (at, NORMAL, next(ids), handler, value))
+            heappush(queue, (at, next(ids), handler, value))
 
         def ready_process():
             """Op ``i`` is ready (each value sent): it takes a thread of its device's pool
@@ -548,7 +554,7 @@ class _Simulation:
                 code = op_note[i]
                 if code:  # its outputs' buffers
                     log.append(code)
-                heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
+                heappush(queue, (now + duration, next(ids), op_done, i))
 
         ready = _process(ready_process)
 
@@ -615,7 +621,7 @@ class _Simulation:
             code = op_note[i]
             if code:  # its outputs' buffers
                 log.append(code)
-            heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
+            heappush(queue, (now + duration, next(ids), op_done, i))
 
         def finish_inline(i, d):
             """op_done's hand-out under SimConfig.inline_elements: the thread that ran
@@ -708,9 +714,8 @@ class _Simulation:
                             start(j, slot, got)
                         host.free = free_cores
                     heappush(free_slots, op_thread[i])
-                    lo, hi = succ_ptr[i], succ_ptr[i + 1]
-                    if lo != hi:  # (most ops' successors are on other devices: no slice)
-                        for j in succ[lo:hi]:
+                    if has_succ[i]:
+                        for j in succ[succ_ptr[i]:succ_ptr[i + 1]]:
                             left = pending[j] - 1
                             pending[j] = left
                             if not left:
@@ -831,7 +836,7 @@ class _Simulation:
             if code:  # the received copy's buffer
                 log.append(code)
             x_start[k] = now
-            heappush(queue, (now + transfer_time[k], NORMAL, next(ids), transfer_done, k))
+            heappush(queue, (now + transfer_time[k], next(ids), transfer_done, k))
 
         def dispatch_send(k):
             """SimConfig.serial_dispatch: the sender's dispatcher sends transfer ``k``
@@ -893,7 +898,7 @@ class _Simulation:
                             if code:  # the received copy's buffer
                                 log.append(code)
                             x_start[j] = now
-                            heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
+                            heappush(queue, (now + transfer_time[j], next(ids),
                                              transfer_done, j))
                         j = next_second[k]
                         left = need[j] - 1
@@ -904,7 +909,7 @@ class _Simulation:
                             if code:  # the received copy's buffer
                                 log.append(code)
                             x_start[j] = now
-                            heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
+                            heappush(queue, (now + transfer_time[j], next(ids),
                                              transfer_done, j))
                         continue
                 release_links(k)
