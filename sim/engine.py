@@ -7,16 +7,17 @@ run); devices, hosts and links are small resources (:mod:`sim.pools`,
 :mod:`sim.links`) granted synchronously inside event callbacks (a link in the static
 order by a countdown per transfer, no scan of its route); the only scheduled events are
 the ends of ops and of transfers (one heap entry each, ``(time, id, handler, value)``:
-SimPy's own key less its priority, stepped by :class:`_Environment`).  That keeps the cost per
-op to about one SimPy event.  Everything before time 0 (plan, durations, routes, link
-orders) is numpy over the plan's arrays; the graph's part of them is read from columns
-the graph keeps as its ops are created (:class:`core.graph.OpColumns`, so even a first
-call on a fresh graph walks no op objects) and kept with the graph until it changes
-(``Graph.cached_view``), so the same graph under other placements reuses it; and the
-trace's records are made on first access (:meth:`Trace.lazy`).  The run notes only the
-order of ends and allocations (an int each); the memory records are worked out from it
-afterwards (:func:`sim.memory.memory_records`), and bytes in use are counted during the
-run only when some device could run out (else no allocation can exceed its capacity).
+SimPy's own key less its priority, stepped by :class:`_Environment`).  That keeps the
+cost per op to about one SimPy event.  Everything before time 0 (plan, durations,
+routes, link orders) is numpy over the plan's arrays; the graph's part of them is read
+from columns the graph keeps as its ops are created (:class:`core.graph.OpColumns`, so
+even a first call on a fresh graph walks no op objects) and kept with the graph until
+it changes (``Graph.cached_view``), so the same graph under other placements reuses it;
+and the trace's records are made on first access (:meth:`Trace.lazy`).  The run notes
+only the order of ends and allocations (an int each); the memory records are worked out
+from it afterwards (:func:`sim.memory.memory_records`), and bytes in use are counted
+during the run only when some device could run out (else no allocation can exceed its
+capacity).
 
 Rules of the model (the semantics page, "Parallel execution", "GPU memory", "Clusters
 of servers"):
@@ -167,12 +168,12 @@ class _Environment(simpy.Environment):
     value)``: SimPy's own key ``(time, priority, id)`` less the priority, which would
     be NORMAL for every event here, with the environment's id counter, so that ties
     keep SimPy's order (the ids differ, so the handlers are never compared; a
-    constant in every entry was one more item to build, unpack and compare per event).  ``step``,
-    SimPy's extension point (as ``simpy.rt.RealtimeEnvironment`` overrides it), pops
-    the next one, sets the clock and calls ``handler(value)``; ``run`` does the same in
-    its own loop (SimPy's calls ``step`` once per event: a Python call per end, 3% of
-    simulate()'s instructions).  As SimPy events cannot be scheduled here, neither
-    can ``until``.
+    constant in every entry was one more item to build, unpack and compare per
+    event).  ``step``, SimPy's extension point (as ``simpy.rt.RealtimeEnvironment``
+    overrides it), pops the next one, sets the clock and calls ``handler(value)``;
+    ``run`` does the same in its own loop (SimPy's calls ``step`` once per event: a
+    Python call per end, 3% of simulate()'s instructions).  As SimPy events cannot be
+    scheduled here, neither can ``until``.
 
     (SimPy's own step runs an event object's list of callbacks and checks that it did
     not fail, which an end never does; a ``Timeout`` per end also costs an
