@@ -6,17 +6,18 @@ plan's flat arrays: a method call and a ``Progress`` per event cost a fifth of t
 run); devices, hosts and links are small resources (:mod:`sim.pools`,
 :mod:`sim.links`) granted synchronously inside event callbacks (a link in the static
 order by a countdown per transfer, no scan of its route); the only scheduled events are
-the ends of ops and of transfers (one heap entry each, ``(time, NORMAL, id, handler,
-value)``: SimPy's own key, stepped by :class:`_Environment`).  That keeps the cost per
-op to about one SimPy event.  Everything before time 0 (plan, durations, routes, link
-orders) is numpy over the plan's arrays; the graph's part of them is read from columns
-the graph keeps as its ops are created (:class:`core.graph.OpColumns`, so even a first
-call on a fresh graph walks no op objects) and kept with the graph until it changes
-(``Graph.cached_view``), so the same graph under other placements reuses it; and the
-trace's records are made on first access (:meth:`Trace.lazy`).  The run notes only the
-order of ends and allocations (an int each); the memory records are worked out from it
-afterwards (:func:`sim.memory.memory_records`), and bytes in use are counted during the
-run only when some device could run out (else no allocation can exceed its capacity).
+the ends of ops and of transfers (one heap entry each, ``(time, id, handler, value)``:
+SimPy's own key less its priority, stepped by :class:`_Environment`).  That keeps the
+cost per op to about one SimPy event.  Everything before time 0 (plan, durations,
+routes, link orders) is numpy over the plan's arrays; the graph's part of them is read
+from columns the graph keeps as its ops are created (:class:`core.graph.OpColumns`, so
+even a first call on a fresh graph walks no op objects) and kept with the graph until
+it changes (``Graph.cached_view``), so the same graph under other placements reuses it;
+and the trace's records are made on first access (:meth:`Trace.lazy`).  The run notes
+only the order of ends and allocations (an int each); the memory records are worked out
+from it afterwards (:func:`sim.memory.memory_records`), and bytes in use are counted
+during the run only when some device could run out (else no allocation can exceed its
+capacity).
 
 Rules of the model (the semantics page, "Parallel execution", "GPU memory", "Clusters
 of servers"):
@@ -65,7 +66,6 @@ from heapq import heappop, heappush
 import numpy as np
 import simpy
 from simpy.core import EmptySchedule
-from simpy.events import NORMAL
 
 from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
@@ -164,14 +164,16 @@ def _resolve_fetches(graph, fetches):
 class _Environment(simpy.Environment):
     """The run's SimPy environment, whose events are the run's own: an op's or a
     transfer's end (and the rarer kinds: a task's part starting, a control message, a
-    dispatcher's work), each pushed straight on the heap as ``(time, NORMAL, id,
-    handler, value)``: SimPy's own key, with the environment's id counter, so that ties
-    keep SimPy's order (the ids differ, so the handlers are never compared).  ``step``,
-    SimPy's extension point (as ``simpy.rt.RealtimeEnvironment`` overrides it), pops
-    the next one, sets the clock and calls ``handler(value)``; ``run`` does the same in
-    its own loop (SimPy's calls ``step`` once per event: a Python call per end, 3% of
-    simulate()'s instructions).  As SimPy events cannot be scheduled here, neither
-    can ``until``.
+    dispatcher's work), each pushed straight on the heap as ``(time, id, handler,
+    value)``: SimPy's own key ``(time, priority, id)`` less the priority, which would
+    be NORMAL for every event here, with the environment's id counter, so that ties
+    keep SimPy's order (the ids differ, so the handlers are never compared; a
+    constant in every entry was one more item to build, unpack and compare per
+    event).  ``step``, SimPy's extension point (as ``simpy.rt.RealtimeEnvironment``
+    overrides it), pops the next one, sets the clock and calls ``handler(value)``;
+    ``run`` does the same in its own loop (SimPy's calls ``step`` once per event: a
+    Python call per end, 3% of simulate()'s instructions).  As SimPy events cannot be
+    scheduled here, neither can ``until``.
 
     (SimPy's own step runs an event object's list of callbacks and checks that it did
     not fail, which an end never does; a ``Timeout`` per end also costs an
@@ -182,7 +184,7 @@ class _Environment(simpy.Environment):
 
     def step(self) -> None:
         try:
-            self._now, _, _, handler, value = heappop(self._queue)
+            self._now, _, handler, value = heappop(self._queue)
         except IndexError:
             raise EmptySchedule from None
         handler(value)
@@ -199,7 +201,7 @@ class _Environment(simpy.Environment):
         while True:
             if not queue:
                 return
-            self._now, _, _, handler, value = heappop(queue)
+            self._now, _, handler, value = heappop(queue)
             handler(value)
 
 
@@ -399,20 +401,22 @@ class _Simulation:
         """Control edges between tasks: taken out of the successor lists
         (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, destination
         task, successors)]``, one entry per destination device (None when there are
-        none: the plan's own lists are used)."""
+        none: the plan's own lists are used); ``self.succ_count``: how many successors
+        each op keeps (an array)."""
         plan = self.plan
         self.succ = None
         self.control_crossings = None
+        ptr, succ = plan.array("csr_op_succ")
+        self.succ_count = np.diff(ptr)
         if len(set(self.task_of)) < 2:
             return
-        ptr, succ = plan.array("csr_op_succ")
         src = np.repeat(np.arange(plan.n_ops), np.diff(ptr))
         op_task = np.asarray(self.task_of, np.int64)[plan.array("op_device")]
         cross = op_task[src] != op_task[succ]
         if not cross.any():
             return
         keep = ~cross
-        counts = np.bincount(src[keep], minlength=plan.n_ops)
+        self.succ_count = counts = np.bincount(src[keep], minlength=plan.n_ops)
         self.succ = (np.concatenate([[0], np.cumsum(counts)]).tolist(), succ[keep].tolist())
         op_device, names = plan.op_device, self.device_names
         latency: dict[tuple[int, int], float] = {}
@@ -437,9 +441,11 @@ class _Simulation:
         ``self.x`` is a dictionary look-up, and the handlers run ~230k times at 100k ops.
         A call copies in all of a closure's variables, and a call or a loop over a few
         items costs as much as a dozen lines of straight code: so the hot handlers
-        (op_done, transfer_done, ready) do the common case straight, written out where
-        it would be a call, and leave the rarer configurations' work (serial dispatch,
-        control messages, a task's late start) to small helpers.  Memory is an int
+        (op_done, transfer_done, ready) are long-lived generators, sent a value per
+        event (:func:`_process`: no frame to set up per call), do the common case
+        straight, written out where it would be a call, and leave the rarer
+        configurations' work (serial dispatch, control messages, a task's late start)
+        to small helpers.  Memory is an int
         appended per end and per allocation (a record tuple per change and the
         reference counts were a fifth of the run); bytes in use are kept only when a
         device could run out (:class:`sim.memory.TrackedLog`).
@@ -474,6 +480,9 @@ class _Simulation:
         # read only where needed, as a plan makes each list on first use.)
         pending = plan.array("initial_pending").tolist()
         succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
+        # (most ops' successors are on other devices: a flag per op tells which have
+        # some, where comparing two of succ_ptr was a few lines more per op end)
+        has_succ = (self.succ_count > 0).tolist()
         sole_consumer, consumer_ptr, consumers = _sole(*plan.array("csr_transfer_consumers"))
         op_device = plan.op_device
         transfer_dst = plan.transfer_dst if self.config.serial_dispatch else None
@@ -507,44 +516,48 @@ class _Simulation:
         def schedule(at, handler, value):
             """``handler(value)`` at time ``at`` (for the rarer kinds of events; the ends
             of ops and transfers are pushed written out)."""
-            heappush(queue, (at, NORMAL, next(ids), handler, value))
+            heappush(queue, (at, next(ids), handler, value))
 
-        def ready(i):
-            """Op ``i`` is ready: it takes a thread of its device's pool and its cores
-            and starts, or waits for them."""
-            d = op_device[i]
-            if late and env._now < start_at[d]:  # the task's part has not started yet
-                schedule(start_at[d], ready, i)
-                return
-            free_slots = pool_free[d]
-            if not free_slots or pool_waiting[d]:
-                heappush(pool_waiting[d], (env._now, i))
-                return
-            # take_thread and start, written out: most ops get their thread and cores
-            # here (a call fewer per op, ~2% of the run).
-            slot = heappop(free_slots)
-            cores = want_cores[i]
-            duration = durations[i]
-            if cores:
-                host = host_of[d]
-                free = host.free
-                if not free or host.waiting:
-                    heappush(host.waiting, (env._now, i, slot))
-                    return
-                if cores > free:  # a multithreaded kernel takes what is free, runs longer
-                    cores = free
-                    duration *= slowdown[d][cores]
-                host.free = free - cores
-            now = env._now
-            if serial:
-                duration = dispatched(i, duration, cores)
-            op_start[i] = now
-            op_thread[i] = slot
-            op_cores[i] = cores
-            code = op_note[i]
-            if code:  # its outputs' buffers
-                log.append(code)
-            heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
+        def ready_process():
+            """Op ``i`` is ready (each value sent): it takes a thread of its device's pool
+            and its cores and starts, or waits for them."""
+            while True:
+                i = yield
+                d = op_device[i]
+                if late and env._now < start_at[d]:  # the task's part has not started yet
+                    schedule(start_at[d], ready, i)
+                    continue
+                free_slots = pool_free[d]
+                if not free_slots or pool_waiting[d]:
+                    heappush(pool_waiting[d], (env._now, i))
+                    continue
+                # take_thread and start, written out: most ops get their thread and
+                # cores here (a call fewer per op, ~2% of the run).
+                slot = heappop(free_slots)
+                cores = want_cores[i]
+                duration = durations[i]
+                if cores:
+                    host = host_of[d]
+                    free = host.free
+                    if not free or host.waiting:
+                        heappush(host.waiting, (env._now, i, slot))
+                        continue
+                    if cores > free:  # a multithreaded kernel takes what is free, runs longer
+                        cores = free
+                        duration *= slowdown[d][cores]
+                    host.free = free - cores
+                now = env._now
+                if serial:
+                    duration = dispatched(i, duration, cores)
+                op_start[i] = now
+                op_thread[i] = slot
+                op_cores[i] = cores
+                code = op_note[i]
+                if code:  # its outputs' buffers
+                    log.append(code)
+                heappush(queue, (now + duration, next(ids), op_done, i))
+
+        ready = _process(ready_process)
 
         def take_thread(i, slot):
             """Op ``i`` got thread ``slot``: it takes its cores and starts, or waits for
@@ -609,7 +622,7 @@ class _Simulation:
             code = op_note[i]
             if code:  # its outputs' buffers
                 log.append(code)
-            heappush(queue, (now + duration, NORMAL, next(ids), op_done, i))
+            heappush(queue, (now + duration, next(ids), op_done, i))
 
         def finish_inline(i, d):
             """op_done's hand-out under SimConfig.inline_elements: the thread that ran
@@ -675,63 +688,67 @@ class _Simulation:
             for j in queued:
                 ready(j)
 
-        def op_done(i):
-            op_end[i] = env._now
-            log.append(i)
-            # StepState.op_finished: the buffers it read and its unread outputs let go
-            # of (ascending, as the log notes its end), then freed resources are handed
-            # out, then the successors that became ready queue (ascending), then its
-            # sends go.
-            d = op_device[i]
-            free_slots = pool_free[d]
-            if cheap is None:
-                cores = op_cores[i]
-                if cores:  # its cores go to the ops waiting for them (sim.pools)
-                    host = host_of[d]
-                    free_cores = host.free + cores
-                    waiting = host.waiting
-                    while free_cores and waiting:
-                        _, j, slot = heappop(waiting)
-                        got = want_cores[j]
-                        if got > free_cores:
-                            got = free_cores
-                        free_cores -= got
-                        start(j, slot, got)
-                    host.free = free_cores
-                heappush(free_slots, op_thread[i])
-                lo, hi = succ_ptr[i], succ_ptr[i + 1]
-                if lo != hi:  # (most ops' successors are on other devices: no slice)
-                    for j in succ[lo:hi]:
-                        left = pending[j] - 1
-                        pending[j] = left
-                        if not left:
-                            ready(j)
-            else:
-                finish_inline(i, d)
-            waiting = pool_waiting[d]
-            while free_slots and waiting:
-                take_thread(heappop(waiting)[1], heappop(free_slots))
-            if counted_down:  # the static order's countdown (put_on_links), written out
-                k = sole_send[i]  # (see _sole; none: m, the sentinel never counted to 0)
-                if k >= 0:
-                    left = need[k] - 1
-                    need[k] = left
-                    if not left:
-                        start_transfer(k)
+        def op_done_process():
+            """Op ``i`` ended (each value sent)."""
+            while True:
+                i = yield
+                op_end[i] = env._now
+                log.append(i)
+                # StepState.op_finished: the buffers it read and its unread outputs let go
+                # of (ascending, as the log notes its end), then freed resources are handed
+                # out, then the successors that became ready queue (ascending), then its
+                # sends go.
+                d = op_device[i]
+                free_slots = pool_free[d]
+                if cheap is None:
+                    cores = op_cores[i]
+                    if cores:  # its cores go to the ops waiting for them (sim.pools)
+                        host = host_of[d]
+                        free_cores = host.free + cores
+                        waiting = host.waiting
+                        while free_cores and waiting:
+                            _, j, slot = heappop(waiting)
+                            got = want_cores[j]
+                            if got > free_cores:
+                                got = free_cores
+                            free_cores -= got
+                            start(j, slot, got)
+                        host.free = free_cores
+                    heappush(free_slots, op_thread[i])
+                    if has_succ[i]:
+                        for j in succ[succ_ptr[i]:succ_ptr[i + 1]]:
+                            left = pending[j] - 1
+                            pending[j] = left
+                            if not left:
+                                ready(j)
                 else:
-                    p = ~k
-                    for k in sends[send_ptr[p]:send_ptr[p + 1]]:
+                    finish_inline(i, d)
+                waiting = pool_waiting[d]
+                while free_slots and waiting:
+                    take_thread(heappop(waiting)[1], heappop(free_slots))
+                if counted_down:  # the static order's countdown (put_on_links), written out
+                    k = sole_send[i]  # (see _sole; none: m, the sentinel never counted to 0)
+                    if k >= 0:
                         left = need[k] - 1
                         need[k] = left
                         if not left:
                             start_transfer(k)
-            else:
-                lo, hi = send_ptr[i], send_ptr[i + 1]
-                if lo != hi:
-                    for k in sends[lo:hi]:
-                        send(k)
-            if control_crossings is not None and i in control_crossings:
-                send_control(i, d)
+                    else:
+                        p = ~k
+                        for k in sends[send_ptr[p]:send_ptr[p + 1]]:
+                            left = need[k] - 1
+                            need[k] = left
+                            if not left:
+                                start_transfer(k)
+                else:
+                    lo, hi = send_ptr[i], send_ptr[i + 1]
+                    if lo != hi:
+                        for k in sends[lo:hi]:
+                            send(k)
+                if control_crossings is not None and i in control_crossings:
+                    send_control(i, d)
+
+        op_done = _process(op_done_process)
 
         def send_control(i, d):
             """Op ``i`` ended: the messages of its control edges to other tasks go."""
@@ -820,7 +837,7 @@ class _Simulation:
             if code:  # the received copy's buffer
                 log.append(code)
             x_start[k] = now
-            heappush(queue, (now + transfer_time[k], NORMAL, next(ids), transfer_done, k))
+            heappush(queue, (now + transfer_time[k], next(ids), transfer_done, k))
 
         def dispatch_send(k):
             """SimConfig.serial_dispatch: the sender's dispatcher sends transfer ``k``
@@ -841,59 +858,64 @@ class _Simulation:
         else:
             sole_send, (send_ptr, sends) = None, plan.csr_op_sends
 
-        def transfer_done(k):
-            # StepState.transfer_done: the source buffer's reference (as the log notes
-            # its end), consumers' counts (the buffer is freed before any consumer
-            # starts, as StepState reports it).
-            log.append(n + k)
-            if serial:  # the receiver's dispatcher takes it in first
-                take_in(k)
-            else:  # taken_in, written out (one call fewer per transfer on the hot path)
-                j = sole_consumer[k]  # (see _sole)
-                if j >= 0:
-                    left = pending[j] - 1
-                    pending[j] = left
-                    if not left:
-                        ready(j)
-                else:
-                    p = ~j
-                    for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
+        def transfer_done_process():
+            """Transfer ``k`` ended (each value sent)."""
+            while True:
+                k = yield
+                # StepState.transfer_done: the source buffer's reference (as the log notes
+                # its end), consumers' counts (the buffer is freed before any consumer
+                # starts, as StepState reports it).
+                log.append(n + k)
+                if serial:  # the receiver's dispatcher takes it in first
+                    take_in(k)
+                else:  # taken_in, written out (one call fewer per transfer on the hot path)
+                    j = sole_consumer[k]  # (see _sole)
+                    if j >= 0:
                         left = pending[j] - 1
                         pending[j] = left
                         if not left:
                             ready(j)
-            if static:
-                j = next_first[k]
-                if j >= 0:
-                    # Two links at most (release_links, written out): the transfers they
-                    # offer themselves to start as they reach zero, which is in the
-                    # order of their first link (one after both links reaches zero at
-                    # the second).  Nearly every transfer starts here: start_transfer
-                    # is written out, once per link (calls, or a loop over the two
-                    # links, cost 2-4% of the run).
-                    left = need[j] - 1
-                    need[j] = left
-                    if not left:
-                        now = env._now
-                        code = recv_note[j]
-                        if code:  # the received copy's buffer
-                            log.append(code)
-                        x_start[j] = now
-                        heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
-                                         transfer_done, j))
-                    j = next_second[k]
-                    left = need[j] - 1
-                    need[j] = left
-                    if not left:  # (as for the first link)
-                        now = env._now
-                        code = recv_note[j]
-                        if code:  # the received copy's buffer
-                            log.append(code)
-                        x_start[j] = now
-                        heappush(queue, (now + transfer_time[j], NORMAL, next(ids),
-                                         transfer_done, j))
-                    return
-            release_links(k)
+                    else:
+                        p = ~j
+                        for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
+                            left = pending[j] - 1
+                            pending[j] = left
+                            if not left:
+                                ready(j)
+                if static:
+                    j = next_first[k]
+                    if j >= 0:
+                        # Two links at most (release_links, written out): the transfers they
+                        # offer themselves to start as they reach zero, which is in the
+                        # order of their first link (one after both links reaches zero at
+                        # the second).  Nearly every transfer starts here: start_transfer
+                        # is written out, once per link (calls, or a loop over the two
+                        # links, cost 2-4% of the run).
+                        left = need[j] - 1
+                        need[j] = left
+                        if not left:
+                            now = env._now
+                            code = recv_note[j]
+                            if code:  # the received copy's buffer
+                                log.append(code)
+                            x_start[j] = now
+                            heappush(queue, (now + transfer_time[j], next(ids),
+                                             transfer_done, j))
+                        j = next_second[k]
+                        left = need[j] - 1
+                        need[j] = left
+                        if not left:  # (as for the first link)
+                            now = env._now
+                            code = recv_note[j]
+                            if code:  # the received copy's buffer
+                                log.append(code)
+                            x_start[j] = now
+                            heappush(queue, (now + transfer_time[j], next(ids),
+                                             transfer_done, j))
+                        continue
+                release_links(k)
+
+        transfer_done = _process(transfer_done_process)
 
         def take_in(k):
             """SimConfig.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
@@ -1096,6 +1118,22 @@ class _TraceColumns:
         device, time, use = memory_records(self.plan, self.log, self.op_alloc,
                                            self.op_end + self.x_end + self.op_start + self.x_start)
         return [make(MemoryRecord, (names[d], t, b)) for d, t, b in zip(device, time, use)]
+
+
+def _process(handler) -> callable:
+    """The ``send`` of the long-lived generator ``handler()``, started: each value sent
+    is handled from its ``yield`` to the next one (``while True: i = yield; ...``).
+
+    The run's hot handlers (an op ready, an op's or a transfer's end) are such
+    generators, not plain closures: a call copies every variable a closure reads
+    into a new frame and clears them after (~850 instructions for a handler reading
+    25 of them), where a generator keeps its frame between values (a send: ~350).
+    None of them is sent a value while it handles one (a generator cannot be
+    re-entered): they only schedule each other's events or call the others.
+    """
+    process = handler()
+    next(process)
+    return process.send
 
 
 def _without_gc(make):

@@ -65,19 +65,19 @@ def static_transfer_order(plan, durations: list[float]) -> np.ndarray:
     n, m = plan.n_ops, plan.n_transfers
     if not m:
         return []
-    # Each op's predecessors as one flat list: the ops it waits for on its device and
-    # the producers of the transfers it waits for (numpy merges the two flat forms).
+    # Each op's predecessors as one flat list: the ops it waits for on its device, then
+    # the producers of the transfers it waits for.  The two flat forms are merged by
+    # placing each item (op i's part starts at op_ptr[i] + x_ptr[i]: a sort of the
+    # items by op cost ~10% of this function).
     op_ptr, op_preds = plan.array("csr_op_pred_ops")
     x_ptr, x_preds = plan.array("csr_op_pred_transfers")
     producer = plan.array("tensor_op")[plan.array("transfer_tensor")]
-    owner = np.concatenate([np.repeat(np.arange(n), np.diff(op_ptr)),
-                            np.repeat(np.arange(n), np.diff(x_ptr))])
-    preds = np.concatenate([op_preds, producer[x_preds]])
-    by_owner = np.argsort(owner, kind="stable")
-    count = np.bincount(owner, minlength=n)
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(count, out=ptr[1:])
-    preds = preds[by_owner]
+    op_count, x_count = np.diff(op_ptr), np.diff(x_ptr)
+    count = op_count + x_count
+    ptr = op_ptr + x_ptr
+    preds = np.empty(int(ptr[-1]), np.int64)
+    preds[np.arange(len(op_preds)) + np.repeat(x_ptr[:-1], op_count)] = op_preds
+    preds[np.arange(len(x_preds)) + np.repeat(op_ptr[1:], x_count)] = producer[x_preds]
     # finish[1 + i] = the latest finish among i's predecessors + i's duration, in
     # topological order (appended: a list store by index and the loop's counter cost
     # a sixth more).  Most ops have at most two predecessors: those read two entries
@@ -127,7 +127,7 @@ def link_successors(order, routes: list[tuple[int, ...]], route_of: np.ndarray
     link, owner, slot = link[by_link], owner[by_link], slot[by_link]
     same_link = link[1:] == link[:-1]
     after = np.full(len(owner), m, np.int64)
-    after[:-1][same_link] = owner[1:][same_link]
+    after[:-1] = np.where(same_link, owner[1:], m)  # (np.where: a boolean mask's 5x)
     first = owner[np.concatenate([[True], ~same_link])] if len(owner) else owner
     # Per transfer, in route order (its pairs are consecutive, transfer by transfer).
     pairs = route_len[route_of]

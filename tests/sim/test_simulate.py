@@ -237,15 +237,13 @@ def test_a_run_that_leaves_an_op_unrun_raises_simulation_stalled():
 def test_the_environment_handles_events_by_time_then_in_the_order_scheduled():
     from heapq import heappush
 
-    from simpy.events import NORMAL
-
     from sim.engine import _Environment
 
     env = _Environment()
     seen = []
 
     def schedule(at, handler, value):
-        heappush(env._queue, (at, NORMAL, next(env._eid), handler, value))
+        heappush(env._queue, (at, next(env._eid), handler, value))
 
     def note(value):
         seen.append((env.now, value))
