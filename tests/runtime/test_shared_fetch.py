@@ -78,6 +78,20 @@ def test_a_large_fetch_comes_through_a_reused_segment_and_is_the_callers_copy(mo
     assert _my_pool_segments() == []
 
 
+def _relu_product(seed: int):
+    """``(graph, w, out, x_val, w_val)``: a graph whose ``out`` is relu(x @ w), ``x`` a
+    constant of ``ROWS x 64`` and ``w`` a variable of ``64 x ROWS`` (its product goes
+    through the master's segment when fetched)."""
+    rng = np.random.default_rng(seed)
+    x_val = rng.standard_normal((ROWS, 64)).astype(np.float32)
+    w_val = rng.standard_normal((64, ROWS)).astype(np.float32)
+    g = tf.Graph()
+    with g.as_default():
+        w = tf.Variable(w_val, name="w")
+        out = tf.relu(tf.matmul(tf.constant(x_val), w), name="out")
+    return g, w, out, x_val, w_val
+
+
 def test_a_fetched_product_is_written_straight_into_the_segment(monkeypatch):
     """The master offers its segment to the kernel that makes a fetched tensor (here the
     MatMul a fetched Relu is folded into): no copy into the segment, and the client's
@@ -89,15 +103,10 @@ def test_a_fetched_product_is_written_straight_into_the_segment(monkeypatch):
                         lambda self, arr, segment=None: (staged.append(arr.shape),
                                                          stage(self, arr, segment))[1])
     taken = _spy_take_shared(monkeypatch)
-    rng = np.random.default_rng(5)
-    x_val = rng.standard_normal((ROWS, 64)).astype(np.float32)
-    w_val = rng.standard_normal((64, ROWS)).astype(np.float32)
     server = _server()
     try:
-        g = tf.Graph()
+        g, w, out, x_val, w_val = _relu_product(5)
         with g.as_default():
-            w = tf.Variable(w_val, name="w")
-            out = tf.relu(tf.matmul(tf.constant(x_val), w), name="out")
             total = tf.reduce_sum(out, name="total")
         with Session(server.target, graph=g) as sess:
             sess.run(w.initializer)
@@ -145,18 +154,12 @@ def test_a_fetched_product_still_referenced_after_the_step_lets_the_server_stop_
                         (matmul_whose_frame_outlives_the_step, dtypes))
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    rng = np.random.default_rng(7)
-    x_val = rng.standard_normal((ROWS, 64)).astype(np.float32)
-    w_val = rng.standard_normal((64, ROWS)).astype(np.float32)
+    g, w, out, x_val, w_val = _relu_product(7)
     gc.collect()
     gc.disable()  # the cycle stays until the server has stopped, as it did on CI
     try:
         server = _server()
         try:
-            g = tf.Graph()
-            with g.as_default():
-                w = tf.Variable(w_val, name="w")
-                out = tf.relu(tf.matmul(tf.constant(x_val), w), name="out")
             with Session(server.target, graph=g) as sess:
                 sess.run(w.initializer)
                 value = sess.run(out)
@@ -176,15 +179,10 @@ def test_the_segment_offered_to_a_failed_step_is_never_offered_again():
     fetched product into the segment offered for it): that segment is let go, not put
     back in the pool where the next step would take it."""
     from runtime.errors import FailedPrecondition
-    rng = np.random.default_rng(9)
-    x_val = rng.standard_normal((ROWS, 64)).astype(np.float32)
-    w_val = rng.standard_normal((64, ROWS)).astype(np.float32)
     server = _server()
     try:
-        g = tf.Graph()
+        g, w, out, x_val, w_val = _relu_product(9)
         with g.as_default():
-            w = tf.Variable(w_val, name="w")
-            out = tf.relu(tf.matmul(tf.constant(x_val), w), name="out")
             never = tf.Variable(np.zeros(3, np.float32), name="never")  # not initialized
         expected = np.maximum(x_val @ w_val, 0)
         with Session(server.target, graph=g) as sess:
