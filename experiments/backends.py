@@ -39,9 +39,13 @@ __all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure
 #: executor's own limit for cheap ops): how the executor's threads share one interpreter
 #: lock.  The interpreters of the server processes share the host's cores, with each
 #: other and with the kernels (``dispatch_cores``: three processes on two cores do not
-#: all run Python at once, nor while two kernels hold both cores).
+#: all run Python at once, nor while two kernels hold both cores).  Those cores also copy
+#: the tensors crossing processes (``copies_on_cores``) and do the step's fixed work, the
+#: client's and master's calls and each task's taking its call (``step_costs_on_cores``):
+#: with both, the model books as much CPU per step and server process as /proc measured.
 RUNTIME_SIM = sim.SimConfig(serial_dispatch=True, inline_elements=_CHEAP_ELEMENTS,
-                            dispatch_cores=True)
+                            dispatch_cores=True, copies_on_cores=True,
+                            step_costs_on_cores=True)
 
 
 def this_host_cluster(threads: int = 0) -> Cluster:

@@ -52,6 +52,23 @@ class SimConfig:
         shared by its tasks' interpreters and kernels alike).  Kernels themselves wait
         only for each other (``HostCores``).  False (default): every task's dispatcher
         runs whenever it is free.
+    copies_on_cores : with ``serial_dispatch``, a crossing between two tasks of one host
+        (a route of ``memcpy`` links only) is work of its two ends' dispatchers for its
+        whole transfer time, half each, instead of the route's latency there and the
+        bytes on the link: the runtime copies a tensor between processes with the
+        host's cores (shared memory or a local socket), no DMA engine, so its copying
+        competes with the kernels and the other interpreters (with ``dispatch_cores``)
+        and a link of the host never carries a byte on its own.  Measured: the server
+        processes' CPU time per step (``/proc``) matched the work the model booked only
+        with the copies counted.
+    step_costs_on_cores : with ``serial_dispatch``, a step's fixed costs (the tasks'
+        ``step_overhead`` and ``part_overhead``, :func:`sim.engine.step_start_times`)
+        are dispatcher work, not only a delay: the master's dispatcher works from time 0
+        until its own part starts (the client's call, then its calls to the other
+        tasks), and each called task's dispatcher takes its call during the last
+        ``part_overhead`` before its part starts; with ``dispatch_cores`` that work
+        needs cores of the host too, so on a busy host the parts start later.  (A tiny
+        step over three server processes here: 1.9 ms of CPU for a 1.1 ms step.)
     inline_elements : with ``serial_dispatch``, the thread that finished an op goes on
         with the ops it made ready on its device, as the runtime's executor does: those
         whose every input and output tensor has at most this many elements (cheap ops;
@@ -75,6 +92,8 @@ class SimConfig:
     link_order: str = "static"
     serial_dispatch: bool = False
     dispatch_cores: bool = False
+    copies_on_cores: bool = False
+    step_costs_on_cores: bool = False
     inline_elements: int | None = None
 
     def __post_init__(self):

@@ -51,7 +51,10 @@ of servers"):
   taking the freed cores first; ops of its task waiting for cores wait on (they would
   need the interpreter lock it holds), those of other tasks take what is left.  The
   ops ready at a part's start: the others queue for the pool, one thread runs the
-  cheap ones.
+  cheap ones.  With ``SimConfig.copies_on_cores`` a crossing within a host is its
+  ends' dispatcher work for its whole time (the cores copy the bytes; the link carries
+  none); with ``SimConfig.step_costs_on_cores`` the step's fixed costs are dispatcher
+  work too (:meth:`_Simulation.step_cost_work`): on a busy host parts start later.
 - Ties: events at one instant are handled in the order they were scheduled (SimPy's
   rule); inside one event, freed resources are handed out before newly ready ops queue,
   and newly ready ops queue in topological order.  Same input, same trace.
@@ -257,6 +260,7 @@ class _Simulation:
         self.start_at = step_start_times(cluster, devices)
         tasks = {}
         self.task_of = [tasks.setdefault((dev.job, dev.task), len(tasks)) for dev in devices]
+        self.task_keys = list(tasks)
 
     def _setup_durations(self):
         plan = self.plan
@@ -285,6 +289,24 @@ class _Simulation:
         resident = np.asarray(plan.resident, dtype=np.int64)
         np.add.at(most, plan.array("buffer_device")[resident], nbytes[resident])
         self.track_memory = bool((most > np.array(self.capacity, dtype=np.int64)).any())
+
+    def step_cost_work(self) -> list[tuple[float, float]]:
+        """SimConfig.step_costs_on_cores: per task, ``(earliest, work)``, the work its
+        dispatcher does for the step's fixed costs (:func:`step_start_times`): the
+        master's from time 0 until its part starts (the client's call, its own
+        overhead, its calls to the others), each other task's during its
+        ``part_overhead`` before its part starts (taking the call)."""
+        start = {}
+        for d, t in enumerate(self.task_of):
+            start[t] = self.start_at[d]
+        out = []
+        for t, key in enumerate(self.task_keys):
+            if key == tuple(self.cluster.master):
+                out.append((0.0, start[t]))
+            else:
+                work = self.cluster.task(*key).part_overhead
+                out.append((start[t] - work, work))
+        return out
 
     def dispatch_calendars(self) -> list:
         """Per task, its host's :class:`sim.pools.DispatchCalendar` (one per host, sized
@@ -366,6 +388,15 @@ class _Simulation:
                     for p in range(len(keys))]
             self.transfer_cpu = list(map(half.__getitem__, pair_of.tolist()))
         self.transfer_durations = transfer_durations(plan, routes, self.cost_model)
+        if self.config.serial_dispatch and self.config.copies_on_cores:
+            # A crossing within a host is the two ends' work for its whole time (the
+            # host's cores copy the bytes): half of its transfer time each.
+            on_cores = np.array([all(link.kind == "memcpy" for link in
+                                     routes[divmod(int(keys[p]), n_dev)])
+                                 for p in range(len(keys))], dtype=bool)
+            self.transfer_cpu = np.where(on_cores[pair_of],
+                                         np.asarray(self.transfer_durations) / 2,
+                                         self.transfer_cpu).tolist()
         if self.config.serial_dispatch:
             # The route's latency is the two ends' work (transfer_cpu, on their
             # dispatchers): the links carry the rest, so crossings pipeline on them.
@@ -580,6 +611,11 @@ class _Simulation:
         serial_part = self.serial_parts() if serial else None
         dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
         calendar_of = self.dispatch_calendars() if serial and config.dispatch_cores else None
+        if serial and config.step_costs_on_cores:
+            for t, (earliest, work) in enumerate(self.step_cost_work()):
+                begin = calendar_of[t].book(earliest, 0.0, work) if calendar_of and work \
+                    else earliest
+                dispatch_free[t] = begin + work
 
         def reserve(t, now, work):
             """Task ``t``'s dispatcher does ``work`` seconds from when it is free (and,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from dataclasses import replace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.cluster import Cluster
 from core.costs import StaticCostModel
 from core.placement import transfers
 from sim import SimConfig, simulate
@@ -80,3 +84,22 @@ def test_a_faster_link_never_makes_a_step_slower(placed):
         bandwidth = cluster.links[link].bandwidth
         faster = cluster.replace_link(link, bandwidth=2 * bandwidth)
         assert simulate(g, placement, faster).step_time <= trace.step_time * (1 + 1e-12)
+
+
+#: How experiments predict the runtime (experiments.backends.RUNTIME_SIM), every host's
+#: cores booked by the interpreters, the copies and the step's fixed costs too.
+CPU_BOOKED = SimConfig(serial_dispatch=True, dispatch_cores=True, copies_on_cores=True,
+                       step_costs_on_cores=True, inline_elements=16)
+
+
+@given(placed_graphs(), st.sampled_from([0.0, 1e-4, 1e-3]), st.sampled_from([0.0, 2e-4]))
+def test_traces_keep_the_invariants_with_every_cpu_cost_booked(placed, step, part):
+    g, cluster, placement = placed
+    cluster = Cluster(cluster.hosts, [replace(t, step_overhead=step, part_overhead=part)
+                                      for t in cluster.tasks],
+                      cluster.devices, cluster.links.values(), master=cluster.master,
+                      nvlink=cluster.nvlink)
+    trace = simulate(g, placement, cluster, config=CPU_BOOKED)
+    trace.validate(g, cluster)
+    assert len(trace.ops) == len(g.get_operations())
+    assert trace == simulate(g, placement, cluster, config=CPU_BOOKED)

@@ -3,6 +3,8 @@ of a transfer) at a time, as the runtime's executor does under its interpreter's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -229,3 +231,74 @@ def test_a_dispatcher_waits_for_a_core_its_hosts_kernels_hold():
     booked = SimConfig(serial_dispatch=True, dispatch_cores=True)
     assert simulate(g, p, c, cost_model=costs, config=SERIAL).step_time == pytest.approx(6e-3)
     assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(7e-3)
+
+
+# -- SimConfig.copies_on_cores and step_costs_on_cores: the host's cores do that work too --
+
+def four_tasks_on_one_host(cores):
+    spec = ClusterSpec({"worker": ["127.0.0.1:0"] * 4})
+    c = Cluster.from_spec(spec, hosts={("worker", i): "h" for i in range(4)},
+                          cpu_cores=cores, cpu_inter_op_threads=1)
+    for d in c.devices:
+        c = c.replace_device(d.name, op_overhead=0.0)
+    return c
+
+
+@pytest.mark.parametrize("cores, step", [(2, 3e-3), (1, 6e-3)])
+def test_with_copies_on_cores_crossings_of_one_host_contend_for_its_cores_not_its_link(cores, step):
+    # W0 -> W1 and W2 -> W3, each a 4 KiB tensor: 1 ms of latency and 2 ms of bytes on
+    # the memcpy link.  Without copies_on_cores the sends (0.5 ms each) run at once,
+    # then the link carries one tensor's bytes after the other (to 2.5 and 4.5 ms) and
+    # the receives end at 3 and 5 ms (one core or two).  With it, each crossing is 3 ms of its two ends'
+    # work, 1.5 ms each, on the host's cores: with two cores both crossings run side by
+    # side (3 ms), with one core all four halves take turns (6 ms).
+    c = four_tasks_on_one_host(cores).replace_link("memcpy:h", latency=1e-3,
+                                                   bandwidth=4096 / 2e-3)
+    devs = [f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(4)]
+    g = tf.Graph()
+    with g.as_default():
+        for i in (0, 2):
+            with tf.device(devs[i]):
+                a = tf.constant(np.ones(1024, np.float32), name=f"a{i}")
+            with tf.device(devs[i + 1]):
+                tf.identity(a, name=f"b{i}")
+    p = Placement({op.name: op.device for op in g.get_operations()})
+    costs = FixedCost(default=0.0)
+    booked = SimConfig(serial_dispatch=True, dispatch_cores=True)
+    assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(5e-3)
+    copying = replace(booked, copies_on_cores=True)
+    trace = simulate(g, p, c, cost_model=costs, config=copying)
+    assert trace.step_time == pytest.approx(step)
+    assert all(x.end == x.start for x in trace.transfers)  # no time on the link itself
+
+
+def test_copies_on_cores_leaves_a_crossing_alone_as_long_as_before():
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(W0):
+            a = tf.constant(np.ones(1024, np.float32), name="a")
+        with tf.device(W1):
+            tf.identity(a, name="b")
+    p = Placement({"a": W0, "b": W1})
+    c = cluster(overhead=0.0, latency=1e-3).replace_link("memcpy:h", bandwidth=4096 / 2e-3)
+    steps = [simulate(g, p, c, cost_model=FixedCost(default=0.0),
+                      config=replace(SERIAL, copies_on_cores=on)).step_time for on in (False, True)]
+    assert steps == pytest.approx([3e-3, 3e-3])
+
+
+@pytest.mark.parametrize("cores, step", [(1, 5e-3), (2, 3e-3)])
+def test_with_step_costs_on_cores_the_calls_of_a_step_need_cores(cores, step):
+    # Master W0 (step overhead 1 ms) calls W1 and W2 (1 ms each): the parts start at
+    # 2 (W1) and 3 ms (W2, W0); a free op on each task.  That is the step without
+    # step_costs_on_cores.  With it the master's dispatcher works from 0 to 3 ms and
+    # W1's and W2's take their calls over [1, 2] and [2, 3] ms: on two cores beside the
+    # master's (3 ms); on one core after it, one after the other (5 ms).
+    c = four_tasks_on_one_host(cores)
+    c = Cluster(c.hosts, [replace(t, step_overhead=1e-3, part_overhead=1e-3) for t in c.tasks],
+                c.devices, c.links.values(), master=("worker", 0), nvlink=c.nvlink)
+    g, p = independent([f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(3)])
+    costs = FixedCost(default=0.0)
+    booked = SimConfig(serial_dispatch=True, dispatch_cores=True)
+    assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(3e-3)
+    trace = simulate(g, p, c, cost_model=costs, config=replace(booked, step_costs_on_cores=True))
+    assert trace.step_time == pytest.approx(step)
