@@ -43,7 +43,9 @@ The simulator runs with :data:`experiments.backends.RUNTIME_SIM`: each task's Py
 dispatcher serves one op at a time (``serial_dispatch``), and the thread that ends an op
 goes on with the ops it made ready, taking the freed cores before a waiting thread of its
 process can (``inline_elements``, the executor's own limit for cheap ops): how the
-executor's threads share one interpreter lock.
+executor's threads share one interpreter lock.  The interpreters of the server
+processes, the kernels, the copies of crossing tensors and the step's fixed costs all
+take the host's cores (``dispatch_cores``, ``copies_on_cores``, ``step_costs_on_cores``).
 
 The re-placement loop (the whitepaper's): place with static costs (cost-model placer),
 run, build a measured cost model from that run's traces, place again with it, keep the
