@@ -65,22 +65,28 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool)
                 t0 = time.perf_counter()
                 trace.ops, trace.transfers, trace.memory
                 records = min(records, time.perf_counter() - t0)
+                n_transfers, step_time = len(trace.transfers), trace.step_time
+                # Each call starts with no earlier trace alive: a kept one (its records
+                # made) holds memory the next call would otherwise reuse, and made warm
+                # calls 1.5x slower than the first here.
+                del trace
             peak = math.nan
             if memory:
-                del trace, graph
+                del graph
                 graph, cluster, placement = placed_dag(n, devices)  # cold again, untimed
                 gc.collect()
                 tracemalloc.start()
                 trace = sim.simulate(graph, placement, cluster)
                 peak = tracemalloc.get_traced_memory()[1] / 2**20
                 tracemalloc.stop()
+                del trace
             cold = times[0]
-            rows.append({"ops": n, "devices": devices, "transfers": len(trace.transfers),
+            rows.append({"ops": n, "devices": devices, "transfers": n_transfers,
                          "seconds": cold, "ops_per_s": n / cold,
                          "warm_s": min(times[1:], default=math.nan), "records_s": records,
-                         "step_time_s": trace.step_time, "peak_MiB": peak,
+                         "step_time_s": step_time, "peak_MiB": peak,
                          "other_cores": loads[0]})
-            del graph, trace
+            del graph
     frame = pd.DataFrame(rows).sort_values(["devices", "ops"]).reset_index(drop=True)
     frame["time_growth"] = math.nan
     frame["mem_growth"] = math.nan
