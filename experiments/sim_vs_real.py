@@ -1,8 +1,10 @@
 """Simulator vs real runtime: predicted and measured step times after calibration.
 
 The cluster is the runtime's own (1 ps and 2 workers as server processes on this
-machine, all on one host with its real cores).  It is calibrated first: the devices'
-rates, each op type's kernel cost (fixed, and a factor on the roofline) and the
+machine, all on one host with its real cores).  It is calibrated right before each
+workload (``--calibrate-once``: once, before the first; the machine's speed drifts over
+minutes, and so would a calibration minutes old; the ``calibration`` column numbers
+them): the devices' rates, each op type's kernel cost (fixed, and a factor on the roofline) and the
 executor's dispatch cost per op by :func:`runtime.calibrate` (micro-benchmarks in this
 process; :func:`runtime.calibrate_kernels.measure_kernel_costs` traces a graph of every
 op type on tiny tensors and on a few larger sizes), then the fixed costs of a distributed
@@ -104,7 +106,7 @@ DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
            "median_ms", "halves_spread", "remeasured_ms", "repeat_spread", "other_cores",
-           "replay", "same_as"]
+           "replay", "same_as", "calibration"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "proposal_kept", "static_under_measured_ms",
                 "measured_cost_predicted_ms"]
@@ -245,30 +247,45 @@ DEFAULT_REPEATS = 31
 
 def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, placer_names=PLACERS,
         blas_threads: int = 1, threads: int = 0, loop: bool = True, progress: bool = True,
-        omp_wait_policy: str = "passive", quiet_below: float | None = None):
-    """``(rows, loop_rows, cluster, figures)``: the comparison, the re-placement loop,
-    the calibrated cluster and the calibration figures.  ``threads``: inter-op and
-    intra-op threads of every device, in the model and on the servers (0: the host's
-    cores).  ``quiet_below``: before calibrating and before each workload, wait (up to
-    two minutes) until other programs keep fewer cores than this busy
-    (:func:`experiments.machine_load.wait_until_quiet`)."""
+        omp_wait_policy: str = "passive", quiet_below: float | None = None,
+        calibrate_each: bool = True):
+    """``(rows, loop_rows, calibrations)``: the comparison, the re-placement loop, and
+    the calibrations as ``(cluster, figures)`` pairs (each row's ``calibration`` column
+    is its index there).  ``threads``: inter-op and intra-op threads of every device, in
+    the model and on the servers (0: the host's cores).  ``quiet_below``: before
+    calibrating and before each workload, wait (up to two minutes) until other programs
+    keep fewer cores than this busy (:func:`experiments.machine_load.wait_until_quiet`).
+    ``calibrate_each`` (default): calibrate again right before each workload, so that
+    a workload's predictions and measurements see the machine seconds apart, not
+    minutes (its speed drifts: ``experiments.calibration_spread``; one run's 16 rows
+    predicted with the first workload's calibration: median error 15.9%, max 74%; each
+    with its own: 8.9%, max 37%)."""
     def wait():
         if quiet_below is not None:
             wait_until_quiet(quiet_below)
 
     env = server_env(blas_threads, omp_wait_policy)
     config = server_config(threads)
-    wait()
-    cluster, figures = calibrate_this_host(this_host_cluster(threads), env=env, config=config,
-                                           quick=quick)
-    counts = runtime_cluster_spec(cluster)
+
+    def calibrated():
+        wait()
+        return calibrate_this_host(this_host_cluster(threads), env=env, config=config,
+                                   quick=quick)
+
+    calibrations = [calibrated()]
     rows, loop_rows = [], []
-    for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
+    for i, wname in enumerate(tqdm(workloads, desc="workloads",
+                                   disable=not progress or len(workloads) < 2)):
+        if calibrate_each and i:
+            calibrations.append(calibrated())
+        cluster = calibrations[-1][0]
         w = WORKLOADS[wname]()
         # A fresh cluster per workload: variables outlive sessions and names repeat.
         wait()
-        with runtime.LocalCluster(counts, env=env, config=config) as local:
+        with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env, config=config) as local:
             found, first = _measure_all(wname, w, cluster, local, repeats, placer_names, config)
+            for row in found:
+                row["calibration"] = len(calibrations) - 1
             rows += found
             if loop:
                 loop_rows.append(_replacement_loop(wname, w, cluster, local, repeats, first,
@@ -278,7 +295,7 @@ def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, place
         frame["rel_error"] = (frame.predicted_ms - frame.measured_ms) / frame.measured_ms
         frame = frame[COLUMNS]
     loop_frame = pd.DataFrame(loop_rows, columns=LOOP_COLUMNS)
-    return frame, loop_frame, cluster, figures
+    return frame, loop_frame, calibrations
 
 
 def _plot(frame: pd.DataFrame, path: Path) -> Path:
@@ -321,6 +338,9 @@ def main(argv=None):
                         help="inter-op and intra-op threads of every device, in the model and "
                              "on the servers (0: the host's cores; 1: one-core devices, where "
                              "model parallelism across tasks can pay)")
+    parser.add_argument("--calibrate-once", action="store_true",
+                        help="calibrate once for all workloads (default: again right before "
+                             "each, as the machine's speed drifts over minutes)")
     parser.add_argument("--plot", action="store_true", help="save a PNG of predicted vs measured")
     parser.add_argument("--quiet-below", type=float, default=None, metavar="CORES",
                         help="before calibrating and before each workload, wait (up to 2 "
@@ -328,12 +348,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     repeats = 3 if args.quick and args.repeats == DEFAULT_REPEATS else args.repeats
     t0 = time.perf_counter()
-    frame, loop_frame, cluster, figures = run(
+    frame, loop_frame, calibrations = run(
         args.workloads, repeats=repeats, quick=args.quick, placer_names=args.placers,
         blas_threads=args.blas_threads, threads=args.threads,
         omp_wait_policy=args.omp_wait_policy, quiet_below=args.quiet_below,
-        loop=not (args.quick or args.no_loop))
-    print(f"\ncalibration: {describe_calibration(figures)}")
+        loop=not (args.quick or args.no_loop), calibrate_each=not args.calibrate_once)
+    print()
+    for i, (_, figures) in enumerate(calibrations):
+        label = "calibration" if len(calibrations) == 1 else f"calibration {i}"
+        print(f"{label}: {describe_calibration(figures)}")
     print_table(frame, "predicted vs measured step time (ms); rel_error = (pred - meas) / meas")
     summary = summarise(frame)
     print_table(summary, "summary (replayed rows left out)")
@@ -345,11 +368,15 @@ def main(argv=None):
     if not loop_frame.empty:
         print(f"saved {save_table(loop_frame, 'sim_vs_real_loop', args.out)}")
     save_table(summary, "sim_vs_real_summary", args.out)
-    # The calibrated cluster, so that the measured rows can be predicted again later
-    # (another cost model, another version of the simulator) without measuring again.
-    cluster_path = Path(args.out) / "sim_vs_real_cluster.json"
-    cluster.save(cluster_path)
-    print(f"saved {cluster_path}")
+    # The calibrated clusters, so that the measured rows can be predicted again later
+    # (another cost model, another version of the simulator) without measuring again:
+    # sim_vs_real_cluster.json for one, else sim_vs_real_cluster_<i>.json for the rows
+    # whose ``calibration`` is i.
+    for i, (cluster, _) in enumerate(calibrations):
+        name = "sim_vs_real_cluster" + (f"_{i}" if len(calibrations) > 1 else "")
+        cluster_path = Path(args.out) / f"{name}.json"
+        cluster.save(cluster_path)
+        print(f"saved {cluster_path}")
     if args.plot:
         print(f"saved {_plot(frame, Path(args.out) / 'sim_vs_real.png')}")
     print(f"took {time.perf_counter() - t0:.0f} s")

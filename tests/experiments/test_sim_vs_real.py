@@ -51,8 +51,9 @@ def test_ranking_agreement_counts_pairs_apart_by_more_than_10_percent():
 
 
 def test_the_replacement_loop_keeps_a_proposal_only_if_simulated_faster():
-    frame, loop, cluster, figures = sim_vs_real.run(
+    frame, loop, calibrations = sim_vs_real.run(
         ["mlp"], repeats=1, quick=True, placer_names=("simple", "cost_model"), progress=False)
+    assert len(calibrations) == 1 and (frame.calibration == 0).all()
     assert list(loop.columns) == sim_vs_real.LOOP_COLUMNS and len(loop) == 1
     row = loop.iloc[0]
     assert row.static_ms > 0 and row.measured_cost_ms > 0
@@ -60,3 +61,14 @@ def test_the_replacement_loop_keeps_a_proposal_only_if_simulated_faster():
         assert row.measured_cost_predicted_ms < row.static_under_measured_ms
     else:  # refused: the static placement is timed again
         assert row.same_placement
+
+
+def test_each_workload_is_calibrated_right_before_it_is_measured(tmp_path, capsys):
+    sim_vs_real.main(["--quick", "--workloads", "mlp", "rnn", "--placers",
+                      "simple", "--repeats", "1", "--out", str(tmp_path)])
+    saved = pd.read_csv(tmp_path / "sim_vs_real.csv")
+    assert dict(zip(saved.workload, saved.calibration)) == {"mlp": 0, "rnn": 1}
+    assert (tmp_path / "sim_vs_real_cluster_0.json").exists()
+    assert (tmp_path / "sim_vs_real_cluster_1.json").exists()
+    out = capsys.readouterr().out
+    assert "calibration 0:" in out and "calibration 1:" in out
