@@ -40,8 +40,12 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",
            parallel: bool = True) -> None:
     """Compile (or load from numba's cache) the kernels for ``dtypes`` ahead of measuring.
 
-    ``device_types`` may include ``"GPU"`` (compiles the CUDA kernels; needs
-    :func:`cuda_available`).  ``parallel`` also prepares the CPU multithreaded variants.
+    On a CPU, every numba function a kernel calls, with the argument types the kernels
+    pass (inputs as read-only views), so a step after it compiles nothing, whether its
+    inputs are writable or read-only (constants, fed or received tensors); see
+    :func:`.cpu.warmup`.  ``device_types`` may include ``"GPU"`` (compiles the CUDA
+    kernels; needs :func:`cuda_available`).  ``parallel`` also prepares the CPU
+    multithreaded variants.
 
     >>> warmup(dtypes=("float64",))
     """

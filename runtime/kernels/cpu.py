@@ -27,6 +27,15 @@ Design
   element).  ``python -m experiments.bench_kernels`` times each kernel against numpy.
 * Pure data movement (Reshape, Transpose, BroadcastTo, Concat, Slice, Identity) uses
   numpy's copy loops, which release the GIL and which numba would not beat.
+* Every array a kernel only reads reaches numba as a read-only view (:func:`_readonly`).
+  numba compiles a separate specialization for a read-only array (a constant, a fed
+  value, a tensor received through shared memory), so with the inputs as they come each
+  kernel would have one per mix of read-only and writable operands (16 for a float
+  MatMul's layouts), and the first step after :func:`warmup` would compile whichever it
+  met (a third of a second for a small graph).  Compiling every mix in :func:`warmup`
+  would multiply its cold time instead; the views cost 0.2-0.6 us per kernel call (with
+  numba's slower typing of a read-only argument), against ~8 us to dispatch an op.
+  Kernels never write their inputs, so a read-only view loses nothing.
 * Floating sums accumulate in float64 and integer sums in int64, then cast back (the op
   keeps its input dtype, as in TensorFlow).  An integer Mean truncates toward zero.
 
@@ -475,6 +484,24 @@ def _matmul_int_parallel(a, b, out, nchunks):
 
 # --- dispatch helpers ------------------------------------------------------------------------
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``: how every input operand reaches numba, so a kernel has
+    one specialization per layout whatever the caller's array (see the module docstring).
+    A new view, never ``a`` itself: the caller's array (a variable's buffer) stays writable."""
+    v = a.view()
+    v.setflags(False)  # write=False, positionally: the keyword doubled the call's ~80 ns
+    return v
+
+
+def _readonly_flat(a: np.ndarray) -> np.ndarray:
+    """``a.ravel()``, read-only: ravel already makes a new array (a view of a C-contiguous
+    ``a``, else a C-ordered copy), so flagging it saves :func:`_readonly`'s second view,
+    ~0.1 us of the ~3 us a small elementwise kernel takes."""
+    v = a.ravel()
+    v.setflags(False)
+    return v
+
+
 @functools.lru_cache(maxsize=1)
 def _blas_single_threaded() -> bool:
     """Make the BLAS of numba's np.dot single-threaded, once per process; whether it is.
@@ -559,8 +586,7 @@ def _binary(code: int, ctx, x: np.ndarray, y: np.ndarray, out: np.ndarray | None
     out_shape, shape, xs, ys = _binary_plan(x.shape, y.shape, None if out is None else out.shape)
     if out is None:
         out = np.empty(out_shape, dtype=x.dtype)
-    # ravel: a view of a C-contiguous operand, else a C-ordered copy.
-    args = (code, x.ravel(), xs, y.ravel(), ys, shape, out.reshape(-1))
+    args = (code, _readonly_flat(x), xs, _readonly_flat(y), ys, shape, out.reshape(-1))
     threads = _pool_threads(ctx, out.size, PARALLEL_MIN_ELEMENTS)
     if threads == 1:
         _binary_serial(*args)
@@ -572,12 +598,13 @@ def _binary(code: int, ctx, x: np.ndarray, y: np.ndarray, out: np.ndarray | None
 
 def _unary(serial, parallel, code: int, ctx, x: np.ndarray) -> np.ndarray:
     out = np.empty(x.shape, dtype=x.dtype)
-    threads = _pool_threads(ctx, x.size, PARALLEL_MIN_ELEMENTS)
+    x = _readonly_flat(x)
+    threads = _pool_threads(ctx, out.size, PARALLEL_MIN_ELEMENTS)
     if threads == 1:
-        serial(code, x.ravel(), out.reshape(-1))
+        serial(code, x, out.reshape(-1))
     else:
         with parallel_region:
-            parallel(code, x.ravel(), out.reshape(-1), threads * _CHUNKS_PER_THREAD)
+            parallel(code, x, out.reshape(-1), threads * _CHUNKS_PER_THREAD)
     return out
 
 
@@ -723,7 +750,7 @@ def softmax(ctx, inputs, attrs):
     out = np.empty(x.shape, dtype=x.dtype)
     if x.size == 0:
         return (out,)
-    x2, out2 = _rows(x), out.reshape(-1, x.shape[-1] if x.ndim else 1)
+    x2, out2 = _readonly(_rows(x)), out.reshape(-1, x.shape[-1] if x.ndim else 1)
     threads = _pool_threads(ctx, x.size, PARALLEL_MIN_ELEMENTS)
     if threads == 1 or x2.shape[0] < 2:
         _softmax_serial(x2, out2)
@@ -740,7 +767,8 @@ def softmax_grad(ctx, inputs, attrs):
     out = np.empty(y.shape, dtype=y.dtype)
     if y.size == 0:
         return (out,)
-    y2, g2, out2 = _rows(y), _rows(g), out.reshape(-1, y.shape[-1] if y.ndim else 1)
+    y2, g2 = _readonly(_rows(y)), _readonly(_rows(g))
+    out2 = out.reshape(-1, y.shape[-1] if y.ndim else 1)
     threads = _pool_threads(ctx, y.size, PARALLEL_MIN_ELEMENTS)
     if threads == 1 or y2.shape[0] < 2:
         _softmax_grad_serial(y2, g2, out2)
@@ -771,7 +799,7 @@ def _reduce_sum(ctx, x: np.ndarray, attrs) -> tuple[np.ndarray, np.ndarray, int]
         x.shape, axis if axis is None or isinstance(axis, int) else tuple(axis),
         bool(attrs.get("keepdims")))
     src = x if perm is None else x.transpose(perm)
-    x3 = np.ascontiguousarray(src).reshape(o, r, i)
+    x3 = _readonly(np.ascontiguousarray(src).reshape(o, r, i))
     acc_dtype = np.float64 if x.dtype.kind == "f" else np.int64
     acc = np.zeros((o, i), dtype=acc_dtype)
     threads = _pool_threads(ctx, x.size, PARALLEL_MIN_ELEMENTS)
@@ -839,21 +867,23 @@ def matmul(ctx, inputs, attrs):
             out[...] = 0
             return (out,)
         # BLAS takes C- or F-ordered operands as they are (a transpose view is F-ordered).
-        b = b if b.flags.c_contiguous or b.flags.f_contiguous else np.ascontiguousarray(b)
+        b = _readonly(b if b.flags.c_contiguous or b.flags.f_contiguous
+                      else np.ascontiguousarray(b))
         blocks, threads = _gemm_threads(ctx, m, n, k)
         relu = bool(attrs.get("_fused_relu"))
         if blocks == 1:
             a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
-            _matmul_blas_serial(a, b, out)
+            _matmul_blas_serial(_readonly(a), b, out)
             if relu:
-                _unary_serial(RELU, out.reshape(-1), out.reshape(-1))
+                flat = out.reshape(-1)
+                _unary_serial(RELU, _readonly(flat), flat)
         else:
             # A row block of an F-ordered a (a transpose) is neither C nor F: copy it.
-            a = np.ascontiguousarray(a)
+            a = _readonly(np.ascontiguousarray(a))
             with parallel_region:
                 _matmul_blas_parallel(a, b, out, blocks * GEMM_CHUNKS_PER_THREAD, relu)
         return (out,)
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    a, b = _readonly(np.ascontiguousarray(a)), _readonly(np.ascontiguousarray(b))
     threads = _pool_threads(ctx, m * n * k, PARALLEL_MIN_MACS)
     if threads == 1 or m < 2 * threads:
         _matmul_int_serial(a, b, out)
@@ -861,7 +891,8 @@ def matmul(ctx, inputs, attrs):
         with parallel_region:
             _matmul_int_parallel(a, b, out, min(m, threads * _CHUNKS_PER_THREAD))
     if attrs.get("_fused_relu"):
-        _unary_serial(RELU, out.reshape(-1), out.reshape(-1))
+        flat = out.reshape(-1)
+        _unary_serial(RELU, _readonly(flat), flat)
     return (out,)
 
 
@@ -903,21 +934,26 @@ def slice_(ctx, inputs, attrs):
 def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = True) -> None:
     """Compile (or load from numba's on-disk cache) every CPU kernel for ``dtypes``.
 
-    Call it before timing steps, so no compile lands in a measured step.  ``parallel``
-    also prepares the multithreaded variants (their first compile is the slow part).
+    Call it before timing steps, so no compile lands in a measured step.  It covers each
+    numba function a kernel calls (the elementwise ops, Tanh and Sigmoid, the reductions,
+    Softmax and its gradient, MatMul with either operand transposed or not), with the
+    argument types the kernels pass: inputs as read-only views (see :func:`_readonly`), so
+    read-only and writable inputs alike find their code compiled.  ``parallel`` also
+    prepares the multithreaded variants (their first compile is the slow part).  The
+    data-movement ops run numpy code: nothing to compile.
 
     >>> warmup(("float32",))
     """
     for name in dtypes:
         dtype = np.dtype(name)
         floating = dtype.kind == "f"
-        v = np.ones(4, dtype)
+        v = _readonly(np.ones(4, dtype))  # inputs: read-only, as the kernels pass them
         o = np.empty(4, dtype)
         idx = np.ones(1, np.int64)
         sh = np.array([4], np.int64)
-        x3 = np.ones((2, 2, 1), dtype)
+        x3 = _readonly(np.ones((2, 2, 1), dtype))
         acc = np.zeros((2, 1), np.float64 if floating else np.int64)
-        m2 = np.ones((2, 2), dtype)
+        m2 = _readonly(np.ones((2, 2), dtype))  # m2.T: the F-ordered view of a transpose
         o2 = np.empty((2, 2), dtype)
         _binary_serial(ADD, v, idx, v, idx, sh, o)
         _unary_serial(NEG, v, o)

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from runtime import kernels
+import core as tf
+from runtime import Session, kernels
 from runtime.kernels import KernelContext, NoKernel, get_kernel, registered, supported_dtypes
 from runtime.kernels import cpu
 
@@ -552,3 +553,68 @@ def test_warmup_compiles_the_cpu_kernels():
     kernels.warmup(dtypes=("float32",))
     with pytest.raises(ValueError, match="unknown device type"):
         kernels.warmup(dtypes=(), device_types=("TPU",))
+
+
+@contextmanager
+def numba_calls():
+    """Record ``(function name, argument types)`` of every call from Python into a CPU
+    numba function, typed as numba types them (``readonly`` included) to pick the code."""
+    calls = set()
+    call = numba.core.registry.CPUDispatcher.__call__
+
+    def recording_call(self, *args, **kws):
+        calls.add((self.py_func.__name__, tuple(numba.typeof(a) for a in args)))
+        return call(self, *args, **kws)
+
+    with mock.patch.object(numba.core.registry.CPUDispatcher, "__call__", recording_call):
+        yield calls
+
+
+def cpu_signatures() -> dict:
+    return {name: len(f.signatures) for name, f in vars(cpu).items()
+            if isinstance(f, numba.core.registry.CPUDispatcher)}
+
+
+def test_after_warmup_read_only_inputs_compile_nothing():
+    """Constants, fed and received (shared-memory) tensors are read-only arrays, which
+    numba compiles apart from writable ones.  After warmup, a step with them, and every
+    kernel with one in each input position, serial and parallel, hand numba only the
+    argument types warmup did: nothing compiles (and the variable updated stays writable)."""
+    with numba_calls() as warmed:
+        kernels.warmup(dtypes=("float32",))
+    received = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    received.setflags(write=False)
+    g = tf.Graph()
+    with g.as_default():
+        c = tf.constant(np.ones((8, 8), np.float32))
+        x = tf.placeholder(tf.float32, (8, 8))
+        v = tf.Variable(np.ones((8, 8), np.float32))
+        h = tf.relu(tf.matmul(c, v) + c) * x
+        h = tf.matmul(x, tf.tanh(h), transpose_a=True) - tf.sigmoid(c)
+        loss = tf.reduce_sum(tf.softmax(h) * c, axis=1) + tf.reduce_mean(x, axis=0)
+        grads = tf.gradients(loss, [v])  # the *Grad ops
+        update = tf.assign_add(v, c)
+        init = tf.global_variables_initializer()
+    before = cpu_signatures()
+    with numba_calls() as stepped:
+        with Session(graph=g) as sess:
+            sess.run(init)
+            sess.run([loss, grads], feed_dict={x: received})
+            sess.run(update)
+        # The session's ops get the host's free cores: call the kernels for the parallel paths.
+        for threads in (1, 2):
+            for op, arity, attrs in [("Add", 2, {}), ("TanhGrad", 2, {}), ("SoftmaxGrad", 2, {}),
+                                     ("MatMul", 2, {}), ("MatMul", 2, {"transpose_a": True}),
+                                     ("MatMul", 2, {"transpose_b": True}), ("Relu", 1, {}),
+                                     ("Tanh", 1, {}), ("Sigmoid", 1, {}), ("Softmax", 1, {}),
+                                     ("Mean", 1, {"axis": 1})]:
+                for k in range(arity):
+                    inputs = [received.copy() for _ in range(arity)]
+                    inputs[k] = received
+                    run(op, inputs, attrs, threads=threads)
+    called = {name for name, _ in stepped}
+    assert called >= {"_binary_serial", "_matmul_blas_serial", "_softmax_grad_serial",
+                      "_reduce_serial"}
+    assert cpu._NUMBA_THREADS == 1 or "_binary_parallel" in called
+    assert stepped <= warmed, sorted(map(str, stepped - warmed))
+    assert cpu_signatures() == before
