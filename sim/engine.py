@@ -610,12 +610,16 @@ class _Simulation:
         task_of = self.task_of
         serial_part = self.serial_parts() if serial else None
         dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
+        # The host CPU each task's work takes (serial dispatch): its dispatcher's work
+        # and its CPU kernels' core-seconds (Trace.meta["cpu_booked"]).
+        self.cpu_booked = booked = [0.0] * len(dispatch_free)
         calendar_of = self.dispatch_calendars() if serial and config.dispatch_cores else None
         if serial and config.step_costs_on_cores:
             for t, (earliest, work) in enumerate(self.step_cost_work()):
                 begin = calendar_of[t].book(earliest, 0.0, work) if calendar_of and work \
                     else earliest
                 dispatch_free[t] = begin + work
+                booked[t] += work
 
         def reserve(t, now, work):
             """Task ``t``'s dispatcher does ``work`` seconds from when it is free (and,
@@ -624,6 +628,7 @@ class _Simulation:
             if calendar_of is not None and work > 0:
                 begin = calendar_of[t].book(begin, now, work)
             dispatch_free[t] = begin + work
+            booked[t] += work
             return begin
         # SimConfig.inline_elements: the ops each thread (device, slot) runs itself next.
         cheap = self.inline_ops() if serial and config.inline_elements is not None else None
@@ -639,8 +644,10 @@ class _Simulation:
             t = task_of[op_device[i]]
             first = serial_part[i] if serial_part[i] < duration else duration
             begin = reserve(t, now, first)
-            if calendar_of is not None and cores and duration > first:
-                calendar_of[t].occupy(begin + first, begin + duration, cores, now)
+            if cores and duration > first:
+                booked[t] += (duration - first) * cores
+                if calendar_of is not None:
+                    calendar_of[t].occupy(begin + first, begin + duration, cores, now)
             return duration + (begin - now)
 
         def start(i, slot, cores):
@@ -1090,8 +1097,22 @@ class _Simulation:
                           oom_events=list(self.oom_events),
                           capacity={n: c for n, c in zip(names, self.capacity)},
                           fetch_end=fetch_end,
-                          meta={"backend": "sim", "cost_model": type(self.cost_model).__name__,
-                                "link_order": self.config.link_order})
+                          meta=self._meta())
+
+    def _meta(self) -> dict:
+        """The trace's ``meta``; with serial dispatch, ``"cpu_booked"``: per task
+        (``/job:j/replica:0/task:i``), the seconds of host CPU the model gave its work in
+        this step, its dispatcher's (ops' first parts, crossing ends, the step's fixed
+        costs with SimConfig.step_costs_on_cores) and its CPU kernels' (seconds times
+        cores): what the task's process would spend, to check against the CPU time a
+        real run's processes used (``experiments.cpu_accounting``)."""
+        meta = {"backend": "sim", "cost_model": type(self.cost_model).__name__,
+                "link_order": self.config.link_order}
+        if self.config.serial_dispatch:
+            meta["cpu_booked"] = {f"/job:{job}/replica:0/task:{index}": seconds
+                                  for (job, index), seconds in zip(self.task_keys,
+                                                                   self.cpu_booked)}
+        return meta
 
 
 class _TraceColumns:

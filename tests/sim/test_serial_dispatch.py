@@ -302,3 +302,22 @@ def test_with_step_costs_on_cores_the_calls_of_a_step_need_cores(cores, step):
     assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(3e-3)
     trace = simulate(g, p, c, cost_model=costs, config=replace(booked, step_costs_on_cores=True))
     assert trace.step_time == pytest.approx(step)
+
+
+def test_the_trace_says_how_much_host_cpu_each_task_was_booked():
+    # W0: a (5 ms: 1 ms of dispatch, then 4 ms of kernel on one core), sent to W1 over
+    # 2 ms of latency (1 ms of each end's work); W1: b (5 ms).  Each task: 5 + 1 ms.
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(W0):
+            a = tf.constant(np.float32(1.0), name="a")
+        with tf.device(W1):
+            tf.identity(a, name="b")
+    p = Placement({"a": W0, "b": W1})
+    trace = simulate(g, p, cluster(latency=2e-3), cost_model=FixedCost(default=5e-3),
+                     config=SERIAL)
+    booked = trace.meta["cpu_booked"]
+    assert booked == pytest.approx({"/job:worker/replica:0/task:0": 6e-3,
+                                    "/job:worker/replica:0/task:1": 6e-3})
+    assert "cpu_booked" not in simulate(g, p, cluster(latency=2e-3),
+                                        cost_model=FixedCost(default=5e-3)).meta

@@ -1,0 +1,158 @@
+"""CPU accounting: the host CPU the simulator books per task against what the runtime's
+processes really use.
+
+A step time can be predicted right for the wrong reason.  This check looks under it: for
+each workload and placer, the simulator's trace says how many seconds of host CPU each
+task's work took in one step (``Trace.meta["cpu_booked"]``: its dispatcher's work, the
+ends of its crossings, the step's fixed costs, and its CPU kernels' seconds times cores;
+:data:`experiments.backends.RUNTIME_SIM`).  The same placement then runs ``--steps``
+steps on a :class:`runtime.LocalCluster`, and each server process's CPU time (user and
+system, from ``/proc``) over them, per step, is what that task really used.  The client
+(this process) is a row of its own: the model books its share of a step's fixed costs on
+the master's task.
+
+This is how the model learnt that the host's cores copy tensors between processes and do
+a step's fixed work (``SimConfig.copies_on_cores`` and ``step_costs_on_cores``): mlp's
+round_robin_vars placement used 10.3 ms of CPU per step in its processes, the model had
+booked 7.0.  Linux only (``/proc``).
+
+    python -m experiments.cpu_accounting --help
+"""
+
+from __future__ import annotations
+
+import os
+
+if __name__ == "__main__":  # before numpy loads BLAS, as the other experiments do
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import time
+
+import pandas as pd
+from tqdm import tqdm
+
+import runtime
+from core.cluster import Cluster
+from core.costs import StaticCostModel
+from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
+                                  pinned_graph, predict, runtime_cluster_spec, server_env,
+                                  this_host_cluster)
+from experiments.compare_placers import WORKLOADS, placers_to_compare
+from experiments.machine_load import OtherLoad, cpu_seconds_of_tree
+from experiments.report import print_table, results_parser, save_table
+from experiments.sim_vs_real import server_config
+
+__all__ = ["main", "run", "measure_cpu_per_step"]
+DEFAULT_WORKLOADS = ["mlp", "transformer", "data_parallel"]
+DEFAULT_PLACERS = ["simple", "round_robin_vars"]
+COLUMNS = ["workload", "placer", "task", "booked_ms", "used_ms", "booked_over_used",
+           "predicted_step_ms", "fastest_step_ms", "other_cores"]
+CLIENT = "client"
+
+
+def measure_cpu_per_step(workload, placement, local, *, steps: int, warmup: int = 5,
+                         config=None) -> tuple[dict[str, float], float, float]:
+    """``(used, fastest, other_cores)``: each task's CPU seconds per step (by task name,
+    ``/job:j/replica:0/task:i``; the client's under ``"client"``) over ``steps`` steps of
+    ``placement`` on ``local`` (a started LocalCluster), the fastest step, and the cores
+    other programs kept busy meanwhile."""
+    graph = pinned_graph(workload.graph, placement)
+    fetches = [graph.get_operation_by_name(op.name) for op in workload.fetch_ops]
+    feeds = workload.feeds or None
+    pids = {f"/job:{job}/replica:0/task:{index}": proc.pid
+            for (job, index), proc in local.processes.items()}
+    with runtime.Session(local.target("worker", 0), graph=graph, config=config) as session:
+        if workload.init is not None:
+            session.run(graph.get_operation_by_name(workload.init.name))
+        for _ in range(warmup):
+            session.run(fetches, feed_dict=feeds)
+        pids[CLIENT] = os.getpid()
+        with OtherLoad() as load:
+            before = {name: cpu_seconds_of_tree(pid) for name, pid in pids.items()}
+            fastest = float("inf")
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                session.run(fetches, feed_dict=feeds)
+                fastest = min(fastest, time.perf_counter() - t0)
+            after = {name: cpu_seconds_of_tree(pid) for name, pid in pids.items()}
+    if any(v is None for v in (*before.values(), *after.values())):
+        raise RuntimeError("no /proc here: the processes' CPU time cannot be read")
+    # The client's own count includes its server processes (its children): take them out.
+    servers = [name for name in pids if name != CLIENT]
+    used = {name: (after[name] - before[name]) / steps for name in servers}
+    used[CLIENT] = (after[CLIENT] - before[CLIENT]) / steps - sum(used.values())
+    return used, fastest, load.other_cores
+
+
+def run(workloads, placer_names, *, steps: int = 200, threads: int = 0,
+        cluster: Cluster | None = None, progress: bool = True) -> tuple[pd.DataFrame, dict]:
+    """``(rows, figures)``: booked against used CPU per task, per workload and placer;
+    ``figures``: the calibration's (empty with a given ``cluster``)."""
+    env, config = server_env(), server_config(threads)
+    figures: dict = {}
+    if cluster is None:
+        cluster, figures = calibrate_this_host(this_host_cluster(threads), env=env,
+                                               config=config)
+    placer_objs = placers_to_compare()
+    rows = []
+    for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
+        w = WORKLOADS[wname]()
+        # A fresh cluster per workload: variables outlive sessions and names repeat.
+        with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env, config=config) as local:
+            for pname in placer_names:
+                placement = placer_objs[pname].place(w.graph, cluster)
+                trace = predict(w, placement, cluster, StaticCostModel(), RUNTIME_SIM)
+                booked = trace.meta["cpu_booked"]
+                used, fastest, other = measure_cpu_per_step(w, placement, local, steps=steps,
+                                                            config=config)
+                for task in [*sorted(used.keys() - {CLIENT}), CLIENT]:
+                    b, u = booked.get(task, 0.0), used[task]
+                    rows.append({"workload": wname, "placer": pname, "task": task,
+                                 "booked_ms": b * 1e3, "used_ms": u * 1e3,
+                                 "booked_over_used": b / u if u > 0 else float("nan"),
+                                 "predicted_step_ms": trace.step_time * 1e3,
+                                 "fastest_step_ms": fastest * 1e3, "other_cores": other})
+    return pd.DataFrame(rows, columns=COLUMNS), figures
+
+
+def totals(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per workload and placer: CPU booked and used per step over all tasks and the
+    client, and their ratio."""
+    out = frame.groupby(["workload", "placer"], sort=False)[["booked_ms", "used_ms"]].sum()
+    out["booked_over_used"] = out.booked_ms / out.used_ms
+    return out.reset_index()
+
+
+def main(argv=None):
+    parser = results_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
+    parser.add_argument("--placers", nargs="+", default=DEFAULT_PLACERS,
+                        choices=list(placers_to_compare()))
+    parser.add_argument("--steps", type=int, default=200,
+                        help="measured steps per placement (default 200: the processes' CPU "
+                             "time is counted in clock ticks, 10 ms each)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="inter-op and intra-op threads of every device, in the model and "
+                             "on the servers (0: the host's cores)")
+    parser.add_argument("--cluster", default=None,
+                        help="a calibrated cluster JSON to predict with (e.g. one sim_vs_real "
+                             "saved) instead of calibrating now")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+    cluster = Cluster.load(args.cluster) if args.cluster else None
+    frame, figures = run(args.workloads, args.placers, steps=args.steps, threads=args.threads,
+                         cluster=cluster)
+    if figures:
+        print(f"\ncalibration: {describe_calibration(figures)}")
+    print_table(frame, "host CPU per step (ms): booked by the simulator, used by the processes")
+    summary = totals(frame)
+    print_table(summary, "all tasks and the client")
+    print(f"saved {save_table(frame, 'cpu_accounting', args.out)}")
+    save_table(summary, "cpu_accounting_totals", args.out)
+    return frame
+
+
+if __name__ == "__main__":
+    main()
