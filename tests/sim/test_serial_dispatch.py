@@ -36,6 +36,17 @@ def independent(devices):
     return g, Placement({f"c{i}": dev for i, dev in enumerate(devices)})
 
 
+def crossing(value):
+    """``a`` (the constant ``value``) on W0, consumed by ``b`` on W1: one crossing."""
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(W0):
+            a = tf.constant(value, name="a")
+        with tf.device(W1):
+            tf.identity(a, name="b")
+    return g, Placement({"a": W0, "b": W1})
+
+
 def ends(trace):
     return sorted(round(r.end, 9) for r in trace.ops)
 
@@ -91,13 +102,7 @@ def test_both_ends_of_a_transfer_hold_their_dispatchers():
 def test_a_crossing_takes_the_links_measured_time_for_its_size(config):
     # A [1024] float32 tensor (4 KiB) crosses a link measured at 1 ms for 4 bytes and
     # 3 ms for 8 KiB: 2 ms at 4 KiB (straight between), not latency + bytes/bandwidth.
-    g = tf.Graph()
-    with g.as_default():
-        with tf.device(W0):
-            a = tf.constant(np.ones(1024, np.float32), name="a")
-        with tf.device(W1):
-            tf.identity(a, name="b")
-    p = Placement({"a": W0, "b": W1})
+    g, p = crossing(np.ones(1024, np.float32))
     c = cluster(overhead=0.0, latency=1e-3).replace_link(
         "memcpy:h", size_costs=((4, 1e-3), (8192, 3e-3)))
     trace = simulate(g, p, c, cost_model=FixedCost(default=0.0), config=config)
@@ -273,13 +278,7 @@ def test_with_copies_on_cores_crossings_of_one_host_contend_for_its_cores_not_it
 
 
 def test_copies_on_cores_leaves_a_crossing_alone_as_long_as_before():
-    g = tf.Graph()
-    with g.as_default():
-        with tf.device(W0):
-            a = tf.constant(np.ones(1024, np.float32), name="a")
-        with tf.device(W1):
-            tf.identity(a, name="b")
-    p = Placement({"a": W0, "b": W1})
+    g, p = crossing(np.ones(1024, np.float32))  # 1 ms of latency, 2 ms of bytes
     c = cluster(overhead=0.0, latency=1e-3).replace_link("memcpy:h", bandwidth=4096 / 2e-3)
     steps = [simulate(g, p, c, cost_model=FixedCost(default=0.0),
                       config=replace(SERIAL, copies_on_cores=on)).step_time for on in (False, True)]
@@ -307,13 +306,7 @@ def test_with_step_costs_on_cores_the_calls_of_a_step_need_cores(cores, step):
 def test_the_trace_says_how_much_host_cpu_each_task_was_booked():
     # W0: a (5 ms: 1 ms of dispatch, then 4 ms of kernel on one core), sent to W1 over
     # 2 ms of latency (1 ms of each end's work); W1: b (5 ms).  Each task: 5 + 1 ms.
-    g = tf.Graph()
-    with g.as_default():
-        with tf.device(W0):
-            a = tf.constant(np.float32(1.0), name="a")
-        with tf.device(W1):
-            tf.identity(a, name="b")
-    p = Placement({"a": W0, "b": W1})
+    g, p = crossing(np.float32(1.0))
     trace = simulate(g, p, cluster(latency=2e-3), cost_model=FixedCost(default=5e-3),
                      config=SERIAL)
     booked = trace.meta["cpu_booked"]
