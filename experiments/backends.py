@@ -29,6 +29,7 @@ from runtime.calibrate import calibrate, calibrate_distributed
 from runtime.executor import _CHEAP_ELEMENTS  # the executor's limit for ops run inline
 
 __all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure", "measure_placements",
+           "prepared_session",
            "runtime_cluster_spec", "server_env", "this_host_cluster", "calibrate_this_host",
            "describe_calibration", "RUNTIME_SIM"]
 
@@ -191,6 +192,24 @@ def measure(workload: Workload, placement: Placement, local_cluster, **options) 
                               **options)["placement"]
 
 
+@contextlib.contextmanager
+def prepared_session(workload: Workload, placement: Placement, local_cluster, *,
+                     warmup: int = 2, master=("worker", 0),
+                     config: runtime.SessionConfig | None = None):
+    """``(session, fetches)`` in a ``with``: a session opened at ``master`` on
+    ``local_cluster`` with ``workload`` pinned to ``placement``, its variables
+    initialised and ``warmup`` untimed steps run (they also compile or load the kernels);
+    ``fetches`` are the workload's fetch ops in that session's graph."""
+    graph = pinned_graph(workload.graph, placement)
+    fetches = [graph.get_operation_by_name(op.name) for op in workload.fetch_ops]
+    with runtime.Session(local_cluster.target(*master), graph=graph, config=config) as session:
+        if workload.init is not None:
+            session.run(graph.get_operation_by_name(workload.init.name))
+        for _ in range(warmup):
+            session.run(fetches, feed_dict=workload.feeds or None)
+        yield session, fetches
+
+
 def measure_placements(workload: Workload, placements: Mapping[str, Placement], local_cluster,
                        *, repeats: int = 5, warmup: int = 2, traced: int = 1,
                        master=("worker", 0), config: runtime.SessionConfig | None = None
@@ -206,17 +225,10 @@ def measure_placements(workload: Workload, placements: Mapping[str, Placement], 
     """
     names = list(placements)
     with contextlib.ExitStack() as stack:
-        runs = {}
-        for name in names:
-            graph = pinned_graph(workload.graph, placements[name])
-            fetches = [graph.get_operation_by_name(op.name) for op in workload.fetch_ops]
-            session = stack.enter_context(
-                runtime.Session(local_cluster.target(*master), graph=graph, config=config))
-            if workload.init is not None:
-                session.run(graph.get_operation_by_name(workload.init.name))
-            for _ in range(warmup):
-                session.run(fetches, feed_dict=workload.feeds or None)
-            runs[name] = (session, fetches)
+        runs = {name: stack.enter_context(prepared_session(
+                    workload, placements[name], local_cluster, warmup=warmup, master=master,
+                    config=config))
+                for name in names}
         steps: dict[str, list] = {name: [] for name in names}
         with OtherLoad() as load:
             for r in range(repeats):

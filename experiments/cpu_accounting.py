@@ -36,12 +36,13 @@ import runtime
 from core.cluster import Cluster
 from core.costs import StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
-                                  pinned_graph, predict, runtime_cluster_spec, server_env,
+                                  predict, prepared_session, runtime_cluster_spec, server_env,
                                   this_host_cluster)
 from experiments.compare_placers import WORKLOADS, placers_to_compare
 from experiments.machine_load import OtherLoad, cpu_seconds_of_tree
 from experiments.report import print_table, results_parser, save_table
 from experiments.sim_vs_real import server_config
+from runtime.worker import task_name
 
 __all__ = ["main", "run", "measure_cpu_per_step"]
 DEFAULT_WORKLOADS = ["mlp", "transformer", "data_parallel"]
@@ -57,16 +58,10 @@ def measure_cpu_per_step(workload, placement, local, *, steps: int, warmup: int 
     ``/job:j/replica:0/task:i``; the client's under ``"client"``) over ``steps`` steps of
     ``placement`` on ``local`` (a started LocalCluster), the fastest step, and the cores
     other programs kept busy meanwhile."""
-    graph = pinned_graph(workload.graph, placement)
-    fetches = [graph.get_operation_by_name(op.name) for op in workload.fetch_ops]
     feeds = workload.feeds or None
-    pids = {f"/job:{job}/replica:0/task:{index}": proc.pid
-            for (job, index), proc in local.processes.items()}
-    with runtime.Session(local.target("worker", 0), graph=graph, config=config) as session:
-        if workload.init is not None:
-            session.run(graph.get_operation_by_name(workload.init.name))
-        for _ in range(warmup):
-            session.run(fetches, feed_dict=feeds)
+    pids = {task_name(job, index): proc.pid for (job, index), proc in local.processes.items()}
+    with prepared_session(workload, placement, local, warmup=warmup,
+                          config=config) as (session, fetches):
         pids[CLIENT] = os.getpid()
         with OtherLoad() as load:
             before = {name: cpu_seconds_of_tree(pid) for name, pid in pids.items()}

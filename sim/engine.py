@@ -1109,9 +1109,8 @@ class _Simulation:
         meta = {"backend": "sim", "cost_model": type(self.cost_model).__name__,
                 "link_order": self.config.link_order}
         if self.config.serial_dispatch:
-            meta["cpu_booked"] = {f"/job:{job}/replica:0/task:{index}": seconds
-                                  for (job, index), seconds in zip(self.task_keys,
-                                                                   self.cpu_booked)}
+            meta["cpu_booked"] = {self.cluster.task(*key).name: seconds
+                                  for key, seconds in zip(self.task_keys, self.cpu_booked)}
         return meta
 
 
