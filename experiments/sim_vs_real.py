@@ -49,6 +49,10 @@ executor's threads share one interpreter lock.  The interpreters of the server
 processes, the kernels, the copies of crossing tensors and the step's fixed costs all
 take the host's cores (``dispatch_cores``, ``copies_on_cores``, ``step_costs_on_cores``).
 
+Placement quality (:func:`placement_quality`): per workload, whether the cost-model
+placement ran faster than the simple and round-robin placements in both of their
+measurements (``sim_vs_real_quality.csv``).
+
 The re-placement loop (the whitepaper's): place with static costs (cost-model placer),
 run, build a measured cost model from that run's traces, place again with it, keep the
 new placement only if the simulator with the measured costs predicts it more than
@@ -101,7 +105,8 @@ from experiments.compare_placers import SPLIT_MARGIN, WORKLOADS, placers_to_comp
 from experiments.machine_load import wait_until_quiet
 from experiments.report import print_table, results_parser, save_table
 
-__all__ = ["main", "run", "summarise", "ranking_agreement", "keeps_proposal"]
+__all__ = ["main", "run", "summarise", "ranking_agreement", "keeps_proposal",
+           "placement_quality"]
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
@@ -152,6 +157,55 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
                     "median_halves_spread": group.halves_spread.median(),
                     "median_repeat_spread": group.repeat_spread.median(),
                     "max_other_cores": group.other_cores.max()})
+    return pd.DataFrame(out)
+
+
+#: The placers the cost-model placer is held against (issue "Experiments": it should
+#: beat them on the model-parallel workloads).
+BASELINES = ("simple", "round_robin")
+
+
+def placement_quality(frame: pd.DataFrame, baselines=BASELINES) -> pd.DataFrame:
+    """Per workload: does the cost-model placement run faster than each baseline's?
+
+    From the static rows of ``frame`` (each placement measured twice, in separate
+    sessions: ``measured_ms`` and ``remeasured_ms``), per baseline ``b``: its two
+    figures beside the cost-model placement's, and ``beats_<b>``: ``"yes"`` when the
+    cost-model placement was faster in both measurements, ``"no"`` when slower in both,
+    ``"tie"`` when it is the same placement (``same_as``), else ``"unclear"`` (the
+    machine's noise decides).  Workloads without a cost_model row are left out.
+
+    >>> rows = pd.DataFrame({"workload": ["w"] * 3, "cost_model": ["static"] * 3,
+    ...     "placer": ["simple", "round_robin", "cost_model"], "same_as": ["", "", ""],
+    ...     "measured_ms": [10.0, 20.0, 8.0], "remeasured_ms": [9.0, 21.0, 9.5]})
+    >>> placement_quality(rows).iloc[0][["beats_simple", "beats_round_robin"]].tolist()
+    ['unclear', 'yes']
+    """
+    static = frame[frame.cost_model == "static"]
+    out = []
+    for wname, group in static.groupby("workload", sort=False):
+        by = {row.placer: row for row in group.itertuples()}
+        cm = by.get("cost_model")
+        if cm is None:
+            continue
+        row = {"workload": wname, "cost_model_ms": cm.measured_ms,
+               "cost_model_again_ms": cm.remeasured_ms}
+        for b in baselines:
+            base = by.get(b)
+            if base is None:
+                continue
+            row[f"{b}_ms"], row[f"{b}_again_ms"] = base.measured_ms, base.remeasured_ms
+            faster = [cm.measured_ms < base.measured_ms, cm.remeasured_ms < base.remeasured_ms]
+            if cm.same_as == b:
+                verdict = "tie"
+            elif all(faster):
+                verdict = "yes"
+            elif not any(faster):
+                verdict = "no"
+            else:
+                verdict = "unclear"
+            row[f"beats_{b}"] = verdict
+        out.append(row)
     return pd.DataFrame(out)
 
 
@@ -377,6 +431,10 @@ def main(argv=None):
     print_table(frame, "predicted vs measured step time (ms); rel_error = (pred - meas) / meas")
     summary = summarise(frame)
     print_table(summary, "summary (replayed rows left out)")
+    quality = placement_quality(frame)
+    if not quality.empty:
+        print_table(quality, "placement quality: the cost-model placement against the "
+                             "baselines, measured twice (ms)")
     if not loop_frame.empty:
         print_table(loop_frame, "re-placement loop: cost-model placer with static costs, then "
                                 "with costs measured from its run (measured step ms)")
@@ -385,6 +443,8 @@ def main(argv=None):
     if not loop_frame.empty:
         print(f"saved {save_table(loop_frame, 'sim_vs_real_loop', args.out)}")
     save_table(summary, "sim_vs_real_summary", args.out)
+    if not quality.empty:
+        save_table(quality, "sim_vs_real_quality", args.out)
     # The calibrated clusters, so that the measured rows can be predicted again later
     # (another cost model, another version of the simulator) without measuring again:
     # sim_vs_real_cluster.json for one, else sim_vs_real_cluster_<i>.json for the rows

@@ -79,3 +79,23 @@ def test_each_workload_is_calibrated_right_before_it_is_measured(tmp_path, capsy
     assert (tmp_path / "sim_vs_real_cluster_1.json").exists()
     out = capsys.readouterr().out
     assert "calibration 0:" in out and "calibration 1:" in out
+
+
+def test_placement_quality_needs_both_measurements_to_agree():
+    rows = pd.DataFrame({
+        "workload": ["w"] * 4 + ["v"] * 2, "cost_model": ["static"] * 6,
+        "placer": ["simple", "round_robin", "round_robin_vars", "cost_model",
+                   "simple", "cost_model"],
+        "same_as": ["", "", "", "", "", "simple"],
+        "measured_ms": [10.0, 5.0, 7.0, 8.0, 3.0, 3.0],
+        "remeasured_ms": [11.0, 6.0, 7.0, 9.0, 3.1, 3.1]})
+    quality = sim_vs_real.placement_quality(rows).set_index("workload")
+    assert quality.loc["w", "beats_simple"] == "yes"  # faster in both
+    assert quality.loc["w", "beats_round_robin"] == "no"  # slower in both
+    assert quality.loc["w", "simple_again_ms"] == 11.0
+    assert quality.loc["v", "beats_simple"] == "tie"  # the same placement
+    assert pd.isna(quality.loc["v", "beats_round_robin"])  # not measured
+    rows.loc[3, "remeasured_ms"] = 12.0
+    assert sim_vs_real.placement_quality(rows).set_index("workload").loc[
+        "w", "beats_simple"] == "unclear"
+    assert sim_vs_real.placement_quality(rows[rows.placer != "cost_model"]).empty
