@@ -14,6 +14,11 @@ machines, and every prediction made from them moves with them.  This script cali
 - ``predictions``: the step time the simulator predicts (``RUNTIME_SIM``, static costs)
   for each workload and placer under each calibration, with ``spread`` the same way.
 
+- ``by figure``: which figures that spread comes from: per placement, the spread of
+  its predictions when only one group of figures takes each calibration's values and
+  the rest stay at the first calibration's (:func:`spread_by_figure`; the groups:
+  :data:`FIGURE_GROUPS`).
+
 No step is run: the placements are the placers' choices on the first calibration, so
 only the calibration changes from one column to the next.  The ``spread`` of the
 predictions is a floor under any comparison of one calibration's predictions with
@@ -32,10 +37,12 @@ if __name__ == "__main__":  # before numpy loads BLAS, as experiments.sim_vs_rea
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import time
+from dataclasses import replace
 
 import pandas as pd
 from tqdm import tqdm
 
+from core.cluster import Cluster
 from core.costs import StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, predict, server_env,
                                   this_host_cluster)
@@ -43,7 +50,8 @@ from experiments.compare_placers import WORKLOADS, placers_to_compare
 from experiments.report import print_table, results_parser, save_table
 from experiments.sim_vs_real import DEFAULT_WORKLOADS, PLACERS, server_config
 
-__all__ = ["main", "run", "headline_figures", "with_spread"]
+__all__ = ["main", "run", "headline_figures", "with_spread", "spread_by_figure",
+           "with_figures_of", "FIGURE_GROUPS"]
 
 
 def headline_figures(cluster, figures: dict) -> dict:
@@ -76,10 +84,72 @@ def with_spread(frame: pd.DataFrame, columns: list[str], label_column: str) -> p
     return pd.concat([frame, pd.DataFrame([spread])], ignore_index=True)
 
 
+#: The groups of calibrated figures :func:`spread_by_figure` varies one at a time.
+FIGURE_GROUPS = {
+    "kernels": "the CPUs' kernel costs per op type and dispatch cost per op",
+    "rates": "the CPUs' matmul rate, memory bandwidth and intra-op speed-up",
+    "step": "the tasks' step and part overheads",
+    "crossings": "the host's memcpy links: a crossing's latency, bandwidth, size costs",
+}
+
+
+def with_figures_of(base: Cluster, source: Cluster, group: str) -> Cluster:
+    """``base`` with the figures of ``group`` (a key of :data:`FIGURE_GROUPS`) taken
+    from ``source`` (a calibration of the same cluster)."""
+    if group not in FIGURE_GROUPS:
+        raise ValueError(f"unknown figure group {group!r}; known: {', '.join(FIGURE_GROUPS)}")
+    devices, tasks, links = base.devices, base.tasks, base.links
+    theirs = {d.name: d for d in source.devices}
+    if group == "kernels":
+        devices = [replace(d, kernel_costs=theirs[d.name].kernel_costs,
+                           op_overhead=theirs[d.name].op_overhead) if d.is_cpu else d
+                   for d in devices]
+    elif group == "rates":
+        devices = [replace(d, peak_flops=theirs[d.name].peak_flops,
+                           mem_bandwidth=theirs[d.name].mem_bandwidth,
+                           intra_op_speedup=theirs[d.name].intra_op_speedup) if d.is_cpu else d
+                   for d in devices]
+    elif group == "step":
+        their_tasks = {(t.job, t.index): t for t in source.tasks}
+        tasks = [replace(t, step_overhead=their_tasks[(t.job, t.index)].step_overhead,
+                         part_overhead=their_tasks[(t.job, t.index)].part_overhead)
+                 for t in tasks]
+    else:
+        links = {name: source.links[name] if link.kind == "memcpy" else link
+                 for name, link in links.items()}
+    return Cluster(base.hosts, tasks, devices, links, base.master, base.nvlink)
+
+
+def spread_by_figure(workloads: list[str], placer_names: list[str], clusters: list[Cluster]
+                     ) -> pd.DataFrame:
+    """Per workload and placer (placed on ``clusters[0]``): ``all``, the spread (max /
+    min - 1) of its predicted step over ``clusters``, and per group of
+    :data:`FIGURE_GROUPS` the spread when only that group's figures come from each
+    cluster (the rest from the first)."""
+    chosen = placers_to_compare()
+    rows = []
+    for wname in workloads:
+        w = WORKLOADS[wname]()
+        for pname in placer_names:
+            placement = chosen[pname].place(w.graph, clusters[0])
+
+            def spread(variants):
+                times = [predict(w, placement, c, StaticCostModel(), RUNTIME_SIM).step_time
+                         for c in variants]
+                return max(times) / min(times) - 1
+
+            row = {"workload": wname, "placer": pname, "all": spread(clusters)}
+            for group in FIGURE_GROUPS:
+                row[group] = spread([with_figures_of(clusters[0], c, group) for c in clusters])
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def run(calibrations: int, workloads: list[str], placer_names: list[str], *,
         threads: int = 0, quick: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(figures, predictions)`` over ``calibrations`` calibrations in a row (see the
-    module docstring); without the ``spread`` rows."""
+    """``(figures, predictions, clusters)`` over ``calibrations`` calibrations in a row
+    (see the module docstring; ``clusters``: the calibrated clusters); without the
+    ``spread`` rows."""
     config = server_config(threads)
     clusters, rows = [], []
     for i in tqdm(range(calibrations), desc="calibrations"):
@@ -100,7 +170,7 @@ def run(calibrations: int, workloads: list[str], placer_names: list[str], *,
                 row[f"cal{i}_ms"] = predict(w, placement, cluster, StaticCostModel(),
                                             RUNTIME_SIM).step_time * 1e3
             predictions.append(row)
-    return pd.DataFrame(rows), pd.DataFrame(predictions)
+    return pd.DataFrame(rows), pd.DataFrame(predictions), clusters
 
 
 def main(argv=None):
@@ -115,8 +185,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.calibrations < 2:
         parser.error("--calibrations must be at least 2: a spread needs two of them")
-    figures, predictions = run(args.calibrations, args.workloads, args.placers,
-                               threads=args.threads, quick=args.quick)
+    figures, predictions, clusters = run(args.calibrations, args.workloads, args.placers,
+                                         threads=args.threads, quick=args.quick)
+    by_figure = spread_by_figure(args.workloads, args.placers, clusters)
     figures = with_spread(figures, [c for c in figures.columns
                                     if c not in ("calibration", "seconds", "other_cores")],
                           "calibration")
@@ -126,9 +197,15 @@ def main(argv=None):
     print_table(predictions, "predicted step (ms) of the same placements under each calibration")
     print(f"\nmedian spread of the predictions: {predictions.spread.median():.1%}, "
           f"max {predictions.spread.max():.1%}")
-    for frame, name in ((figures, "calibration_spread"), (predictions, "calibration_spread_predictions")):
+    print_table(by_figure, "spread of the predictions with one group of figures varying "
+                           "(the rest the first calibration's): " + "; ".join(
+                               f"{k}: {v}" for k, v in FIGURE_GROUPS.items()))
+    medians = by_figure[["all", *FIGURE_GROUPS]].median()
+    print("median over the placements: " + ", ".join(f"{k} {v:.1%}" for k, v in medians.items()))
+    for frame, name in ((figures, "calibration_spread"), (predictions, "calibration_spread_predictions"),
+                        (by_figure, "calibration_spread_by_figure")):
         print(f"saved {save_table(frame, name, args.out)}")
-    return figures, predictions
+    return figures, predictions, by_figure
 
 
 if __name__ == "__main__":
