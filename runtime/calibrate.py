@@ -59,6 +59,7 @@ True
 from __future__ import annotations
 
 import os
+import random
 import statistics
 from dataclasses import replace
 from time import perf_counter
@@ -331,6 +332,38 @@ def _step_time(local_cluster, build, master, repeats: int) -> float:
         return _timed_runs(session, fetches, repeats)
 
 
+def _interleaved_step_times(local_cluster, builds: dict, master, repeats: int,
+                            warmup: int = 3) -> dict:
+    """Per key of ``builds``: the wall-clock seconds of ``repeats`` steps of its graph
+    (``builds[key]()`` returns ``(graph, fetches)``), in a session at ``master`` opened
+    once per graph, after ``warmup`` untimed steps.  The graphs take turns step by step,
+    in a new order each round (a seeded shuffle: in one fixed rotation each graph would
+    always follow the same one, and a step right after a large tensor's is slower)."""
+    import contextlib
+
+    import runtime
+    times: dict = {key: [] for key in builds}
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for key, make in builds.items():
+            graph, fetches = make()
+            session = stack.enter_context(
+                runtime.Session(local_cluster.target(*master), graph=graph))
+            for _ in range(warmup):
+                session.run(fetches)
+            runs[key] = (session, fetches)
+        order = list(builds)
+        rng = random.Random(0)
+        for _ in range(repeats):
+            rng.shuffle(order)
+            for key in order:
+                session, fetches = runs[key]
+                t0 = perf_counter()
+                session.run(fetches)
+                times[key].append(perf_counter() - t0)
+    return times
+
+
 def _fit_line(xs, ys) -> tuple[float, float]:
     """Least-squares ``(intercept, slope)`` of ``ys`` on ``xs``."""
     x = np.asarray(xs, float)
@@ -382,8 +415,8 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
 
 
 def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
-                             sizes=(4, 64 << 10, 1 << 20, 4 << 20), repeats: int = 9,
-                             crossings: int = 32, rounds: int = 3, size_hops: int = 8
+                             sizes=(4, 64 << 10, 1 << 20, 4 << 20), repeats: int = 30,
+                             crossings: int = 32, size_hops: int = 8
                              ) -> tuple[float, float, dict]:
     """``(latency s, bandwidth bytes/s, samples)`` of tensors crossing from task ``src``
     to the master's task on one host (stream, local socket or shared memory, as the
@@ -400,11 +433,18 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
     prediction of data_parallel with it, 3.6 to 6.6 ms); the bandwidth is the slope
     between the smallest and the largest (the runtime switches paths in between, so the
     middle sizes would bend a least-squares line).  Both steps of a pair involve the
-    same tasks (a tiny op on ``src`` in the local one).  Each
-    difference is the median over ``rounds`` pairs: one pair's fastest steps can still
-    both fall in a burst of other load (on this shared machine one calibration in four
-    put the latency at 1.6x the others', and a prediction of a placement with 350
-    crossings moved with it)."""
+    same tasks (a tiny op on ``src`` in the local one).
+
+    Each step time is the fastest of ``repeats``, all the graphs taking turns step by
+    step (:func:`_interleaved_step_times`), so that both sides of every difference are
+    the fastest steps of one stretch of time (this machine's speed flips between two
+    states within seconds; a burst of steps catches one or the other).  Before, each
+    graph was timed in bursts of 9 in a fresh session and each difference was the
+    median of 3 such pairs: in three runs of calibrations alternating between the two
+    ways (5, 5 and 8 of each, 2026-11-26), the predictions of 12 placements moved with
+    the crossing figures by 20%, 19%, 19% at the median (max / min - 1 over the
+    calibrations; ``experiments.calibration_spread``'s ``crossings``) against 35%, 7%,
+    23% before: no steadier, but the measurement takes 3.7 s instead of 6.0."""
     import core as tf
     src, master = tuple(src), tuple(master)
 
@@ -443,16 +483,16 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
             return g, [x, d]
         return make
 
-    def added(make_crossed, make_local, count=1):
-        diffs = []
-        for _ in range(max(1, rounds)):
-            crossed = _step_time(local_cluster, make_crossed, master, repeats)
-            local = _step_time(local_cluster, make_local, master, repeats)
-            diffs.append((crossed - local) / count)
-        return statistics.median(diffs)
+    builds = {("chain", crossed): chain(crossed) for crossed in (True, False)}
+    builds.update({(n, crossed): build(n, crossed) for n in sizes for crossed in (True, False)})
+    fastest = {key: min(times) for key, times in
+               _interleaved_step_times(local_cluster, builds, master, repeats).items()}
 
-    samples = {n: added(build(n, True), build(n, False), hops) for n in sizes}
-    latency = max(added(chain(True), chain(False), crossings), 1e-6)
+    def added(key, count):
+        return (fastest[(key, True)] - fastest[(key, False)]) / count
+
+    samples = {n: added(n, hops) for n in sizes}
+    latency = max(added("chain", crossings), 1e-6)
     small, large = min(samples), max(samples)
     per_byte = (samples[large] - samples[small]) / max(1, large - small)
     per_byte = max(per_byte, 1e-12)
@@ -522,7 +562,7 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     x_samples: dict = {}
     if src is not None:
         latency, bandwidth, x_samples = measure_process_transfer(
-            local_cluster, src, master, sizes, repeats, rounds=1 if quick else 3)
+            local_cluster, src, master, sizes, repeats=5 if quick else 30)
     dispatch = measure_dispatch_overhead(local_cluster, master,
                                          (1, 50) if quick else (1, 100, 300), repeats)
     tasks = [replace(t, step_overhead=step, part_overhead=part) for t in cluster.tasks]
