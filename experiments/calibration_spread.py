@@ -146,7 +146,7 @@ def spread_by_figure(workloads: list[str], placer_names: list[str], clusters: li
 
 
 def run(calibrations: int, workloads: list[str], placer_names: list[str], *,
-        threads: int = 0, quick: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+        threads: int = 0, quick: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """``(figures, predictions, clusters)`` over ``calibrations`` calibrations in a row
     (see the module docstring; ``clusters``: the calibrated clusters); without the
     ``spread`` rows."""

@@ -55,3 +55,25 @@ def test_distributed_figures_are_positive_and_load(tmp_path):
     assert all(link.time(n) == max(t, link.latency) for n, t in samples.items()
                if n != min(samples))
     assert all(0 < d.op_overhead < 0.01 for d in measured.devices if d.is_cpu)
+
+
+def test_interleaved_step_times_times_every_graph_in_every_round():
+    import numpy as np
+
+    import core as tf
+    import runtime
+    from runtime.calibrate import _interleaved_step_times
+
+    def build(value):
+        def make():
+            g = tf.Graph()
+            with g.as_default(), tf.device("/job:worker/replica:0/task:0/device:CPU:0"):
+                out = tf.identity(tf.constant(np.float32(value)), name="out")
+            return g, [out]
+        return make
+
+    with runtime.LocalCluster({"worker": 1}) as local:
+        times = _interleaved_step_times(local, {"a": build(1.0), "b": build(2.0)},
+                                        ("worker", 0), repeats=4, warmup=1)
+    assert set(times) == {"a", "b"}
+    assert all(len(v) == 4 and all(t > 0 for t in v) for v in times.values())
