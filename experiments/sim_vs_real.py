@@ -196,7 +196,7 @@ def placement_quality(frame: pd.DataFrame, baselines=BASELINES) -> pd.DataFrame:
                 continue
             row[f"{b}_ms"], row[f"{b}_again_ms"] = base.measured_ms, base.remeasured_ms
             faster = [cm.measured_ms < base.measured_ms, cm.remeasured_ms < base.remeasured_ms]
-            if cm.same_as == b:
+            if (cm.same_as or cm.placer) == (base.same_as or base.placer):  # one placement
                 verdict = "tie"
             elif all(faster):
                 verdict = "yes"

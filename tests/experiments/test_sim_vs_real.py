@@ -99,3 +99,14 @@ def test_placement_quality_needs_both_measurements_to_agree():
     assert sim_vs_real.placement_quality(rows).set_index("workload").loc[
         "w", "beats_simple"] == "unclear"
     assert sim_vs_real.placement_quality(rows[rows.placer != "cost_model"]).empty
+
+
+def test_placement_quality_ties_a_baseline_that_is_the_same_placement_as_an_earlier_one():
+    # simple, round_robin and cost_model all chose one placement: both baselines tie.
+    rows = pd.DataFrame({
+        "workload": ["w"] * 3, "cost_model": ["static"] * 3,
+        "placer": ["simple", "round_robin", "cost_model"],
+        "same_as": ["", "simple", "simple"],
+        "measured_ms": [4.0] * 3, "remeasured_ms": [4.2] * 3})
+    row = sim_vs_real.placement_quality(rows).iloc[0]
+    assert (row.beats_simple, row.beats_round_robin) == ("tie", "tie")
