@@ -28,9 +28,13 @@ host) and measures, with a client session opened on ``/job:worker/task:0``:
    now over its rate then (195 GFLOP/s): this machine's speed drifts from day to day.
 
 Each figure is the median of ``--repeats`` timed steps after warm-up steps. When
-``tensorflow`` is importable, the same graphs run on TensorFlow's own distributed
-runtime (``tf.compat.v1``, ``tf.distribute.Server`` processes, same cluster shape)
-and the table shows the ratios; otherwise the reference figures measured with
+``tensorflow`` is importable (``pip install -e '.[tensorflow]'``: ``tensorflow-cpu``), the
+same graphs run on TensorFlow's own distributed runtime (``tf.compat.v1``,
+``tf.distribute.Server`` processes, same cluster shape) and the table shows the ratios
+(``vs_tf`` > 1: ours better); its MLP is timed in alternation with numpy's loop too, and
+``vs_tf_beside_numpy`` compares the two MLPs each against the numpy timed beside it
+(:func:`mlp_beside_numpy`; the numpy row's ``vs_tf`` compares the two numpy loops, which
+says how far the machine drifted between the two measurements).  Otherwise the reference figures measured with
 TensorFlow 2.21 (1.5 ms, 1.2 GB/s, 83 ms) are used. Run::
 
     python -m experiments.bench_runtime                 # everything
@@ -280,10 +284,15 @@ def measure_tensorflow(repeats: int, warmup: int, batch: int, skip_mlp: bool) ->
                     h = v1.nn.relu(v1.matmul(h, w))
                 with v1.Session(target) as sess:
                     sess.run(v1.global_variables_initializer())
-                    med, best = _median_ms(lambda: sess.run(h), repeats, warmup)
+                    # In alternation with numpy's loop, as ours is: each against the
+                    # numpy timed beside it (see mlp_beside_numpy).
+                    theirs, numpy_ = interleaved_ms(lambda: sess.run(h),
+                                                    numpy_mlp_forward(batch), repeats,
+                                                    warmup, pause=MLP_PAUSE)
             flops = 2.0 * batch * 1024 * 1024 * 8
-            rows.append({"benchmark": "mlp", "transport": "-", "unit": "ms", "value": med,
-                         "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9})
+            rows += [{"benchmark": "mlp", "transport": transport, "unit": "ms", "value": med,
+                      "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9}
+                     for transport, (med, best) in (("-", theirs), ("numpy", numpy_))]
     finally:
         for p in procs:
             p.kill()
@@ -337,6 +346,8 @@ def run(repeats: int = 10, warmup: int = 3, batch: int = 1024, skip_mlp: bool = 
     # ratio > 1 means better than TensorFlow (faster step, or more GB/s).
     table["vs_tf"] = [(tf_v / v) if unit == "ms" else (v / tf_v)
                       for v, tf_v, unit in zip(table["value"], table["tf"], table["unit"])]
+    if theirs:
+        table["vs_tf_beside_numpy"] = mlp_beside_numpy(table, ref)
     numpy_row = table[(table.benchmark == "mlp") & (table.transport == "numpy")]
     if not numpy_row.empty and not theirs:
         # The reference scaled by today's machine: TensorFlow's MLP at 1.06x numpy's rate.
@@ -346,6 +357,28 @@ def run(repeats: int = 10, warmup: int = 3, batch: int = 1024, skip_mlp: bool = 
         table.loc[mlp, "tf_source"] = "reference scaled by numpy now"
         table.loc[mlp, "vs_tf"] = table.loc[mlp, "tf"] / table.loc[mlp, "value"]
     return table
+
+
+def mlp_beside_numpy(table: pd.DataFrame, theirs: dict) -> list[float]:
+    """Per row of ``table``: for our MLP row, TensorFlow's MLP time over ours, each
+    first divided by the time of numpy's loop timed in alternation with it (> 1: ours
+    faster); NaN for the other rows.  Ours and TensorFlow's are timed a minute apart,
+    and this machine's speed can drift 1.7x in that time; numpy's loop beside each
+    takes the drift out.  ``theirs``: TensorFlow's figures by ``(benchmark,
+    transport)``.
+
+    >>> t = pd.DataFrame({"benchmark": ["mlp", "mlp", "tiny step"],
+    ...                   "transport": ["-", "numpy", "local"], "value": [110.0, 100.0, 1.0]})
+    >>> [round(r, 3) for r in mlp_beside_numpy(t, {("mlp", "-"): 240.0, ("mlp", "numpy"): 200.0})]
+    [1.091, nan, nan]
+    """
+    ours = {(b, t): v for b, t, v in zip(table.benchmark, table.transport, table.value)}
+    keys = [("mlp", "-"), ("mlp", "numpy")]
+    if not all(k in ours and k in theirs for k in keys):
+        return [float("nan")] * len(table)
+    ratio = (theirs[keys[0]] / theirs[keys[1]]) / (ours[keys[0]] / ours[keys[1]])
+    return [ratio if (b, t) == keys[0] else float("nan")
+            for b, t in zip(table.benchmark, table.transport)]
 
 
 def main(argv: list[str] | None = None) -> int:

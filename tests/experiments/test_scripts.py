@@ -113,3 +113,17 @@ def test_bench_runtime_rows_and_the_machines_load():
     assert (table.value > 0).all() and table.vs_tf.notna().all()
     assert set(table[table.benchmark == "mlp"].transport) == {"-", "numpy"}
     assert not (table.other_cores < 0).any()
+
+
+def test_the_mlp_against_tensorflow_each_beside_its_own_numpy():
+    import math
+
+    from experiments.bench_runtime import mlp_beside_numpy
+    table = pd.DataFrame({"benchmark": ["tiny step", "mlp", "mlp"],
+                          "transport": ["local", "-", "numpy"], "value": [1.0, 120.0, 100.0]})
+    # TensorFlow's MLP 1.5x its numpy, ours 1.2x ours: ours 1.25x better.
+    ratios = mlp_beside_numpy(table, {("mlp", "-"): 300.0, ("mlp", "numpy"): 200.0})
+    assert math.isnan(ratios[0]) and math.isnan(ratios[2])
+    assert ratios[1] == pytest.approx(1.25)
+    # Without TensorFlow's numpy figure there is nothing to compare.
+    assert all(math.isnan(r) for r in mlp_beside_numpy(table, {("mlp", "-"): 300.0}))
