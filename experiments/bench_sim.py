@@ -16,6 +16,14 @@ call's time and of memory between sizes (1.0 = linear), and the cores other prog
 kept busy during the first call (``other_cores``, :mod:`experiments.machine_load`:
 another busy program on this 2-core machine slows the simulator too).
 
+Side by side, in the same run (``--no-baselines`` skips them): the naive model the
+issue compares with, a SimPy process per op with no transfers, on the same graph
+(``naive_ops_per_s``, and ``vs_naive``: simulate()'s ops per second over it), and SimPy's
+own speed in bare timeouts per second right before the first call
+(``simpy_timeouts_per_s``), with the issue's target of 200k ops/s scaled by it
+(``target_scaled``: the issue measured 1.5M timeouts/s here; this shared machine's speed
+flips between two states about 2x apart for this figure).
+
     python -m experiments.bench_sim --sizes 1000 10000 100000 --devices 4 16
 """
 
@@ -27,6 +35,7 @@ import time
 import tracemalloc
 
 import pandas as pd
+import simpy
 
 import sim
 from core.cluster import Cluster
@@ -47,12 +56,72 @@ def placed_dag(n: int, devices: int):
     return graph, cluster, placement
 
 
-def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool) -> pd.DataFrame:
+#: The issue's figures for this machine when it was filed: SimPy's bare timeouts per
+#: second, and the target for simulate() at 100k ops (with transfers).
+SIMPY_TIMEOUTS_REFERENCE = 1.5e6
+TARGET_OPS_PER_S = 200e3
+
+
+def simpy_timeouts_per_s(n: int = 50_000, repeat: int = 1) -> float:
+    """SimPy's own speed now: bare timeouts per second (one process yielding ``n``
+    timeouts of 1), the unit the issue's figures for this machine are in; the best of
+    ``repeat`` runs.  This machine's speed flips between two states within seconds
+    (this figure: 0.54M or 1.03-1.05M in five runs minutes apart, the best of five
+    each), so :func:`bench` takes it right before each timed call."""
+    best = 0.0
+    for _ in range(repeat):
+        env = simpy.Environment()
+
+        def ticker():
+            for _ in range(n):
+                yield env.timeout(1)
+
+        env.process(ticker())
+        t0 = time.perf_counter()
+        env.run()
+        best = max(best, n / (time.perf_counter() - t0))
+    return best
+
+
+def naive_ops_per_s(graph, placement, cluster) -> float:
+    """Ops per second of the naive model the issue compares with: a SimPy process per
+    op that waits for its inputs' ops, takes its device (a ``simpy.Resource`` of one
+    slot), holds it for a timeout and signals its end; no transfers.  Building the
+    processes and running them are timed together (starting a process is the cost)."""
+    ops = graph.get_operations()
+    names = [d.name for d in cluster.devices]
+    env = simpy.Environment()
+    devices = {name: simpy.Resource(env, capacity=1) for name in names}
+    done = {op.name: env.event() for op in ops}
+
+    def run_op(op, inputs, device):
+        if inputs:
+            yield env.all_of(inputs)
+        with device.request() as slot:
+            yield slot
+            yield env.timeout(1.0)
+        done[op.name].succeed()
+
+    t0 = time.perf_counter()
+    for op in ops:
+        inputs = [done[t.op.name] for t in op.inputs]
+        env.process(run_op(op, inputs, devices[placement[op.name]]))
+    env.run()
+    seconds = time.perf_counter() - t0
+    if not all(event.processed for event in done.values()):
+        raise RuntimeError("the naive model stopped before every op ran")
+    return len(ops) / seconds
+
+
+def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool,
+          baselines: bool = True) -> pd.DataFrame:
     rows = []
     for n in sizes:
         for devices in device_counts:
             graph, cluster, placement = placed_dag(n, devices)
             times, loads, records = [], [], math.inf
+            # SimPy's own speed at the moment of the first (reported) call.
+            rate = simpy_timeouts_per_s() if baselines else math.nan
             for _ in range(repeat):
                 gc.collect()
                 with OtherLoad() as load:
@@ -81,8 +150,11 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool)
                 tracemalloc.stop()
                 del trace
             cold = times[0]
+            naive = naive_ops_per_s(graph, placement, cluster) if baselines else math.nan
             rows.append({"ops": n, "devices": devices, "transfers": n_transfers,
                          "seconds": cold, "ops_per_s": n / cold,
+                         "naive_ops_per_s": naive, "vs_naive": n / cold / naive,
+                         "simpy_timeouts_per_s": rate,
                          "warm_s": min(times[1:], default=math.nan), "records_s": records,
                          "step_time_s": step_time, "peak_MiB": peak,
                          "other_cores": loads[0]})
@@ -109,9 +181,19 @@ def main(argv=None) -> pd.DataFrame:
                         help="timed calls per case: the first (cold) one, then warm ones (best kept)")
     parser.add_argument("--no-memory", action="store_true",
                         help="skip the tracemalloc run (peak_MiB is then NaN)")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="skip the naive process-per-op model and SimPy's own rate")
     args = parser.parse_args(argv)
-    frame = bench(args.sizes, args.devices, args.repeat, not args.no_memory)
+    baselines = not args.no_baselines
+    frame = bench(args.sizes, args.devices, args.repeat, not args.no_memory, baselines)
+    frame["target_scaled"] = TARGET_OPS_PER_S * frame.simpy_timeouts_per_s / SIMPY_TIMEOUTS_REFERENCE
     print_table(frame, "simulate() speed (random layered DAGs, round-robin by layer)")
+    if baselines:
+        print(f"simpy_timeouts_per_s: SimPy's bare timeouts per second right before the "
+              f"first call (the issue's {SIMPY_TIMEOUTS_REFERENCE / 1e6:.1f}M when it set "
+              f"{TARGET_OPS_PER_S / 1e3:.0f}k ops/s as the target); target_scaled: that "
+              "target at SimPy's speed then; naive_ops_per_s: a SimPy process per op, no "
+              "transfers, on the same graph")
     print(f"saved {save_table(frame, 'bench_sim', args.out)}")
     return frame
 

@@ -104,6 +104,21 @@ def test_bench_sim_reports_speed_growth_and_the_machines_load(tmp_path):
     assert (frame.transfers > 0).all() and (frame.peak_MiB > 0).all()
     assert frame.time_growth.notna().sum() == 1 and frame.mem_growth.notna().sum() == 1
     assert not (frame.other_cores < 0).any()
+    # The baselines, side by side: the naive model and SimPy's own rate now.
+    assert (frame.naive_ops_per_s > 0).all()
+    assert frame.vs_naive.tolist() == pytest.approx((frame.ops_per_s / frame.naive_ops_per_s).tolist())
+    rate = frame.simpy_timeouts_per_s.iloc[0]
+    assert rate > 0 and frame.target_scaled.iloc[0] == pytest.approx(200e3 * rate / 1.5e6)
+
+
+def test_the_baselines_run_and_can_be_skipped(tmp_path):
+    from experiments import bench_sim
+    graph, cluster, placement = bench_sim.placed_dag(200, 2)
+    assert bench_sim.naive_ops_per_s(graph, placement, cluster) > 0
+    assert bench_sim.simpy_timeouts_per_s(1000) > 0
+    frame = bench_sim.main(["--sizes", "200", "--devices", "2", "--no-memory",
+                            "--no-baselines", "--out", str(tmp_path)])
+    assert frame.naive_ops_per_s.isna().all() and frame.simpy_timeouts_per_s.isna().all()
 
 
 def test_bench_runtime_rows_and_the_machines_load():
