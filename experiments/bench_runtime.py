@@ -34,8 +34,8 @@ same graphs run on TensorFlow's own distributed runtime (``tf.compat.v1``,
 (``vs_tf`` > 1: ours better); its MLP is timed in alternation with numpy's loop too, and
 ``vs_tf_beside_numpy`` compares the two MLPs each against the numpy timed beside it
 (:func:`mlp_beside_numpy`; the numpy row's ``vs_tf`` compares the two numpy loops, which
-says how far the machine drifted between the two measurements).  Otherwise the reference figures measured with
-TensorFlow 2.21 (1.5 ms, 1.2 GB/s, 83 ms) are used. Run::
+says how far the machine drifted between the two measurements).  Otherwise the
+reference figures measured with TensorFlow 2.21 (1.5 ms, 1.2 GB/s, 83 ms) are used. Run::
 
     python -m experiments.bench_runtime                 # everything
     python -m experiments.bench_runtime --repeats 20 --skip-mlp

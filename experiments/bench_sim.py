@@ -186,7 +186,8 @@ def main(argv=None) -> pd.DataFrame:
     args = parser.parse_args(argv)
     baselines = not args.no_baselines
     frame = bench(args.sizes, args.devices, args.repeat, not args.no_memory, baselines)
-    frame["target_scaled"] = TARGET_OPS_PER_S * frame.simpy_timeouts_per_s / SIMPY_TIMEOUTS_REFERENCE
+    frame["target_scaled"] = (TARGET_OPS_PER_S * frame.simpy_timeouts_per_s
+                              / SIMPY_TIMEOUTS_REFERENCE)
     print_table(frame, "simulate() speed (random layered DAGs, round-robin by layer)")
     if baselines:
         print(f"simpy_timeouts_per_s: SimPy's bare timeouts per second right before the "

@@ -84,12 +84,19 @@ def with_spread(frame: pd.DataFrame, columns: list[str], label_column: str) -> p
     return pd.concat([frame, pd.DataFrame([spread])], ignore_index=True)
 
 
-#: The groups of calibrated figures :func:`spread_by_figure` varies one at a time.
+#: The groups of calibrated figures :func:`spread_by_figure` varies one at a time: what
+#: each holds, and its fields on the CPU devices, the tasks or the host's memcpy links.
 FIGURE_GROUPS = {
     "kernels": "the CPUs' kernel costs per op type and dispatch cost per op",
     "rates": "the CPUs' matmul rate, memory bandwidth and intra-op speed-up",
     "step": "the tasks' step and part overheads",
     "crossings": "the host's memcpy links: a crossing's latency, bandwidth, size costs",
+}
+_GROUP_FIELDS = {
+    "kernels": ("devices", ("kernel_costs", "op_overhead")),
+    "rates": ("devices", ("peak_flops", "mem_bandwidth", "intra_op_speedup")),
+    "step": ("tasks", ("step_overhead", "part_overhead")),
+    "crossings": ("links", ("latency", "bandwidth", "size_costs")),
 }
 
 
@@ -98,24 +105,18 @@ def with_figures_of(base: Cluster, source: Cluster, group: str) -> Cluster:
     from ``source`` (a calibration of the same cluster)."""
     if group not in FIGURE_GROUPS:
         raise ValueError(f"unknown figure group {group!r}; known: {', '.join(FIGURE_GROUPS)}")
+    part, fields = _GROUP_FIELDS[group]
+
+    def taken(mine, theirs):
+        return replace(mine, **{f: getattr(theirs, f) for f in fields})
+
     devices, tasks, links = base.devices, base.tasks, base.links
-    theirs = {d.name: d for d in source.devices}
-    if group == "kernels":
-        devices = [replace(d, kernel_costs=theirs[d.name].kernel_costs,
-                           op_overhead=theirs[d.name].op_overhead) if d.is_cpu else d
-                   for d in devices]
-    elif group == "rates":
-        devices = [replace(d, peak_flops=theirs[d.name].peak_flops,
-                           mem_bandwidth=theirs[d.name].mem_bandwidth,
-                           intra_op_speedup=theirs[d.name].intra_op_speedup) if d.is_cpu else d
-                   for d in devices]
-    elif group == "step":
-        their_tasks = {(t.job, t.index): t for t in source.tasks}
-        tasks = [replace(t, step_overhead=their_tasks[(t.job, t.index)].step_overhead,
-                         part_overhead=their_tasks[(t.job, t.index)].part_overhead)
-                 for t in tasks]
+    if part == "devices":
+        devices = [taken(d, source.device(d.name)) if d.is_cpu else d for d in devices]
+    elif part == "tasks":
+        tasks = [taken(t, source.task(t.job, t.index)) for t in tasks]
     else:
-        links = {name: source.links[name] if link.kind == "memcpy" else link
+        links = {name: taken(link, source.links[name]) if link.kind == "memcpy" else link
                  for name, link in links.items()}
     return Cluster(base.hosts, tasks, devices, links, base.master, base.nvlink)
 

@@ -51,10 +51,13 @@ def _two_calibrations(group):
     elif group == "kernels":
         devices = [replace(d, op_overhead=d.op_overhead * 4 + 1e-5) if d.is_cpu else d
                    for d in devices]
+    elif group == "rates":
+        devices = [replace(d, peak_flops=d.peak_flops / 8, mem_bandwidth=d.mem_bandwidth / 8)
+                   if d.is_cpu else d for d in devices]
     return base, Cluster(base.hosts, tasks, devices, links, base.master, base.nvlink)
 
 
-@pytest.mark.parametrize("group", ["step", "crossings", "kernels"])
+@pytest.mark.parametrize("group", ["step", "crossings", "kernels", "rates"])
 def test_the_spread_is_traced_to_the_group_of_figures_that_moved(group):
     clusters = list(_two_calibrations(group))
     by_figure = calibration_spread.spread_by_figure(["mlp"], ["round_robin"], clusters)
