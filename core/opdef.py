@@ -1,0 +1,313 @@
+"""The machinery of the op table: :class:`OpDef`, :class:`TensorSpec`, and the shape,
+flops and kernel helpers that the op families (:mod:`core.ops` and the ``core.ops_*``
+modules) describe their ops with.  No op is defined here; :mod:`core.ops` holds the table.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Sequence
+
+from core.dtypes import DType, as_dtype
+
+Shape = tuple  # of int | None (None: a dimension not known until run time)
+
+
+class TensorSpec(NamedTuple):
+    """The static type of a tensor: dtype and shape (dimensions may be None)."""
+
+    dtype: DType
+    shape: Shape
+
+
+class ShapeError(ValueError):
+    """Inputs whose shapes or dtypes an op cannot take; the builder adds the op's name."""
+
+
+def num_elements(shape: Shape) -> int | None:
+    """Number of elements, or None when a dimension is unknown."""
+    if any(d is None for d in shape):
+        return None
+    return math.prod(shape)
+
+
+def nbytes(spec: TensorSpec) -> int | None:
+    """Size in bytes of a tensor of this type, or None when its shape is not fully known."""
+    n = num_elements(spec.shape)
+    return None if n is None else n * spec.dtype.itemsize
+
+
+def known_shape(shape: Shape) -> Shape:
+    """A fully known shape, unknown dimensions counted as 1 (used only for cost estimates)."""
+    return tuple(1 if d is None else d for d in shape)
+
+
+# --- shape inference helpers ------------------------------------------------------------
+
+def broadcast_shapes(a: Shape, b: Shape) -> Shape:
+    """numpy broadcasting on static shapes; None stands for an unknown dimension."""
+    out = []
+    for i in range(max(len(a), len(b))):
+        x = a[len(a) - 1 - i] if i < len(a) else 1
+        y = b[len(b) - 1 - i] if i < len(b) else 1
+        if x == 1:
+            out.append(y)
+        elif y == 1 or x == y:
+            out.append(x)
+        elif x is None or y is None:
+            out.append(x if y is None else y)
+        else:
+            raise ShapeError(f"shapes {tuple(a)} and {tuple(b)} cannot be broadcast")
+    return tuple(reversed(out))
+
+
+def same_dtype(specs: Sequence[TensorSpec]) -> DType:
+    dtypes = {s.dtype for s in specs}
+    if len(dtypes) > 1:
+        raise ShapeError(f"inputs must share one dtype, got {sorted(d.name for d in dtypes)}")
+    return specs[0].dtype
+
+
+def normalize_axis(axis, rank: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(rank))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -rank <= a < max(rank, 1):
+            raise ShapeError(f"axis {a} is out of range for a tensor of rank {rank}")
+        out.append(a % rank if rank else 0)
+    return tuple(sorted(set(out)))
+
+
+def infer_unary(ins, attrs):
+    return [TensorSpec(ins[0].dtype, ins[0].shape)]
+
+
+def infer_float_unary(ins, attrs):
+    if not ins[0].dtype.is_floating:
+        raise ShapeError(f"needs a floating-point input, got {ins[0].dtype.name}")
+    return infer_unary(ins, attrs)
+
+
+def infer_binary(ins, attrs):
+    dtype = same_dtype(ins)
+    return [TensorSpec(dtype, broadcast_shapes(ins[0].shape, ins[1].shape))]
+
+
+def infer_grad_pair(ins, attrs):
+    """Elementwise gradient ops (y, g) or (g, x): both inputs of one shape."""
+    dtype = same_dtype(ins)
+    return [TensorSpec(dtype, broadcast_shapes(ins[0].shape, ins[1].shape))]
+
+
+def infer_matmul(ins, attrs):
+    a, b = ins
+    dtype = same_dtype(ins)
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ShapeError(f"matmul needs two matrices, got shapes {a.shape} and {b.shape}")
+    m, k1 = a.shape[::-1] if attrs.get("transpose_a") else a.shape
+    k2, n = b.shape[::-1] if attrs.get("transpose_b") else b.shape
+    if k1 is not None and k2 is not None and k1 != k2:
+        raise ShapeError(f"matmul inner dimensions differ: {a.shape} @ {b.shape}"
+                         f" (transpose_a={bool(attrs.get('transpose_a'))},"
+                         f" transpose_b={bool(attrs.get('transpose_b'))})")
+    return [TensorSpec(dtype, (m, n))]
+
+
+def infer_reduce(ins, attrs):
+    x = ins[0]
+    axes = normalize_axis(attrs.get("axis"), len(x.shape))
+    if attrs.get("keepdims"):
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return [TensorSpec(x.dtype, shape)]
+
+
+def infer_assign(ins, attrs):
+    ref, value = ins
+    if ref.dtype != value.dtype:
+        raise ShapeError(f"cannot assign a {value.dtype.name} value to a {ref.dtype.name} variable")
+    if broadcast_shapes(ref.shape, value.shape) != tuple(ref.shape):
+        raise ShapeError(f"cannot assign a value of shape {value.shape} to a variable of shape {ref.shape}")
+    return [TensorSpec(ref.dtype, ref.shape)]
+
+
+def infer_source(ins, attrs):
+    return [TensorSpec(as_dtype(attrs["dtype"]), tuple(attrs["shape"]))]
+
+
+def infer_broadcast_to(ins, attrs):
+    shape = tuple(attrs["shape"])
+    if broadcast_shapes(ins[0].shape, shape) != shape:
+        raise ShapeError(f"cannot broadcast shape {ins[0].shape} to {shape}")
+    return [TensorSpec(ins[0].dtype, shape)]
+
+
+def infer_reshape(ins, attrs):
+    shape = list(attrs["shape"])
+    n = num_elements(ins[0].shape)
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape to {tuple(shape)}: at most one dimension may be -1")
+    if -1 in shape:
+        rest = math.prod(d for d in shape if d != -1)
+        if n is None:
+            shape[shape.index(-1)] = None
+        elif rest == 0 or n % rest:
+            raise ShapeError(f"cannot reshape {ins[0].shape} to {tuple(attrs['shape'])}")
+        else:
+            shape[shape.index(-1)] = n // rest
+    elif n is not None and math.prod(shape) != n:
+        raise ShapeError(f"cannot reshape {ins[0].shape} ({n} elements) to {tuple(shape)}")
+    return [TensorSpec(ins[0].dtype, tuple(shape))]
+
+
+def infer_transpose(ins, attrs):
+    perm = tuple(attrs["perm"])
+    if sorted(perm) != list(range(len(ins[0].shape))):
+        raise ShapeError(f"perm {perm} is not a permutation of the {len(ins[0].shape)} axes")
+    return [TensorSpec(ins[0].dtype, tuple(ins[0].shape[p] for p in perm))]
+
+
+def infer_concat(ins, attrs):
+    dtype = same_dtype(ins)
+    rank = len(ins[0].shape)
+    axis = attrs["axis"] % rank if rank else 0
+    if any(len(s.shape) != rank for s in ins):
+        raise ShapeError(f"concat needs inputs of one rank, got {[s.shape for s in ins]}")
+    shape = list(ins[0].shape)
+    for s in ins[1:]:
+        for i, (d, e) in enumerate(zip(shape, s.shape)):
+            if i == axis:
+                shape[i] = None if d is None or e is None else d + e
+            elif d is not None and e is not None and d != e:
+                raise ShapeError(f"concat along axis {axis}: shapes {[s.shape for s in ins]} differ on axis {i}")
+    return [TensorSpec(dtype, tuple(shape))]
+
+
+def infer_slice(ins, attrs):
+    begin, size = tuple(attrs["begin"]), tuple(attrs["size"])
+    shape = ins[0].shape
+    if not len(begin) == len(size) == len(shape):
+        raise ShapeError(f"slice begin {begin} and size {size} must match the rank of {shape}")
+    out = []
+    for b, s, d in zip(begin, size, shape):
+        s = (d - b if d is not None else None) if s == -1 else s
+        if b < 0 or (d is not None and s is not None and b + s > d):
+            raise ShapeError(f"slice begin {begin} size {size} is out of bounds for shape {shape}")
+        out.append(s)
+    return [TensorSpec(ins[0].dtype, tuple(out))]
+
+
+def infer_none(ins, attrs):
+    return []
+
+
+# --- costs -----------------------------------------------------------------------------
+
+def flops_per_output(k: float):
+    def flops(ins, outs, attrs):
+        return k * sum(num_elements(known_shape(o.shape)) for o in outs)
+    return flops
+
+
+def flops_per_input(k: float):
+    def flops(ins, outs, attrs):
+        return k * num_elements(known_shape(ins[0].shape))
+    return flops
+
+
+def flops_matmul(ins, outs, attrs):
+    a = known_shape(ins[0].shape)
+    k = a[0] if attrs.get("transpose_a") else a[1]
+    m, n = known_shape(outs[0].shape)
+    return 2.0 * m * n * k
+
+
+def no_flops(ins, outs, attrs):
+    return 0.0
+
+
+# --- kernels ---------------------------------------------------------------------------
+
+NUMERIC = frozenset({"float32", "float64", "int32", "int64"})
+FLOAT = frozenset({"float32", "float64"})
+GPU_NO_INT32 = NUMERIC - {"int32"}  # TensorFlow has no int32 GPU kernel for variables
+
+
+def kernels_for(cpu=NUMERIC, gpu=NUMERIC) -> dict[str, frozenset[str]]:
+    return {"CPU": frozenset(cpu), "GPU": frozenset(gpu)}
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """What an op type is, what it costs and where it can run.
+
+    Attributes
+    ----------
+    type : the op type name (``"MatMul"``).
+    infer : ``(input specs, attrs) -> output specs``; raises :class:`ShapeError`.
+    flops : ``(input specs, output specs, attrs) -> float`` floating-point operations.
+    kernels : device type -> dtype names that have a kernel there.  The dtype checked is
+        the op's first output's (first input's when it has no output); an op with neither
+        (``NoOp``) runs anywhere it has an entry.
+    multithreaded : the kernel splits its work over the device's intra-op pool.
+    stateful : the op owns or changes variable state (never pruned or duplicated).
+    ref_inputs : inputs taken by reference (the variable an ``Assign`` writes); the op is
+        colocated with the producer of each and its output aliases input 0.
+    persistent : the output is resident state (a variable's buffer), not a per-step tensor.
+    gradient : ``(op, grads of outputs) -> grads of inputs``; None when not differentiable.
+    """
+
+    type: str
+    infer: Callable
+    flops: Callable = no_flops
+    kernels: dict = field(default_factory=kernels_for)
+    multithreaded: bool = False
+    stateful: bool = False
+    ref_inputs: tuple[int, ...] = ()
+    persistent: bool = False
+    gradient: Callable | None = None
+    min_inputs: int = 0
+    max_inputs: int | None = 0
+
+    def kernel_dtype(self, inputs: Sequence, outputs: Sequence) -> str | None:
+        """The dtype name the kernel is chosen by (None when the op has no tensors).
+
+        ``inputs`` and ``outputs`` are tensors or :class:`TensorSpec` (anything with a
+        ``dtype``)."""
+        if outputs:
+            return outputs[0].dtype.name
+        if inputs:
+            return inputs[0].dtype.name
+        return None
+
+    def bytes_read(self, inputs: Sequence[TensorSpec], attrs) -> int:
+        """Bytes the kernel reads from device memory."""
+        if self.persistent or self.type in ("Const", "Placeholder", "NoOp"):
+            return 0
+        return sum(nbytes(TensorSpec(s.dtype, known_shape(s.shape))) for s in inputs)
+
+    def bytes_written(self, outputs: Sequence[TensorSpec], attrs) -> int:
+        """Bytes the kernel writes to device memory."""
+        if self.persistent or self.type in ("Const", "Placeholder", "NoOp"):
+            return 0  # the value already exists: fed, stored in the graph or resident
+        return sum(nbytes(TensorSpec(s.dtype, known_shape(s.shape))) for s in outputs)
+
+
+def lazy_gradient(name: str, module: str = "core.autodiff"):
+    """Look up the gradient function ``name`` in ``module`` lazily (gradient functions
+    build ops with core.graph, which imports this table)."""
+    def grad(op, grads):
+        return getattr(importlib.import_module(module), name)(op, grads)
+    grad.__name__ = name
+    return grad
+
+
+def table(*defs: OpDef) -> dict[str, OpDef]:
+    return {d.type: d for d in defs}
+
+
