@@ -17,6 +17,7 @@ the call (TensorFlow's default, ``colocate_gradients_with_ops=False``).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 from core import builders as b
@@ -25,12 +26,26 @@ from core.graph import Graph, GraphError, Operation, Tensor, topological_order
 __all__ = ["gradients"]
 
 
-def gradients(ys, xs, grad_ys=None, name: str = "gradients") -> list[Tensor | None]:
+def gradients(ys, xs, grad_ys=None, name: str = "gradients",
+              colocate_gradients_with_ops: bool = False) -> list[Tensor | None]:
     """Symbolic gradients of ``sum(ys)`` with respect to each of ``xs``.
 
     ``ys`` and ``xs`` are tensors (or variables: a variable's gradient is taken at its
     value); ``grad_ys`` defaults to ones.  An ``x`` that ``ys`` does not depend on gets
-    None, as in TensorFlow.
+    None, as in TensorFlow.  With ``colocate_gradients_with_ops``, the ops that
+    differentiate a forward op are colocated with it (TensorFlow's rule, how TF 1.x
+    users write model parallelism: each layer's backward pass runs where its forward
+    pass runs); otherwise they take the device scopes active at the call.
+
+    >>> from core import builders as tf
+    >>> g = Graph()
+    >>> with g.as_default():
+    ...     x = tf.Variable([[1.0, 2.0]], name="x")
+    ...     with tf.device("/gpu:1"):
+    ...         y = tf.tanh(x)
+    ...     (dx,) = gradients(tf.reduce_sum(y), [x], colocate_gradients_with_ops=True)
+    >>> dx.op.type, dx.op.colocation_groups()
+    ('TanhGrad', ['loc:@Tanh'])
     """
     ys = _as_list(ys)
     xs = _as_list(xs)
@@ -54,12 +69,18 @@ def gradients(ys, xs, grad_ys=None, name: str = "gradients") -> list[Tensor | No
             out_grads = [_sum(pending.get(t)) for t in op.outputs]
             if all(g is None for g in out_grads) or op.op_def.gradient is None:
                 continue
-            with graph.name_scope(f"{op.name}_grad"):
+            with graph.name_scope(f"{op.name}_grad"), _colocated(graph, op,
+                                                                 colocate_gradients_with_ops):
                 in_grads = op.op_def.gradient(op, out_grads)
             for t, g in zip(op.inputs, in_grads):
                 if g is not None and t.op.name in between_names:
                     pending.setdefault(t, []).append(g)
         return [_sum(pending.get(x)) for x in xs]
+
+
+def _colocated(graph: Graph, op: Operation, colocate: bool):
+    """``graph.colocate_with(op)`` when ``colocate``, else a scope that changes nothing."""
+    return graph.colocate_with(op) if colocate else contextlib.nullcontext()
 
 
 def _as_list(v) -> list:

@@ -261,3 +261,29 @@ def test_random_scope_nests_follow_the_merge_rules(nest):
         else:
             expected = DeviceSpec.from_string(s).merged(expected)
     assert op.device_spec == expected
+
+
+def test_colocate_gradients_with_ops_puts_each_layers_backward_pass_on_its_device():
+    import placers
+    from core.autodiff import gradients
+    from core.cluster import Cluster
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(np.ones((4, 8), np.float32), name="x")
+        h, params = x, []
+        for layer in range(2):
+            with tf.device(f"/gpu:{layer}"), tf.name_scope(f"layer{layer}"):
+                w = tf.Variable(np.ones((8, 8), np.float32), name="w")
+                h = tf.tanh(tf.matmul(h, w))
+                params.append(w)
+        loss = tf.reduce_sum(h)
+        colocated = gradients(loss, params, colocate_gradients_with_ops=True)
+        plain = gradients(loss, params, name="plain")
+    placement = placers.SimplePlacer().place(g, Cluster.single_host(gpus=2))
+    for layer, grad in enumerate(colocated):
+        assert placement[grad.op.name].endswith(f"GPU:{layer}")
+    backward = [op for op in g.get_operations() if op.name.startswith("gradients/layer1")]
+    assert backward and all(placement[op.name].endswith("GPU:1") for op in backward)
+    # Without colocation the gradient ops take the scopes at the call: the default device.
+    assert placement[plain[1].op.name].endswith("GPU:0")
