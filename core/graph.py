@@ -478,6 +478,7 @@ class Graph:
         Raises :class:`core.ops.ShapeError` naming the op when the inputs do not fit.
         """
         op_def = get_op_def(op_type)
+        op_type = op_def.type  # TensorFlow's spelling ("AddV2") becomes the table's ("Add")
         attrs = dict(attrs or {})
         inputs = list(inputs)
         for t in inputs:

@@ -260,6 +260,15 @@ class OpDef:
         colocated with the producer of each and its output aliases input 0.
     persistent : the output is resident state (a variable's buffer), not a per-step tensor.
     gradient : ``(op, grads of outputs) -> grads of inputs``; None when not differentiable.
+    tf_type : TensorFlow's op type name when it differs from ours (``"AddV2"`` for
+        ``"Add"``): a GraphDef export writes it, and :func:`core.ops.get_op_def` and the
+        builders accept it as another spelling.  Ops added since take TensorFlow's name
+        as their type and leave this None.
+    const_inputs : ``(TensorFlow input position, our attr name)`` for each argument that
+        TensorFlow takes as a constant tensor input and this table keeps as a static
+        attr (Reshape's ``shape``, Conv2DBackpropInput's ``input_sizes``); a negative
+        position counts from the end (ConcatV2's axis is its last input).  The GraphDef
+        importer folds such inputs into attrs and the exporter writes them back out.
     """
 
     type: str
@@ -273,6 +282,8 @@ class OpDef:
     gradient: Callable | None = None
     min_inputs: int = 0
     max_inputs: int | None = 0
+    tf_type: str | None = None
+    const_inputs: tuple[tuple[int, str], ...] = ()
 
     def kernel_dtype(self, inputs: Sequence, outputs: Sequence) -> str | None:
         """The dtype name the kernel is chosen by (None when the op has no tensors).

@@ -23,14 +23,15 @@ from core.opdef import (FLOAT, GPU_NO_INT32, NUMERIC, OpDef, Shape, ShapeError, 
                         infer_source, infer_transpose, infer_unary, kernels_for, known_shape,
                         table, broadcast_shapes, nbytes, num_elements)
 
-__all__ = ["OpDef", "OPS", "TensorSpec", "ShapeError", "get_op_def", "has_kernel",
+__all__ = ["OpDef", "OPS", "TensorSpec", "ShapeError", "get_op_def", "canonical_op_type",
+           "TF_SPELLINGS", "has_kernel",
            "kernel_device_types", "num_elements", "nbytes", "broadcast_shapes"]
 
 OPS: dict[str, OpDef] = table(
     # Sources.
     OpDef("Const", infer_source, kernels=kernels_for()),
     OpDef("Placeholder", infer_source),
-    OpDef("Variable", infer_source, kernels=kernels_for(gpu=GPU_NO_INT32), stateful=True,
+    OpDef("Variable", infer_source, tf_type="VariableV2", kernels=kernels_for(gpu=GPU_NO_INT32), stateful=True,
           persistent=True),
     OpDef("NoOp", infer_none, min_inputs=0, max_inputs=0),
     # State changes: output 0 aliases the variable.
@@ -44,7 +45,7 @@ OPS: dict[str, OpDef] = table(
     OpDef("Identity", infer_unary, gradient=lazy_gradient("identity_grad"), min_inputs=1, max_inputs=1),
     OpDef("Neg", infer_unary, flops_per_output(1), gradient=lazy_gradient("neg_grad"),
           min_inputs=1, max_inputs=1),
-    OpDef("Add", infer_binary, flops_per_output(1), multithreaded=True,
+    OpDef("Add", infer_binary, flops_per_output(1), tf_type="AddV2", multithreaded=True,
           gradient=lazy_gradient("add_grad"), min_inputs=2, max_inputs=2),
     OpDef("Sub", infer_binary, flops_per_output(1), multithreaded=True,
           gradient=lazy_gradient("sub_grad"), min_inputs=2, max_inputs=2),
@@ -69,18 +70,18 @@ OPS: dict[str, OpDef] = table(
     # Linear algebra and reductions.
     OpDef("MatMul", infer_matmul, flops_matmul, multithreaded=True,
           gradient=lazy_gradient("matmul_grad"), min_inputs=2, max_inputs=2),
-    OpDef("Sum", infer_reduce, flops_per_input(1), multithreaded=True,
+    OpDef("Sum", infer_reduce, flops_per_input(1), const_inputs=((1, "axis"),), multithreaded=True,
           gradient=lazy_gradient("sum_grad"), min_inputs=1, max_inputs=1),
-    OpDef("Mean", infer_reduce, flops_per_input(1), multithreaded=True,
+    OpDef("Mean", infer_reduce, flops_per_input(1), const_inputs=((1, "axis"),), multithreaded=True,
           gradient=lazy_gradient("mean_grad"), min_inputs=1, max_inputs=1),
     # Data movement.
-    OpDef("BroadcastTo", infer_broadcast_to, gradient=lazy_gradient("broadcast_to_grad"),
+    OpDef("BroadcastTo", infer_broadcast_to, const_inputs=((1, "shape"),), gradient=lazy_gradient("broadcast_to_grad"),
           min_inputs=1, max_inputs=1),
-    OpDef("Reshape", infer_reshape, gradient=lazy_gradient("reshape_grad"), min_inputs=1, max_inputs=1),
-    OpDef("Transpose", infer_transpose, gradient=lazy_gradient("transpose_grad"),
+    OpDef("Reshape", infer_reshape, const_inputs=((1, "shape"),), gradient=lazy_gradient("reshape_grad"), min_inputs=1, max_inputs=1),
+    OpDef("Transpose", infer_transpose, const_inputs=((1, "perm"),), gradient=lazy_gradient("transpose_grad"),
           min_inputs=1, max_inputs=1),
-    OpDef("Concat", infer_concat, gradient=lazy_gradient("concat_grad"), min_inputs=1, max_inputs=None),
-    OpDef("Slice", infer_slice, min_inputs=1, max_inputs=1),
+    OpDef("Concat", infer_concat, tf_type="ConcatV2", const_inputs=((-1, "axis"),), gradient=lazy_gradient("concat_grad"), min_inputs=1, max_inputs=None),
+    OpDef("Slice", infer_slice, const_inputs=((1, "begin"), (2, "size")), min_inputs=1, max_inputs=1),
 )
 
 
@@ -109,12 +110,34 @@ class UnknownOpType(KeyError):
         return self.args[0]
 
 
+def _tf_spellings() -> dict[str, str]:
+    """TensorFlow's op type name -> ours, for the ops whose names differ."""
+    return {d.tf_type: d.type for d in OPS.values() if d.tf_type and d.tf_type != d.type}
+
+
+#: TensorFlow's spelling of an op type -> the table's (``"AddV2" -> "Add"``).
+TF_SPELLINGS: dict[str, str] = _tf_spellings()
+
+
+def canonical_op_type(op_type: str) -> str:
+    """The table's name for ``op_type``, which may be TensorFlow's spelling.
+
+    >>> canonical_op_type("AddV2"), canonical_op_type("Add")
+    ('Add', 'Add')
+    """
+    return TF_SPELLINGS.get(op_type, op_type)
+
+
 def get_op_def(op_type: str) -> OpDef:
-    """The :class:`OpDef` of ``op_type``; raises :class:`UnknownOpType`."""
+    """The :class:`OpDef` of ``op_type`` (the table's name or TensorFlow's spelling);
+    raises :class:`UnknownOpType`."""
     try:
         return OPS[op_type]
     except KeyError:
-        raise UnknownOpType(op_type) from None
+        try:
+            return OPS[TF_SPELLINGS[op_type]]
+        except KeyError:
+            raise UnknownOpType(op_type) from None
 
 
 def has_kernel(op_type: str, device_type: str, dtype: str | DType | None) -> bool:

@@ -287,3 +287,15 @@ def test_colocate_gradients_with_ops_puts_each_layers_backward_pass_on_its_devic
     assert backward and all(placement[op.name].endswith("GPU:1") for op in backward)
     # Without colocation the gradient ops take the scopes at the call: the default device.
     assert placement[plain[1].op.name].endswith("GPU:0")
+
+
+def test_tensorflow_spellings_of_op_types_build_the_tables_ops():
+    from core.ops import OPS, canonical_op_type, get_op_def
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant([1.0, 2.0])
+        op = g.create_op("AddV2", [a, a])
+    assert op.type == "Add" and get_op_def("ConcatV2") is OPS["Concat"]
+    assert canonical_op_type("VariableV2") == "Variable"
+    with pytest.raises(KeyError, match="unknown op type 'AddV9'"):
+        get_op_def("AddV9")
