@@ -277,8 +277,8 @@ def strided_slice_grad(ctx, inputs, attrs):
 
 def _stack(a):
     """A device array as a stack of its matrices (batch axes flattened)."""
-    rows, cols = a.shape[-2], a.shape[-1]
-    return a.reshape(a.size // (rows * cols), rows, cols)
+    rows, cols = a.shape[a.ndim - 2], a.shape[a.ndim - 1]  # (the simulator's shapes take
+    return a.reshape(a.size // (rows * cols), rows, cols)      # no negative index)
 
 
 def _batch_ids(own: tuple, batch: tuple, ctx):
@@ -291,10 +291,11 @@ def batch_matmul(ctx, inputs, attrs):
     """``x @ y`` over the broadcast batch axes; adjoints read through swapped indices."""
     x, y = inputs
     adj_x, adj_y = bool(attrs.get("adj_x")), bool(attrs.get("adj_y"))
-    m = x.shape[-1] if adj_x else x.shape[-2]
-    k = x.shape[-2] if adj_x else x.shape[-1]
-    n = y.shape[-2] if adj_y else y.shape[-1]
-    batch = tuple(np.broadcast_shapes(x.shape[:-2], y.shape[:-2]))
+    xs, ys = tuple(x.shape), tuple(y.shape)
+    m = xs[-1] if adj_x else xs[-2]
+    k = xs[-2] if adj_x else xs[-1]
+    n = ys[-2] if adj_y else ys[-1]
+    batch = tuple(np.broadcast_shapes(xs[:-2], ys[:-2]))
     out = _empty(batch + (m, n), x.dtype, ctx)
     count = math.prod(batch)
     if out.size == 0:
@@ -302,7 +303,7 @@ def batch_matmul(ctx, inputs, attrs):
     if k == 0:
         _launch(_kernels().fill_scalar, out.size, ctx, _flat(out), np.dtype(x.dtype).type(0))
         return (out,)
-    xi, yi = _batch_ids(x.shape[:-2], batch, ctx), _batch_ids(y.shape[:-2], batch, ctx)
+    xi, yi = _batch_ids(xs[:-2], batch, ctx), _batch_ids(ys[:-2], batch, ctx)
     tile_side = _kernels().TILE
     grid = (math.ceil(n / tile_side), math.ceil(m / tile_side), count)
     _kernels().batch_matmul_kernel(np.dtype(x.dtype).name)[grid, (tile_side, tile_side), _stream(ctx)](
