@@ -195,7 +195,7 @@ class _Model:
                     begin = finish[j]
                     duration = self.transfer_time(tensor_bytes_cached(t), src, k)
                     if serial:  # the route's latency is the two ends' work, half each
-                        # (sim.SimConfig.serial_dispatch): the sender's dispatcher
+                        # (RuntimeModel.serial_dispatch): the sender's dispatcher
                         # sends it, the links carry the rest of its time
                         half = sum(link.latency for link in self.route(src, k)) / 2
                         sender = device_task[src]

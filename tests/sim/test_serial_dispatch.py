@@ -1,4 +1,4 @@
-"""SimConfig.serial_dispatch: each task's Python dispatcher serves one op (and one end
+"""RuntimeModel.serial_dispatch: each task's Python dispatcher serves one op (and one end
 of a transfer) at a time, as the runtime's executor does under its interpreter's GIL."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_dispatchers_of_more_tasks_than_cores_take_turns(cores, step):
     assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(step)
 
 
-# -- SimConfig.inline_elements: the thread that ended an op goes on with what it readied --
+# -- RuntimeModel.inline_elements: the thread that ended an op goes on with what it readied --
 
 INLINE = SimConfig(runtime=RuntimeModel(serial_dispatch=True, inline_elements=16))
 
@@ -239,7 +239,7 @@ def test_a_dispatcher_waits_for_a_core_its_hosts_kernels_hold():
     assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(7e-3)
 
 
-# -- SimConfig.copies_on_cores and step_costs_on_cores: the host's cores do that work too --
+# -- RuntimeModel.copies_on_cores and step_costs_on_cores: the host's cores do that work too --
 
 def four_tasks_on_one_host(cores):
     spec = ClusterSpec({"worker": ["127.0.0.1:0"] * 4})
