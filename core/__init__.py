@@ -27,3 +27,4 @@ __all__ = list(_builders_all) + [
     "GraphError", "Operation", "Tensor", "get_default_graph", "get_default_session",
     "reset_default_graph", "OPS", "ShapeError",
 ]
+from core import train  # noqa: E402  (tf.train: the optimizers)
