@@ -49,3 +49,101 @@ def test_restarted_producer_rejoins_an_open_session():
                     assert "task:1" in str(err), err
                 assert time.monotonic() - start < 8.0
             np.testing.assert_array_equal(sess.run(out, feed), want)
+
+
+# ---------------------------------------------------------------------------
+# 2. Local sockets
+
+def _rss_bytes() -> int:
+    import os
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _local_listener(**limits):
+    from runtime import wire
+    from runtime.launcher import free_ports
+    got = []
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    return wire.LocalPushListener(address, lambda frame: got.append(bytes(frame)),
+                                  **limits), address, got
+
+
+def _connect(address):
+    import socket
+
+    from runtime import wire
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5.0)
+    sock.connect(wire.local_push_name(address))
+    return sock
+
+
+def _closed_by_peer(sock) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, TimeoutError):
+        return False
+
+
+def test_local_socket_holds_what_arrived_not_what_was_announced():
+    listener, address, got = _local_listener(max_frame_bytes=1 << 30)
+    socks = []
+    try:
+        before = _rss_bytes()
+        for _ in range(4):  # each announces 256 MiB and sends 16 bytes
+            s = _connect(address)
+            s.sendall((256 << 20).to_bytes(8, "little") + b"x" * 16)
+            socks.append(s)
+        time.sleep(0.5)
+        assert _rss_bytes() - before < 64 << 20
+        # An ordinary frame still arrives whole.
+        s = _connect(address)
+        s.sendall((3 << 20).to_bytes(8, "little") + b"y" * (3 << 20))
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == [b"y" * (3 << 20)]
+        socks.append(s)
+    finally:
+        for s in socks:
+            s.close()
+        listener.close()
+
+
+def test_local_socket_refuses_frames_over_its_cap_and_connections_over_its_cap():
+    listener, address, got = _local_listener(max_frame_bytes=1 << 20, max_connections=3)
+    socks = []
+    try:
+        s = _connect(address)
+        s.sendall(((1 << 20) + 1).to_bytes(8, "little"))
+        assert _closed_by_peer(s)
+        s.close()
+        socks = [_connect(address) for _ in range(3)]
+        time.sleep(0.2)
+        extra = _connect(address)
+        assert _closed_by_peer(extra)
+        extra.close()
+        assert listener.refused >= 1
+        socks[0].sendall((5).to_bytes(8, "little") + b"hello")
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == [b"hello"]
+    finally:
+        for s in socks:
+            s.close()
+        listener.close()
+
+
+def test_local_socket_takes_only_its_own_user(monkeypatch):
+    import os
+    listener, address, got = _local_listener()
+    try:
+        real = os.getuid()
+        monkeypatch.setattr(os, "getuid", lambda: real + 1)  # as if the peer were another user
+        s = _connect(address)
+        assert _closed_by_peer(s)
+        s.close()
+        assert listener.refused == 1
+    finally:
+        listener.close()
