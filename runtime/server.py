@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -49,6 +50,8 @@ from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
 from runtime.worker import SHM_MIN_BYTES, PeerChannels, WorkerService, add_worker_to_server
 
 __all__ = ["Server", "hardware_view", "main", "LOOPBACK_HOSTS"]
+
+_log = logging.getLogger(__name__)
 
 #: Address hosts that all mean "this machine" (one host, ``localhost``, in the view).
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
@@ -292,7 +295,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="take calls and tensors from same-host processes by gRPC only")
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the parent process exits")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="the records this process shows on stderr (INFO: the "
+                             "log_device_placement lines too)")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     config = (SessionConfig.from_dict(json.loads(Path(args.config).read_text()))
               if args.config else None)
     parent = os.getppid()
@@ -303,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                         shm_min_bytes=None if args.no_shm else SHM_MIN_BYTES,
                         local_sockets=not args.no_local_sockets)
     except wire.BindError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        _log.error("%s", err)
         return 3
 
     def on_signal(signum, frame):  # noqa: ARG001
