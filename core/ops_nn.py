@@ -445,8 +445,8 @@ INDEXED = NUMERIC  # the gathered/summed values' dtypes (indices: int32 or int64
 
 
 def _kernels(dtypes):
-    """CPU kernels for ``dtypes``; the GPU kernels (runtime.kernels.cuda_nn) come next."""
-    return kernels_for(dtypes, ())
+    """CPU and GPU kernels for ``dtypes`` (the op's first output's dtype)."""
+    return kernels_for(dtypes, dtypes)
 
 NN_OPS: dict[str, OpDef] = table(
     OpDef("Conv2D", infer_conv2d, flops_conv2d, kernels=_kernels(FLOAT),

@@ -59,5 +59,6 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",
             _cpu_nn.warmup(dtypes, parallel=parallel)
         elif device_type.upper() == "GPU":
             _cuda.warmup(dtypes)
+            _cuda_nn.warmup(dtypes)
         else:
             raise ValueError(f"unknown device type {device_type!r}; known: ['CPU', 'GPU']")

@@ -149,7 +149,7 @@ def test_tensorflow_names_inputs_and_const_inputs():
     assert OPS["UnsortedSegmentSum"].const_inputs == ((2, "num_segments"),)
     assert OPS["FusedBatchNormV3"].min_inputs == 5 and OPS["FusedBatchNormGradV3"].min_inputs == 6
     for name in ("Conv2D", "MaxPool", "AvgPool", "FusedBatchNormV3", "SoftmaxCrossEntropyWithLogits"):
-        assert OPS[name].kernels["CPU"] == {"float32", "float64"}
+        assert OPS[name].kernels == {"CPU": {"float32", "float64"}, "GPU": {"float32", "float64"}}
         assert OPS[name].gradient is not None and OPS[name].multithreaded
 
 
