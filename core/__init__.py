@@ -21,6 +21,7 @@ from core.graph import (Graph, GraphCycleError, GraphError, Operation, Tensor,
                         get_default_graph, get_default_session, reset_default_graph)
 from core.ops import OPS, ShapeError
 from core.graph_def import GraphDefError, UnsupportedOpError, import_graph_def, write_graph
+from core import nn  # noqa: F401
 
 __all__ = list(_builders_all) + [
     "Variable", "DeviceSpec", "InvalidDeviceSpec", "DType", "as_dtype", "bool_", "float16",
