@@ -139,7 +139,8 @@ class StaticCostModel(CostModel):
     are large beside its batch, ``[32, 1024] @ [1024, 1024]``, ran at 64% of a square
     product's rate per flop on this machine (a ``max`` predicts it at the square's);
     for elementwise ops the bytes dominate either way.  ``rate`` is the device's
-    single-thread ``peak_flops``, times its
+    single-thread peak rate for the op's dtype (:meth:`core.cluster.Device.flops_for`:
+    its ``dtype_flops`` entry, else ``peak_flops``), times its
     ``intra_op_speedup`` when the op's kernel is multithreaded, and ``(fixed, factor)``
     is the device's calibrated cost of the op type's kernel
     (:meth:`core.cluster.Device.kernel_cost`; ``(0, 1)`` when not calibrated), on its
@@ -163,7 +164,8 @@ class StaticCostModel(CostModel):
             unknown = [t for t, s in zip(op.inputs + op.outputs, ins + outs) if None in s.shape]
             raise UnknownDimension(op.name, unknown[0].name if unknown else None,
                                    unknown[0].shape if unknown else e.shape) from None
-        rate = device.peak_flops * (device.intra_op_speedup if op_def.multithreaded else 1.0)
+        peak = device.flops_for(op_def.kernel_dtype(ins, outs)) if device.dtype_flops else device.peak_flops
+        rate = peak * (device.intra_op_speedup if op_def.multithreaded else 1.0)
         bandwidth = device.mem_bandwidth
         roofline = flops / rate + moved / bandwidth
         if device.kernel_costs:
@@ -176,8 +178,9 @@ class StaticCostModel(CostModel):
 
 
 def _largest(*specs) -> int:
-    """Elements of the largest tensor among the lists of specs (an unknown dimension
-    counts as 1)."""
+    """Elements of the largest tensor among the lists of specs (as the model's shape
+    hints resolved them; a dimension still unknown, of an op whose roofline needed no
+    size, such as a Placeholder, counts as 1)."""
     largest = 0
     for group in specs:
         for spec in group:

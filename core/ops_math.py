@@ -338,8 +338,9 @@ MATH_OPS: dict[str, OpDef] = table(
     OpDef("OnesLike", infer_like, min_inputs=1, max_inputs=1),
     OpDef("Shape", infer_shape_of, kernels=_INDEX_KERNELS, min_inputs=1, max_inputs=1),
     OpDef("Size", infer_size, kernels=_INDEX_KERNELS, min_inputs=1, max_inputs=1),
-    OpDef("StopGradient", infer_unary, min_inputs=1, max_inputs=1),
-    OpDef("Squeeze", infer_squeeze, gradient=_grad("squeeze_grad"), min_inputs=1, max_inputs=1),
+    OpDef("StopGradient", infer_unary, forwards_input=True, min_inputs=1, max_inputs=1),
+    OpDef("Squeeze", infer_squeeze, forwards_input=True, gradient=_grad("squeeze_grad"),
+          min_inputs=1, max_inputs=1),
     # Data movement.
     OpDef("Pad", infer_pad, const_inputs=((1, "paddings"),), gradient=_grad("pad_grad"),
           min_inputs=1, max_inputs=1),
