@@ -17,6 +17,7 @@ from __future__ import annotations
 from core import builders as b
 from core import builders_math as m
 from core.autodiff import _unbroadcast
+from core.ops_math import pad_pairs
 
 __all__: list[str] = []
 
@@ -156,7 +157,7 @@ def fill_grad(op, grads):
 
 def pad_grad(op, grads):
     """The padded gradient's middle, as a StridedSlice (which takes unknown dims)."""
-    paddings = op.attrs["paddings"]
+    paddings = pad_pairs(op.attrs["paddings"])
     begin = [int(p[0]) for p in paddings]
     end = [-int(p[1]) for p in paddings]
     end_mask = sum(1 << i for i, p in enumerate(paddings) if int(p[1]) == 0)

@@ -206,10 +206,23 @@ TF_ATTRS: dict[str, TFAttrs] = {
     "Transpose": TFAttrs(index_attr="Tperm"),
     "Concat": TFAttrs(index_attr="Tidx", count_attr="N"),
     "Slice": TFAttrs(index_attr="Index"),
+    # The math family (core.ops_math).
+    "Cast": TFAttrs(type_attr=None),
+    "AddN": TFAttrs(count_attr="N"),
+    "Fill": TFAttrs(index_attr="index_type"),
+    "Pad": TFAttrs(index_attr="Tpaddings"),
+    "SplitV": TFAttrs(index_attr="Tlen"),
+    "Tile": TFAttrs(index_attr="Tmultiples"),
+    "StridedSlice": TFAttrs(index_attr="Index"),
+    "StridedSliceGrad": TFAttrs(index_attr="Index"),
+    "RandomStandardNormal": TFAttrs(type_attr=None, index_attr="T"),
+    "TruncatedNormal": TFAttrs(type_attr=None, index_attr="T"),
+    "RandomUniform": TFAttrs(type_attr=None, index_attr="T"),
 }
 
 # Attr names whose string values are dtypes (an AttrValue ``type``, not ``s``).
 _TYPE_ATTRS = {"dtype", "T", "DstT", "SrcT", "out_type", "Tidx", "Tshape", "Tperm", "Index",
+               "index_type", "Tlen",
                "Tindices", "Tpaddings", "Tmultiples", "Tnumsegments", "Tlabels", "U", "Taxis",
                "Tparams", "Targmax", "output_type", "seed_dtype"}
 
@@ -414,27 +427,37 @@ class _Importer:
                              f"node of the graph (nor a key of input_map)", node.proto.name)
 
     def _fold_const_inputs(self, node: _Node) -> None:
+        """Fold the inputs the table keeps as attrs from their Const producers.  An op
+        that also takes such an argument as a run-time tensor (Reshape's or Fill's shape
+        from a Shape op, as TF builds them for unknown dimensions; the table's
+        ``max_inputs`` leaves room) keeps a non-Const one as an input."""
         positions = node.op_def.const_inputs
         if not positions:
             return
         n = len(node.inputs)
         taken = sorted(((p if p >= 0 else n + p), attr) for p, attr in positions)
+        kept = []
         for position, attr in reversed(taken):  # from the back, so positions stay valid
             if not 0 <= position < len(node.inputs):
                 raise self.error(f"{node.proto.op} node {node.proto.name!r} has {n} inputs; "
                                  f"its {attr!r} input (position {position}) is missing",
                                  node.proto.name)
-            name, index = node.inputs.pop(position)
+            name, index = node.inputs[position]
             producer = self.nodes.get(name)
             if f"{name}:{index}" in self.input_map or producer is None or \
                     producer.proto.op != "Const":
-                what = "an input_map value" if producer is None else \
-                    f"a {producer.proto.op} node"
-                raise self.error(
-                    f"input {position} ({attr!r}) of {node.proto.op} node "
-                    f"{node.proto.name!r} must come from a Const node (the op table keeps it "
-                    f"as the attribute {attr!r}), but {name!r} is {what}", node.proto.name)
+                kept.append((position, attr, name, producer))
+                continue
+            node.inputs.pop(position)
             node.folded[attr] = name
+        limit = node.op_def.max_inputs
+        if kept and limit is not None and len(node.inputs) > limit:
+            position, attr, name, producer = kept[-1]
+            what = "an input_map value" if producer is None else f"a {producer.proto.op} node"
+            raise self.error(
+                f"input {position} ({attr!r}) of {node.proto.op} node "
+                f"{node.proto.name!r} must come from a Const node (the op table keeps it "
+                f"as the attribute {attr!r}), but {name!r} is {what}", node.proto.name)
 
     def order(self) -> list[_Node]:
         """The nodes with every input before its consumers; a cycle raises
@@ -696,15 +719,24 @@ def _write_op(writer: _Writer, op: Operation) -> None:
     inputs = [_input_name(t) for t in op.inputs]
     folded = set()
     index_dtype = None
+    data = list(op.inputs)  # the inputs that are not a run-time shape argument
+    unfolded = [(p, a) for p, a in op_def.const_inputs if a not in op.attrs and p >= 0]
+    for position, attr in sorted(unfolded, reverse=True):
+        index = position - sum(1 for p, a in op_def.const_inputs if 0 <= p < position
+                               and a in op.attrs)
+        shape_input = data.pop(index)
+        index_dtype = _DT[shape_input.dtype.name]
     for position, attr in sorted(op_def.const_inputs, key=lambda p: (p[0] < 0, p[0])):
+        if (position, attr) in unfolded:
+            continue  # a run-time tensor: already an input, at its place
         value = _const_input_value(op, attr)
         name = writer.const(f"{op.name}/{attr}", value, op.device)
         inputs.insert(position if position >= 0 else len(inputs) + 1 + position, name)
         folded.add(attr)
-        index_dtype = pb.DT_INT32
+        index_dtype = index_dtype or pb.DT_INT32
     attrs: dict[str, pb.AttrValue] = {}
-    if table.type_attr and op.inputs:
-        attrs[table.type_attr] = pb.AttrValue(type=_DT[op.inputs[0].dtype.name])
+    if table.type_attr and data:
+        attrs[table.type_attr] = pb.AttrValue(type=_DT[data[0].dtype.name])
     if table.index_attr and index_dtype is not None:
         attrs[table.index_attr] = pb.AttrValue(type=index_dtype)
     if table.count_attr:

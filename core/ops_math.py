@@ -18,13 +18,15 @@ tensor input is an attr here (listed in the op's ``const_inputs``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from core.dtypes import as_dtype
 from core.opdef import (FLOAT, OpDef, ShapeError, TensorSpec, broadcast_shapes,
                         flops_per_output, infer_binary, infer_float_unary, infer_grad_pair,
                         infer_unary, kernels_for, known_shape, lazy_gradient, num_elements,
                         same_dtype, shape_from_tensor, table)
 
-__all__ = ["MATH_OPS", "strided_slice_index", "RANDOM_OPS"]
+__all__ = ["MATH_OPS", "strided_slice_index", "pad_pairs", "RANDOM_OPS"]
 
 #: The random initializers: stateful sources whose values depend on (seed, seed2).
 RANDOM_OPS = ("RandomStandardNormal", "TruncatedNormal", "RandomUniform")
@@ -103,10 +105,23 @@ def infer_size(ins, attrs):
     return [TensorSpec(as_dtype(attrs.get("out_type", "int32")), ())]
 
 
+def pad_pairs(paddings) -> tuple[tuple[int, int], ...]:
+    """Pad's ``paddings`` as ``(before, after)`` pairs, given nested or flat (as a
+    GraphDef's ``[n, 2]`` Const folds into the attr).
+
+    >>> pad_pairs([[1, 2], [0, 3]]), pad_pairs((1, 2, 0, 3))
+    (((1, 2), (0, 3)), ((1, 2), (0, 3)))
+    """
+    flat = [int(v) for v in np.asarray(paddings, dtype=np.int64).reshape(-1)]
+    if len(flat) % 2:
+        raise ShapeError(f"Pad paddings {paddings} are not (before, after) pairs")
+    return tuple(zip(flat[::2], flat[1::2]))
+
+
 def infer_pad(ins, attrs):
     x = ins[0]
-    paddings = tuple(tuple(int(v) for v in p) for p in attrs["paddings"])
-    if len(paddings) != len(x.shape) or any(len(p) != 2 or min(p) < 0 for p in paddings):
+    paddings = pad_pairs(attrs["paddings"])
+    if len(paddings) != len(x.shape) or any(min(p) < 0 for p in paddings):
         raise ShapeError(f"Pad needs one non-negative (before, after) pair per axis of {x.shape}, "
                          f"got paddings {paddings}")
     return [TensorSpec(x.dtype, tuple(None if d is None else d + a + b

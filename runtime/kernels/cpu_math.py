@@ -26,7 +26,7 @@ import functools
 import numpy as np
 from numba import njit, prange
 
-from core.ops_math import strided_slice_index
+from core.ops_math import pad_pairs, strided_slice_index
 
 from . import cpu
 from .cpu import _binary, _pool_threads, _readonly, _unary
@@ -215,7 +215,7 @@ def squeeze(ctx, inputs, attrs):
 def pad(ctx, inputs, attrs):
     """x zero-padded by ``attrs["paddings"]`` ((before, after) per axis)."""
     x = inputs[0]
-    paddings = [tuple(int(v) for v in p) for p in attrs["paddings"]]
+    paddings = pad_pairs(attrs["paddings"])
     out = np.zeros(tuple(d + a + b for d, (a, b) in zip(x.shape, paddings)), dtype=x.dtype)
     out[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, paddings))] = x
     return (out,)

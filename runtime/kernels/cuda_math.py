@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from core.ops_math import strided_slice_index
+from core.ops_math import pad_pairs, strided_slice_index
 
 from .cuda import GPU, _binary, _copy, _cuda, _empty, _flat, _launch, _strided_copy, _stream, _to_device, _unary
 from .cuda import _kernels as _shared_kernels
@@ -165,7 +165,7 @@ def squeeze(ctx, inputs, attrs):
 def pad(ctx, inputs, attrs):
     """Zeros of the padded shape, then x copied into the middle."""
     x = inputs[0]
-    paddings = [tuple(int(v) for v in p) for p in attrs["paddings"]]
+    paddings = pad_pairs(attrs["paddings"])
     out = _filled(ctx, tuple(d + a + b for d, (a, b) in zip(x.shape, paddings)), x.dtype, 0)
     if x.size:
         strides = contiguous_strides(out.shape)
