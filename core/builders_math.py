@@ -140,6 +140,21 @@ def size(input, out_type="int32", name: str | None = None) -> Tensor:  # noqa: A
     return _op("Size", [input], name, {"out_type": as_dtype(out_type).name})
 
 
+def broadcast_gradient_args(s0, s1, name: str | None = None) -> tuple[Tensor, Tensor]:
+    """For two shapes (int vectors known at run time), the axes each one's gradient is
+    summed over (op ``BroadcastGradientArgs``, as TensorFlow's gradients use it)."""
+    s0, s1 = convert_to_tensor(s0), convert_to_tensor(s1)
+    op = s0.graph.create_op("BroadcastGradientArgs", [s0, s1], name=name or "BroadcastGradientArgs")
+    return op.outputs[0], op.outputs[1]
+
+
+def sum_to_like(grad, axes: Tensor, like: Tensor, name: str | None = None) -> Tensor:
+    """``grad`` summed over the run-time ``axes`` and reshaped to ``like``'s shape."""
+    grad = convert_to_tensor(grad)
+    total = grad.graph.create_op("Sum", [grad, axes], {"keepdims": True}, name=name or "Sum")
+    return reshape_like(total.outputs[0], like)
+
+
 def reshape_to(x, shape_tensor: Tensor, name: str | None = None, static_shape=None) -> Tensor:
     """``Reshape`` to a shape known at run time (an int vector tensor, TF's input 1);
     ``static_shape`` states the dimensions known now (None for the others)."""

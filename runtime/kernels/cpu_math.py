@@ -26,7 +26,7 @@ import functools
 import numpy as np
 from numba import njit, prange
 
-from core.ops_math import pad_pairs, strided_slice_index
+from core.ops_math import broadcast_reduction_axes, pad_pairs, strided_slice_index
 
 from . import cpu
 from .cpu import _binary, _pool_threads, _readonly, _unary
@@ -193,6 +193,14 @@ def shape(ctx, inputs, attrs):
 def size(ctx, inputs, attrs):
     """x's number of elements (``out_type``)."""
     return (np.array(np.size(inputs[0]), dtype=np.dtype(attrs.get("out_type", "int32"))),)
+
+
+@register("BroadcastGradientArgs", CPU, frozenset({"int32", "int64"}))
+def broadcast_gradient_args(ctx, inputs, attrs):
+    """For two shapes, the axes each one's gradient is summed over (TF's op)."""
+    s0, s1 = inputs
+    r0, r1 = broadcast_reduction_axes(s0.tolist(), s1.tolist())
+    return (np.array(r0, dtype=s0.dtype), np.array(r1, dtype=s0.dtype))
 
 
 @register("StopGradient", CPU, NUMERIC)
