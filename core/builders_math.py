@@ -18,7 +18,10 @@ Random seeds follow TensorFlow's :func:`get_seed` rules: a graph-level seed
 (:func:`set_random_seed`) with no op seed gives each op the seed pair (graph seed, the
 number of ops created so far), so a graph built the same way draws the same numbers; an
 op seed without a graph seed pairs with TensorFlow's default graph seed; neither gives
-``(0, 0)``, which the kernels read as "draw fresh numbers each time".
+``(0, 0)``, which the kernels read as "draw fresh numbers each time".  Unlike
+TensorFlow's kernels, which advance their stream from one run to the next, a seeded op
+draws the same numbers at every run (the kernels keep no state between runs): right
+for initializers, not for a per-step random mask.
 """
 
 from __future__ import annotations
