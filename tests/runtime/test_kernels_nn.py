@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.kernels import KernelContext, cpu, cpu_nn, get_kernel
+from runtime.kernels import KernelContext, cpu, cpu_nn, cpu_nn_rows, get_kernel
 
 prop = settings(max_examples=20, deadline=None)
 FLOAT = ("float32", "float64")
@@ -25,6 +25,7 @@ def parallel_everywhere():
     block so that a batch takes several blocks."""
     with mock.patch.object(cpu, "PARALLEL_MIN_ELEMENTS", 0), \
             mock.patch.object(cpu_nn, "PARALLEL_MIN_ELEMENTS", 0), \
+            mock.patch.object(cpu_nn_rows, "PARALLEL_MIN_ELEMENTS", 0), \
             mock.patch.object(cpu_nn, "GEMM_PARALLEL_MIN_MACS", 0), \
             mock.patch.object(cpu_nn, "GEMM_MIN_ROWS_PER_CHUNK", 1), \
             mock.patch.object(cpu_nn, "COLS_BLOCK_ELEMENTS", 1):
@@ -355,4 +356,5 @@ def test_warmup_compiles_the_nn_kernels_and_leaves_the_thresholds():
     cpu_nn.warmup(("float32", "int64"))
     assert (cpu_nn.PARALLEL_MIN_ELEMENTS, cpu_nn.GEMM_PARALLEL_MIN_MACS,
             cpu_nn.GEMM_MIN_ROWS_PER_CHUNK) == before
-    assert cpu_nn._conv_serial.signatures and cpu_nn._gather_serial.signatures
+    assert cpu_nn._conv_serial.signatures and cpu_nn_rows._gather_serial.signatures
+    assert cpu_nn_rows.PARALLEL_MIN_ELEMENTS == cpu.PARALLEL_MIN_ELEMENTS
