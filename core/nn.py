@@ -25,12 +25,14 @@ import numpy as np
 
 from core import builders as b
 from core.builders import Variable, convert_to_tensor, relu, sigmoid, tanh
+from core.builders_math import batch_normalization, layer_normalization, moments
 from core.graph import Tensor
 
 __all__ = ["conv2d", "max_pool2d", "max_pool", "avg_pool2d", "avg_pool", "bias_add",
            "fused_batch_norm", "embedding_lookup", "softmax_cross_entropy_with_logits",
            "softmax_cross_entropy_with_logits_v2", "sparse_softmax_cross_entropy_with_logits",
-           "relu", "softmax", "log_softmax", "sigmoid", "tanh"]
+           "relu", "softmax", "log_softmax", "sigmoid", "tanh", "moments",
+           "batch_normalization", "layer_normalization"]
 
 
 def _create(op_type: str, inputs, attrs: dict, name: str | None, default: str):
