@@ -88,11 +88,27 @@ def test_threads_sweep_on_both_backends(tmp_path):
 
 def test_bench_kernels_times_ours_and_numpy_side_by_side(tmp_path):
     from experiments import bench_kernels
-    frame = bench_kernels.main(["--sizes", "8", "--rounds", "1", "--out", str(tmp_path)])
+    frame = bench_kernels.main(["--sizes", "8", "--rounds", "1", "--nn-batch", "0",
+                                "--out", str(tmp_path)])
     assert (tmp_path / "bench_kernels.csv").exists()
     assert set(frame.op) >= {"Add", "Mul", "Tanh", "Sum", "MatMul"}
     assert (frame.ours_us > 0).all() and (frame.numpy_us > 0).all()
     assert frame.ratio.tolist() == pytest.approx((frame.ours_us / frame.numpy_us).tolist())
+
+
+def test_bench_kernels_has_a_resnet_sized_case_for_every_nn_op():
+    """The nn cases (timed by ``--nn-batch``, too slow to time here) cover the nn op
+    family, each with inputs the op's shape inference accepts."""
+    import numpy as np
+    from core.dtypes import as_dtype
+    from core.opdef import TensorSpec
+    from core.ops_nn import NN_OPS
+    from experiments import bench_kernels
+    cases = bench_kernels.nn_cases(1, np.random.default_rng(0))
+    assert {op for op, *_ in cases} == set(NN_OPS)
+    for op, _, inputs, attrs, reference in cases:
+        NN_OPS[op].infer([TensorSpec(as_dtype(x.dtype), x.shape) for x in inputs], attrs)
+        assert callable(reference)
 
 
 def test_bench_sim_reports_speed_growth_and_the_machines_load(tmp_path):
