@@ -29,7 +29,7 @@ import pandas as pd
 
 from experiments.report import print_table, results_parser, save_table
 
-__all__ = ["cases", "nn_cases", "bench", "main"]
+__all__ = ["cases", "math_cases", "nn_cases", "bench", "main"]
 
 
 def cases(n: int, rng: np.random.Generator) -> list[tuple[str, str, tuple, dict, object]]:
@@ -61,6 +61,49 @@ def cases(n: int, rng: np.random.Generator) -> list[tuple[str, str, tuple, dict,
         ("Identity", "", (x,), {}, lambda: x.copy()),
         ("MatMul", "", (x, y), {}, lambda: x @ y),
         ("MatMul", "transpose_b", (x, y), {"transpose_b": True}, lambda: x @ y.T),
+    ]
+
+
+def math_cases(n: int, rng: np.random.Generator) -> list[tuple[str, str, tuple, dict, object]]:
+    """The math family's ops (:mod:`core.ops_math`), as :func:`cases`: ``n x n`` float32
+    operands (positive ones where the op needs them), a batch of 16 ``n/4 x n/4``
+    matrices for BatchMatMulV2."""
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    y = rng.standard_normal((n, n)).astype(np.float32)
+    p = (np.abs(x) + 0.1).astype(np.float32)
+    q = (np.abs(y) + 0.1).astype(np.float32)
+    e = (y * 0.5).astype(np.float32)  # small exponents
+    s = np.float32(3.0)
+    m = max(1, n // 4)
+    bx = rng.standard_normal((16, m, m)).astype(np.float32)
+    by = rng.standard_normal((16, m, m)).astype(np.float32)
+    seed = {"shape": (n, n), "dtype": "float32", "seed": 1, "seed2": 2}
+    gen = np.random.default_rng([1, 2])
+    return [
+        ("Exp", "", (x,), {}, lambda: np.exp(x)),
+        ("Log", "", (p,), {}, lambda: np.log(p)),
+        ("Sqrt", "", (p,), {}, lambda: np.sqrt(p)),
+        ("Rsqrt", "", (p,), {}, lambda: 1 / np.sqrt(p)),
+        ("Square", "", (x,), {}, lambda: np.square(x)),
+        ("Abs", "", (x,), {}, lambda: np.abs(x)),
+        ("RealDiv", "x / y", (x, q), {}, lambda: x / q),
+        ("RealDiv", "x / scalar", (x, s), {}, lambda: x / s),
+        ("Pow", "x ** y", (p, e), {}, lambda: p ** e),
+        ("Maximum", "", (x, y), {}, lambda: np.maximum(x, y)),
+        ("Minimum", "x, scalar", (x, s), {}, lambda: np.minimum(x, s)),
+        ("SquaredDifference", "", (x, y), {}, lambda: np.square(x - y)),
+        ("AddN", "3 inputs", (x, y, x), {}, lambda: x + y + x),
+        ("Cast", "to float64", (x,), {"DstT": "float64"}, lambda: x.astype(np.float64)),
+        ("Pad", "1 each side", (x,), {"paddings": ((1, 1), (1, 1))}, lambda: np.pad(x, 1)),
+        ("Split", "4 along axis 1", (x,), {"axis": 1, "num_split": 4},
+         lambda: [np.ascontiguousarray(a) for a in np.split(x, 4, axis=1)]),
+        ("Tile", "[2, 1]", (x,), {"multiples": (2, 1)}, lambda: np.tile(x, (2, 1))),
+        ("StridedSlice", "x[::2, 1:]", (x,),
+         {"begin": (0, 1), "end": (0, 0), "strides": (2, 1), "begin_mask": 1, "end_mask": 3},
+         lambda: np.ascontiguousarray(x[::2, 1:])),
+        ("BatchMatMulV2", f"16 x ({m}x{m} @ {m}x{m})", (bx, by), {}, lambda: bx @ by),
+        ("RandomStandardNormal", "", (), seed,
+         lambda: gen.standard_normal((n, n), dtype=np.float32)),
     ]
 
 
@@ -252,20 +295,23 @@ def bench(sizes: list[int], threads: int = 1, rounds: int = 7, seed: int = 0,
           nn_batch: int = 0) -> pd.DataFrame:
     """One row per (size, op case): our kernel's and numpy's seconds per call; with
     ``nn_batch``, also one per :func:`nn_cases` case at that batch (``n`` is the batch)."""
-    from runtime.kernels import KernelContext, get_kernel
-    from runtime.kernels.cpu import warmup
+    from runtime.kernels import KernelContext, cpu, cpu_math, get_kernel
 
-    warmup(("float32",))
+    cpu.warmup(("float32",))  # (the nn kernels only when their cases run, below)
+    cpu_math.warmup(("float32",))
     ctx = KernelContext("CPU", intra_op_threads=threads)
     rng = np.random.default_rng(seed)
     rows = []
     for n in sizes:
         calls = max(1, int(2e6 // (n * n)))  # about 2M elements a round
-        for op, variant, inputs, attrs, reference in cases(n, rng):
+        for op, variant, inputs, attrs, reference in cases(n, rng) + math_cases(n, rng):
             kernel = get_kernel(op, "CPU")
             ours = lambda: kernel(ctx, inputs, attrs)  # noqa: E731
-            (got,), want = ours(), reference()  # compiled, and checked once
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * n)
+            got, want = ours(), reference()  # compiled, and checked once
+            if op not in ("RandomStandardNormal",):  # (another generator than numpy's)
+                want = want if isinstance(want, list) else [want]
+                for a, b in zip(got, want, strict=True):
+                    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * n)
             t_ours, t_numpy = _best_of_rounds([ours, reference], calls, rounds)
             rows.append({"n": n, "op": op, "variant": variant, "ours_us": t_ours * 1e6,
                          "numpy_us": t_numpy * 1e6, "ratio": t_ours / t_numpy})

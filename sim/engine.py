@@ -760,6 +760,6 @@ def _tensor_bytes_of(cost_model: CostModel):
     """The tensor sizer for :meth:`StepPlan.build`: the default function itself when
     the model does not override it (the plan then sizes each distinct (dtype, shape)
     once)."""
-    if type(cost_model).tensor_bytes is CostModel.tensor_bytes:
+    if type(cost_model).tensor_bytes is CostModel.tensor_bytes and cost_model.shape_hints is None:
         return _tensor_bytes
     return cost_model.tensor_bytes
