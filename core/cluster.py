@@ -40,6 +40,7 @@ from typing import Iterable, Mapping
 # One rule for job names, shared with device names.
 from core.devices import _JOB_NAME as JOB_NAME_RE
 from core.devices import DeviceSpec, InvalidDeviceSpec, full_name
+from core.runtime_model import RuntimeModel, get_runtime_model
 
 __all__ = [
     "ClusterSpec", "InvalidClusterSpec", "UnknownTask", "split_address",
@@ -554,7 +555,8 @@ class Cluster:
     """
 
     def __init__(self, hosts: Iterable[Host], tasks: Iterable[Task], devices: Iterable[Device],
-                 links: "Mapping[str, Link] | Iterable[Link]", master=None, nvlink: bool = False):
+                 links: "Mapping[str, Link] | Iterable[Link]", master=None, nvlink: bool = False,
+                 runtime_model: "RuntimeModel | str | None" = None):
         self._hosts = tuple(sorted(hosts, key=lambda h: h.name))
         self._tasks = tuple(sorted(tasks, key=lambda t: (t.job, t.index)))
         self._devices = tuple(sorted(devices, key=device_sort_key))
@@ -562,6 +564,7 @@ class Cluster:
         self._links = {link.name: link for link in sorted(link_list, key=lambda l: l.name)}
         self._link_count = len(link_list)  # to catch two links with one name
         self._nvlink = bool(nvlink)
+        self._runtime_model = get_runtime_model(runtime_model)
         self._master = tuple(master) if master is not None else _default_master(self._tasks)
         # Lookups; validate() reports the duplicates these would hide.
         self._host_by_name = {h.name: h for h in self._hosts}
@@ -573,6 +576,22 @@ class Cluster:
     @property
     def hosts(self) -> tuple[Host, ...]:
         return self._hosts
+
+    @property
+    def runtime_model(self) -> RuntimeModel:
+        """The runtime the cluster's figures describe (:mod:`core.runtime_model`): what
+        ``sim.simulate`` predicts by default.  A preset's is :data:`~core.runtime_model.IDEAL`;
+        a calibration records the runtime it measured."""
+        return self._runtime_model
+
+    def with_runtime_model(self, model: "RuntimeModel | str") -> "Cluster":
+        """The same cluster with another runtime model.
+
+        >>> Cluster.single_host().with_runtime_model("interpreter").runtime_model.name
+        'interpreter'
+        """
+        return Cluster(self._hosts, self._tasks, self._devices, self._links, self._master,
+                       self._nvlink, model)
 
     @property
     def tasks(self) -> tuple[Task, ...]:
@@ -812,14 +831,16 @@ class Cluster:
         """
         old = self.device(name)
         devices = [replace(d, **changes) if d.name == old.name else d for d in self._devices]
-        return Cluster(self._hosts, self._tasks, devices, self._links, self._master, self._nvlink)
+        return Cluster(self._hosts, self._tasks, devices, self._links, self._master, self._nvlink,
+                       self._runtime_model)
 
     def replace_link(self, name: str, **changes) -> "Cluster":
         """A new cluster where one link has some fields changed (validated)."""
         if name not in self._links:
             raise KeyError(f"unknown link {name!r}; the cluster has {list(self._links)}")
         links = [replace(l, **changes) if l.name == name else l for l in self._links.values()]
-        return Cluster(self._hosts, self._tasks, self._devices, links, self._master, self._nvlink)
+        return Cluster(self._hosts, self._tasks, self._devices, links, self._master, self._nvlink,
+                       self._runtime_model)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -835,6 +856,7 @@ class Cluster:
                          "dtype_flops": dict(d.dtype_flops)}
                         for d in self._devices],
             "links": [asdict(l) for l in self._links.values()],
+            "runtime_model": self._runtime_model.to_dict(),
         }
 
     @classmethod
@@ -846,7 +868,8 @@ class Cluster:
         if data.get("format") != FORMAT:
             raise InvalidCluster(f"\"format\" must be {FORMAT!r}, not {data.get('format')!r}")
         keys = {"format", "master", "nvlink", "hosts", "tasks", "devices", "links"}
-        if set(data) != keys:
+        optional = {"runtime_model"}  # clusters saved before it was recorded: the ideal one
+        if not keys <= set(data) <= keys | optional:
             raise InvalidCluster(f"expected the keys {sorted(keys)}; missing "
                                  f"{sorted(keys - set(data))}, unexpected {sorted(set(data) - keys)}")
         master = data["master"]
@@ -858,8 +881,12 @@ class Cluster:
         records = {key: [_record(kind, item, f"{key}[{i}]") for i, item in enumerate(_list(data, key))]
                    for key, kind in (("hosts", Host), ("tasks", Task), ("devices", Device),
                                      ("links", Link))}
+        try:
+            runtime_model = RuntimeModel.from_dict(data.get("runtime_model", "ideal"))
+        except (TypeError, ValueError) as e:
+            raise InvalidCluster(f"\"runtime_model\": {e}") from None
         return cls(records["hosts"], records["tasks"], records["devices"], records["links"],
-                   master=tuple(master), nvlink=data["nvlink"])
+                   master=tuple(master), nvlink=data["nvlink"], runtime_model=runtime_model)
 
     def save(self, path: "str | os.PathLike") -> None:
         """Write the cluster as JSON (see :meth:`to_dict`)."""
@@ -881,7 +908,7 @@ class Cluster:
     # -- value semantics ------------------------------------------------------------------------
     def _key(self) -> tuple:
         return (self._hosts, self._tasks, self._devices, tuple(self._links.values()),
-                self._master, self._nvlink)
+                self._master, self._nvlink, self._runtime_model)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Cluster) and self._key() == other._key()
