@@ -11,7 +11,11 @@ import numpy as np
 import core as tf
 from core.graph import Graph, Operation, Tensor
 
-__all__ = ["Workload", "mlp_training_step", "mlp_forward"]
+__all__ = ["Workload", "mlp_training_step", "mlp_forward", "MODEL_VARIABLES"]
+
+#: The collection of a model's own variables (TensorFlow's ``GraphKeys.MODEL_VARIABLES``):
+#: weights and moving statistics, not optimizer slots, the global step or input data.
+MODEL_VARIABLES = "model_variables"
 
 
 @dataclass
@@ -40,14 +44,16 @@ class Workload:
         return [f.op if isinstance(f, Tensor) else f for f in self.fetches]
 
     def parameters(self, trainable_only: bool = False) -> int:
-        """Elements of the graph's variables (``trainable_only``: of its trainable ones).
+        """Elements of the model's variables (``trainable_only``: of its trainable ones):
+        the ``model_variables`` collection where the builder fills it, else every global
+        variable.
 
         >>> mlp_training_step(batch=2, layers=2, width=8, inputs=4, outputs=2).parameters()
         58
         """
-        variables = (tf.trainable_variables(self.graph) if trainable_only
-                     else tf.global_variables(self.graph))
-        return sum(math.prod(v.shape) for v in variables)
+        variables = (self.graph.get_collection(MODEL_VARIABLES)
+                     or tf.global_variables(self.graph))
+        return sum(math.prod(v.shape) for v in variables if v.trainable or not trainable_only)
 
     def expert_placement(self, cluster):
         """The papers' hand placement of this model on ``cluster`` (a
