@@ -142,3 +142,17 @@ def test_small_model_learns_on_a_local_cluster():
     applies = [op for op in w.graph.get_operations() if op.type == "ApplyAdam"]
     assert applies and all(placement[op.name] == placement[op.inputs[0].op.name] for op in applies)
     assert {d.split("/replica")[0] for d in placement.values()} == {"/job:ps", "/job:worker"}
+
+
+def test_bench_models_small_run(tmp_path):
+    from experiments import bench_models
+    models, sims = bench_models.main(["--small", "--models", "transformer", "gnmt",
+                                      "--presets", "dgx1-v100", "--placers", "simple",
+                                      "--out", str(tmp_path)])
+    assert list(models["model"]) == ["transformer", "gnmt"]
+    assert (models["parameters"] > 0).all() and (models["fwd_GFLOPs_per_example"] > 0).all()
+    assert {"place_simple_s", "place_expert_s", "build_s", "build_peak_MiB"} <= set(models.columns)
+    assert set(sims["placement"]) == {"simple", "expert"}
+    single = sims[sims["placement"] == "simple"]
+    assert (single["gpus_used"] == 1).all() and (sims[sims["placement"] == "expert"]["gpus_used"] > 1).all()
+    assert (tmp_path / "bench_models.csv").exists() and (tmp_path / "bench_models_sim.csv").exists()
