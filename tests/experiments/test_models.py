@@ -156,3 +156,12 @@ def test_bench_models_small_run(tmp_path):
     single = sims[sims["placement"] == "simple"]
     assert (single["gpus_used"] == 1).all() and (sims[sims["placement"] == "expert"]["gpus_used"] > 1).all()
     assert (tmp_path / "bench_models.csv").exists() and (tmp_path / "bench_models_sim.csv").exists()
+
+
+def test_rnn_expert_is_a_layer_per_gpu():
+    w = workloads.get("rnn", batch=2, steps=3, layers=3, hidden=4, inputs=3)
+    cluster = Cluster.single_host(gpus=4)
+    p = w.expert_placement(cluster)
+    p.validate(w.graph, cluster, fetches=w.fetches)
+    for i in range(3):
+        assert _on(p, f"layer{i}/") == _on(p, f"gradients/layer{i}/") == {f"GPU:{i}"}
