@@ -37,13 +37,14 @@ class _Seq2Seq:
         kernel = self.m.uniform("kernel", (n_in + h, 4 * h), INIT_WEIGHT)
         bias = self.m.filled("bias", (4 * h,), 0.0)
         state = tf.zeros((self.batch, h), name="zero_state")
+        forget_bias = tf.constant(1.0, dtype=state.dtype, name="forget_bias")
         c = hidden = state
         outputs = [None] * len(inputs)
         for t in (reversed(range(len(inputs))) if reverse else range(len(inputs))):
             with tf.name_scope(f"t{t}"):
                 gates = tf.nn.bias_add(tf.matmul(tf.concat([inputs[t], hidden], axis=1), kernel), bias)
                 i, j, f, o = tf.split(gates, 4, axis=1)
-                c = c * tf.sigmoid(f + 1.0) + tf.sigmoid(i) * tf.tanh(j)
+                c = c * tf.sigmoid(f + forget_bias) + tf.sigmoid(i) * tf.tanh(j)
                 hidden = tf.sigmoid(o) * tf.tanh(c)
             outputs[t] = hidden
         return outputs

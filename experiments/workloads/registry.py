@@ -17,6 +17,7 @@ op set that run on this machine's executor.  Builders are imported when first as
 
 from __future__ import annotations
 
+import gc
 import importlib
 
 from core.graph import Operation
@@ -66,7 +67,17 @@ def builder(name: str):
 
 def get(name: str, **options) -> Workload:
     """Build workload ``name`` with ``options`` (the builder's keyword arguments)."""
-    return builder(name)(**options)
+    build = builder(name)
+    # A full-size model is tens of thousands of ops, each a handful of objects that live
+    # as long as the graph: the cyclic collector would walk them again and again while
+    # they are made, and none is garbage before the build returns (as sim.simulate).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return build(**options)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def random_dag_workload(num_ops: int = 1000, width: int = 32, seed: int = 0, size: int = 64,
