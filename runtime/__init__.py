@@ -21,13 +21,14 @@ session first runs, and the gRPC backend only for ``grpc://`` targets.
 from runtime.calibrate import calibrate
 from runtime.config import SessionConfig
 from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
-                            LabRuntimeError, NotFound, OpError, Unavailable)
+                            LabRuntimeError, NotFound, OpError, ResourceExhausted,
+                            Unavailable)
 from runtime.variables import VariableStore
 
 __all__ = ["Session", "InteractiveSession", "SessionConfig", "Executor", "StepResult",
            "LocalDevices", "VariableStore", "calibrate", "LabRuntimeError", "OpError",
            "FailedPrecondition", "InvalidArgument", "DeadlineExceeded", "Unavailable",
-           "NotFound", "Server", "LocalCluster", "RemoteSession"]
+           "NotFound", "ResourceExhausted", "Server", "LocalCluster", "RemoteSession"]
 
 _LAZY = {"Session": "runtime.session", "InteractiveSession": "runtime.session",
          "Executor": "runtime.executor", "StepResult": "runtime.executor",

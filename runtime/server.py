@@ -42,6 +42,7 @@ from typing import Any, Mapping
 
 from core.cluster import Cluster, ClusterSpec, split_address, usable_cpu_cores
 from runtime import wire
+from runtime.call_guard import STREAM_IDLE_SECONDS, CallGuard
 from runtime.config import SessionConfig
 from runtime.errors import InvalidArgument
 from runtime.master import MasterService
@@ -104,6 +105,11 @@ class Server:
         max_receive_bytes: the largest message (gRPC) or frame (local socket) taken;
             larger ones are refused before they are read (``RESOURCE_EXHAUSTED``).
         max_local_connections: local-socket connections held at once, per listener.
+        stream_idle_seconds: a gRPC stream that waits longer for its next message is
+            ended (its handler thread freed); streams hold at most ``max_workers``
+            less an eighth (at least 4 threads stay for unary calls), and at most
+            :data:`runtime.call_guard.MAX_STREAMS_PER_PEER` per connection
+            (:class:`runtime.call_guard.CallGuard`).
 
     Attributes: ``target`` (``grpc://host:port``), ``cluster_spec``, ``job_name``,
     ``task_index``, ``cluster`` (the hardware view), ``worker``, ``master``.
@@ -115,7 +121,8 @@ class Server:
                  hardware: "Cluster | str | os.PathLike | None" = None,
                  shm_min_bytes: int | None = SHM_MIN_BYTES, local_sockets: bool = True,
                  max_workers: int = 256, max_receive_bytes: int = wire.MAX_RECEIVE_BYTES,
-                 max_local_connections: int = wire.MAX_LOCAL_CONNECTIONS):
+                 max_local_connections: int = wire.MAX_LOCAL_CONNECTIONS,
+                 stream_idle_seconds: float = STREAM_IDLE_SECONDS):
         if protocol not in (None, "grpc"):
             raise InvalidArgument(f"unknown protocol {protocol!r}; only 'grpc' is supported")
         spec = ClusterSpec(server_or_cluster_def)
@@ -137,13 +144,16 @@ class Server:
         self.worker = WorkerService(self.cluster, job_name, task_index, self.config,
                                     peers=self._peers, shm_min_bytes=shm_min_bytes)
         self.master = MasterService(self.cluster, self.worker, self._peers)
+        self.guard = CallGuard(max_streams=max_workers - max(4, max_workers // 8),
+                               stream_idle_seconds=stream_idle_seconds)
         try:
             self._server, self.port = wire.create_server(
                 bind_host, port, max_workers=max_workers,
-                options=wire.server_options(max_receive_bytes))
+                options=wire.server_options(max_receive_bytes), interceptors=[self.guard])
         except BaseException:
             self.worker.close()
             self.master.close()
+            self.guard.close()
             raise
         add_worker_to_server(self.worker, self._server)
         master_pb2_grpc.add_MasterServicer_to_server(self.master, self._server)
@@ -216,6 +226,7 @@ class Server:
             if self._local_calls is not None:
                 self._local_calls.close()
             self._server.stop(grace).wait()
+            self.guard.close()
             self.master.close()
             self.worker.close()
             self._peers.close()

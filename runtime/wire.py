@@ -78,6 +78,7 @@ os.environ.setdefault("GRPC_EXPERIMENTS", GRPC_EXPERIMENTS_OFF)
 import grpc  # noqa: E402 - after GRPC_EXPERIMENTS
 import numpy as np
 
+from runtime.call_guard import CLIENT_STREAM_IDLE_SECONDS
 from runtime.protos import tensor_pb2, tensor_pb2_grpc
 
 __all__ = [
@@ -663,13 +664,17 @@ def create_channel(address: str, *, options: Sequence[tuple[str, Any]] | None = 
 
 def create_server(host: str = LOCALHOST, port: int = 0, *, max_workers: int = 8,
                   options: Sequence[tuple[str, Any]] | None = None,
+                  interceptors: Sequence[Any] = (),
+                  credentials: grpc.ServerCredentials | None = None,
                   ) -> tuple[grpc.Server, int]:
     """Create a gRPC server bound to ``host:port``; return it (not started) and its port.
 
     ``port=0`` asks the OS for a free ephemeral port, which is returned. Register the
     servicers, then call ``server.start()``; stop it with ``server.stop(grace)``.
     Binds to ``127.0.0.1`` unless told otherwise. Raises :class:`BindError` if the
-    address cannot be bound.
+    address cannot be bound. ``interceptors``: ``grpc.ServerInterceptor`` s (a
+    :class:`runtime.call_guard.CallGuard`); ``credentials``: serve TLS
+    (``grpc.ssl_server_credentials``) instead of plaintext.
 
     Example::
 
@@ -681,10 +686,12 @@ def create_server(host: str = LOCALHOST, port: int = 0, *, max_workers: int = 8,
     """
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                     thread_name_prefix="grpc-server"),
-                         options=list(options or server_options()))
+                         options=list(options or server_options()),
+                         interceptors=list(interceptors) or None)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(address)
+        bound = (server.add_secure_port(address, credentials) if credentials is not None
+                 else server.add_insecure_port(address))
     except RuntimeError as err:  # grpcio raises RuntimeError("Failed to bind ...")
         server.stop(None)
         raise BindError(f"cannot bind gRPC server to {address}: {err}") from err
@@ -738,7 +745,9 @@ def abort_with(context: grpc.ServicerContext, err: Exception) -> None:
     anything else -> ``INTERNAL``. The message reaches the client's
     :class:`RemoteError`.
     """
-    if isinstance(err, WireError):
+    if isinstance(err, MemoryError):  # runtime.errors.ResourceExhausted: a bound
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    elif isinstance(err, WireError):
         code = grpc.StatusCode.INVALID_ARGUMENT
     elif isinstance(err, KeyError):
         code = grpc.StatusCode.NOT_FOUND
@@ -776,6 +785,7 @@ class _CallStream:
         self._callback: Callable | None = None
         self._started = 0.0
         self.ended = False
+        self.idle_since = time.monotonic()
         self._call = caller._multicallable(self._request_iter(), timeout=STREAM_LIFETIME,
                                            wait_for_ready=False)
         threading.Thread(target=self._read, daemon=True,
@@ -923,6 +933,7 @@ class _ReadStream:
         self.deadline: float | None = None
         self.expired = False
         self.ended = False
+        self.idle_since = time.monotonic()
 
     def ask(self, request: Any, deadline: float) -> Any:
         """Send ``request`` and return the next response; raises ``grpc.RpcError``
@@ -943,6 +954,12 @@ class _ReadStream:
     def close(self) -> None:
         self.ended = True
         self._requests.put(self._END)
+
+
+def _stale(stream) -> bool:
+    """True when ``stream`` sat idle long enough that its server may be ending it
+    (:data:`runtime.call_guard.CLIENT_STREAM_IDLE_SECONDS`): a new one is opened."""
+    return time.monotonic() - stream.idle_since > CLIENT_STREAM_IDLE_SECONDS
 
 
 class StreamCaller:
@@ -993,15 +1010,25 @@ class StreamCaller:
             if self._closed:
                 raise PeerUnavailable(self.address, self.method, None, "the channel is closed",
                                       0.0)
+            stale = []
+            stream = None
             while self._idle:
-                stream = self._idle.pop()
-                if not stream.ended:
-                    return stream
-        return self._new()
+                candidate = self._idle.pop()
+                if candidate.ended:
+                    continue
+                if _stale(candidate):
+                    stale.append(candidate)
+                    continue
+                stream = candidate
+                break
+        for old in stale:
+            old.close()
+        return stream if stream is not None else self._new()
 
     def _release(self, stream: _CallStream) -> None:
         with self._lock:
             if not stream.ended and not self._closed and len(self._idle) < self._keep_idle:
+                stream.idle_since = time.monotonic()
                 self._idle.append(stream)
                 return
         stream.close()
@@ -1043,6 +1070,11 @@ class StreamCaller:
                 raise PeerUnavailable(self.address, self.method, None, "the channel is closed",
                                       0.0)
             stream = self._read_idle.pop() if self._read_idle else None
+        if stream is not None and _stale(stream):
+            stream.close()
+            with self._lock:
+                self._open.discard(stream)
+            stream = None
         if stream is None:
             stream = _ReadStream(self)
             with self._lock:
@@ -1071,6 +1103,7 @@ class StreamCaller:
         if not stream.ended:
             with self._lock:
                 if not self._closed and len(self._read_idle) < self._keep_idle:
+                    stream.idle_since = time.monotonic()
                     self._read_idle.append(stream)
                     stream = None
             if stream is not None:

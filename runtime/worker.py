@@ -72,7 +72,7 @@ from runtime.protos import graph_pb2, tensor_pb2, worker_pb2, worker_pb2_grpc
 
 __all__ = ["WorkerService", "Rendezvous", "StepAborted", "PeerChannels", "WorkerClient",
            "task_name", "task_of_device", "transport_error", "SHM_MIN_BYTES",
-           "UNKNOWN_PARTITION"]
+           "UNKNOWN_PARTITION", "MAX_UNCLAIMED_BYTES", "MAX_UNCLAIMED_AGE"]
 
 #: Tensors at least this large go through shared memory to a task on the same host
 #: (below it the socket is as fast and needs no segment).
@@ -88,9 +88,14 @@ ANSWER_MAX_BYTES = 64 * 1024
 #: restarted, or never got it): the master registers again and retries.
 UNKNOWN_PARTITION = "UnknownPartition"
 
-# Steps whose rendezvous entries are older than this are dropped (a master died
-# between the pushes and the RunGraph): seconds.
-_STALE_STEP_SECONDS = 600.0
+#: Bytes of pushed tensors a worker holds for steps that do not run on it (yet): the
+#: oldest such steps are dropped beyond it (their parts fail at once if they come).
+MAX_UNCLAIMED_BYTES = 1 << 30
+
+#: Seconds a worker holds pushed tensors for a step that does not run on it: beyond
+#: it the step is dropped (its master died, or the step never comes). Generous: a
+#: step's producers may start while the master still registers its other parts.
+MAX_UNCLAIMED_AGE = 120.0
 
 
 def task_name(job: str, task: int) -> str:
@@ -141,16 +146,37 @@ class Rendezvous:
     order; ``take`` blocks until the value is there, the step is aborted, or the
     deadline passes. ``finish_step`` forgets a step (late pushes for it are dropped).
 
+    Tensors pushed for a step that does not run here (no ``watch`` for it yet) are
+    *unclaimed*: at most ``max_unclaimed_bytes`` of them are held (beyond it the oldest
+    such steps are dropped, then the push itself), each for at most
+    ``max_unclaimed_age`` seconds (:meth:`sweep`). A dropped step is remembered as
+    failed with :class:`runtime.errors.ResourceExhausted`: its parts, should they come,
+    fail at once instead of waiting for tensors that are gone.
+
     >>> r = Rendezvous()
     >>> r.put("a;x:0;b;7", np.ones(2))
     >>> r.take("a;x:0;b;7", 7, time.monotonic() + 1).tolist()
     [1.0, 1.0]
+    >>> small = Rendezvous(max_unclaimed_bytes=100)
+    >>> small.put("a;x:0;b;1", np.ones(10))  # 80 bytes
+    >>> small.put("a;x:0;b;2", np.ones(10))  # step 1 is dropped for it
+    >>> small.held_bytes()
+    (80, 80)
+    >>> small.take("a;x:0;b;1", 1, 0)
+    Traceback (most recent call last):
+    ...
+    runtime.errors.ResourceExhausted: step 1 was dropped: its 80 bytes of pushed tensors ...
     """
 
-    def __init__(self):
+    def __init__(self, *, max_unclaimed_bytes: int = MAX_UNCLAIMED_BYTES,
+                 max_unclaimed_age: float = MAX_UNCLAIMED_AGE):
+        self.max_unclaimed_bytes = max_unclaimed_bytes
+        self.max_unclaimed_age = max_unclaimed_age
         self._lock = threading.Lock()
         self._steps: dict[int, dict[str, _Slot]] = {}
         self._born: dict[int, float] = {}
+        self._bytes: dict[int, int] = {}  # bytes held per step (values not yet taken)
+        self._unclaimed = 0  # of those, of steps not watched (not running here)
         self._closed_steps: OrderedDict[int, BaseException | None] = OrderedDict()
         self._watchers: dict[int, list[Callable[[BaseException], None]]] = {}
 
@@ -167,6 +193,50 @@ class Rendezvous:
             slot = slots[key] = _Slot()
         return slot
 
+    # -- held bytes (under the lock) ----------------------------------------------------
+    def _hold(self, step_id: int, nbytes: int) -> None:
+        self._bytes[step_id] = self._bytes.get(step_id, 0) + nbytes
+        if step_id not in self._watchers:
+            self._unclaimed += nbytes
+
+    def _unhold(self, step_id: int, nbytes: int) -> None:
+        left = self._bytes.get(step_id, 0) - nbytes
+        if left > 0:
+            self._bytes[step_id] = left
+        else:
+            self._bytes.pop(step_id, None)
+        if step_id not in self._watchers:
+            self._unclaimed -= nbytes
+
+    def _forget(self, step_id: int) -> dict:
+        """Drop a step's slots and bytes; return its slots."""
+        nbytes = self._bytes.pop(step_id, 0)
+        if step_id not in self._watchers:
+            self._unclaimed -= nbytes
+        self._born.pop(step_id, None)
+        return self._steps.pop(step_id, {})
+
+    def _drop_unclaimed(self, step_id: int, why: str) -> None:
+        nbytes = self._bytes.get(step_id, 0)
+        self._forget(step_id)
+        self._remember(step_id, errors.ResourceExhausted(
+            f"step {step_id} was dropped: its {nbytes} bytes of pushed tensors {why}"))
+
+    def _make_room(self, step_id: int) -> None:
+        """Drop the oldest unclaimed steps (``step_id`` last) while over the bound."""
+        if self._unclaimed <= self.max_unclaimed_bytes:
+            return
+        for s in sorted((s for s in self._bytes if s not in self._watchers and s != step_id),
+                        key=lambda s: self._born.get(s, 0.0)):
+            self._drop_unclaimed(s, f"were over the {self.max_unclaimed_bytes}-byte bound of "
+                                    "tensors held for steps that do not run here")
+            if self._unclaimed <= self.max_unclaimed_bytes:
+                return
+        if step_id not in self._watchers:
+            self._drop_unclaimed(step_id, f"are over the {self.max_unclaimed_bytes}-byte bound "
+                                          "of tensors held for steps that do not run here")
+
+    # -- the calls -------------------------------------------------------------------------
     def put(self, key: str, value: Any) -> None:
         """A tensor arrived for ``key`` (dropped if its step already finished)."""
         step_id = wire.parse_rendezvous_key(key).step_id
@@ -177,10 +247,17 @@ class Rendezvous:
             callback, slot.callback = slot.callback, None
             if callback is None:
                 slot.value = value
+                self._hold(step_id, getattr(value, "nbytes", 0))
+                self._make_room(step_id)
         if callback is not None:
             callback(value, None)
         else:
             slot.event.set()
+
+    def _taken(self, step_id: int, value) -> None:
+        with self._lock:
+            if step_id in self._bytes:
+                self._unhold(step_id, getattr(value, "nbytes", 0))
 
     def take(self, key: str, step_id: int, deadline: float) -> Any:
         """Block until ``key``'s tensor is here (``deadline``: ``time.monotonic()``)."""
@@ -195,14 +272,18 @@ class Rendezvous:
         if slot.error is not None:
             raise slot.error
         value, slot.value = slot.value, None
+        self._taken(step_id, value)
         return value
 
     def watch(self, step_id: int, abort: Callable[[BaseException], None]) -> None:
         """Call ``abort(error)`` when ``step_id`` is aborted (at once if it was): the
         executor's step stops, not only its recvs (a part busy computing would
-        otherwise run to its end while the step already failed)."""
+        otherwise run to its end while the step already failed). A watched step runs
+        here: its tensors are no longer unclaimed."""
         with self._lock:
             if step_id not in self._closed_steps:
+                if step_id not in self._watchers:
+                    self._unclaimed -= self._bytes.get(step_id, 0)
                 self._watchers.setdefault(step_id, []).append(abort)
                 return
             error = self._closed_steps[step_id]
@@ -220,6 +301,8 @@ class Rendezvous:
                 if slot.event.is_set():
                     if slot.error is None:
                         value, slot.value = slot.value, None
+                        if step_id in self._bytes:
+                            self._unhold(step_id, getattr(value, "nbytes", 0))
                         return value
                     error = slot.error
                 else:
@@ -230,8 +313,7 @@ class Rendezvous:
     def abort(self, step_id: int, error: BaseException) -> None:
         """Wake every ``take`` of ``step_id`` with ``error``; later ones fail too."""
         with self._lock:
-            slots = self._steps.pop(step_id, {})
-            self._born.pop(step_id, None)
+            slots = self._forget(step_id)
             watchers = self._watchers.pop(step_id, ())
             self._remember(step_id, error)
         for slot in slots.values():
@@ -247,17 +329,24 @@ class Rendezvous:
 
     def finish_step(self, step_id: int) -> None:
         """Forget ``step_id``'s tensors; later pushes for it are dropped."""
-        now = time.monotonic()
         with self._lock:
-            self._steps.pop(step_id, None)
-            self._born.pop(step_id, None)
+            self._forget(step_id)
             self._watchers.pop(step_id, None)
             if step_id not in self._closed_steps:
                 self._remember(step_id, None)
-            stale = [s for s, t in self._born.items() if now - t > _STALE_STEP_SECONDS]
+        self.sweep()
+
+    def sweep(self) -> int:
+        """Drop the unclaimed steps held longer than ``max_unclaimed_age``; return how
+        many (the worker calls it every few seconds, and every finished step does)."""
+        now = time.monotonic()
+        with self._lock:
+            stale = [s for s, born in self._born.items()
+                     if now - born > self.max_unclaimed_age and s not in self._watchers]
             for s in stale:
-                self._steps.pop(s, None)
-                self._born.pop(s, None)
+                self._drop_unclaimed(s, f"waited more than {self.max_unclaimed_age} s for "
+                                        "their step to run here")
+        return len(stale)
 
     def _remember(self, step_id: int, error) -> None:
         self._closed_steps[step_id] = error
@@ -269,6 +358,11 @@ class Rendezvous:
         with self._lock:
             return sum(1 for slots in self._steps.values() for s in slots.values()
                        if s.event.is_set() and s.value is not None)
+
+    def held_bytes(self) -> tuple[int, int]:
+        """``(bytes held, of those unclaimed)``: tensors pushed and not yet taken."""
+        with self._lock:
+            return sum(self._bytes.values()), self._unclaimed
 
 
 # ---------------------------------------------------------------------------
@@ -496,6 +590,14 @@ def _release_segment(mapping) -> None:
         pass
 
 
+@functools.lru_cache(maxsize=1)
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):  # not said here: no bound but the allocation's own
+        return 1 << 62
+
+
 def decode_pooled(first, rest, buffers: BufferPool, maps: SegmentMaps) -> tuple[str, np.ndarray]:
     """Like :func:`runtime.wire.decode_keyed` for a pushed tensor (first frame, later
     frames), but into a reused buffer; a pooled segment's tensor is used in place
@@ -507,6 +609,9 @@ def decode_pooled(first, rest, buffers: BufferPool, maps: SegmentMaps) -> tuple[
         raise wire.WireError(key, "meta", "first chunk carries no TensorMeta")
     dtype, shape = wire.check_meta(header.meta, key)
     nbytes = header.meta.nbytes
+    if nbytes > _host_memory_bytes():
+        raise wire.WireError(key, "nbytes", f"{nbytes} bytes announced, more than this "
+                             f"host's memory ({_host_memory_bytes()} bytes)")
     if header.WhichOneof("payload") == "shm":
         ref = header.shm
         if ref.nbytes != nbytes:
@@ -587,10 +692,16 @@ class WorkerClient:
 
     def push_stream(self) -> "_PushStream":
         """The open PushStream to this peer (a new one if the last one ended)."""
+        from runtime.call_guard import CLIENT_STREAM_IDLE_SECONDS
         with self._stream_lock:
             stream = self._stream
+            if stream is not None and not stream.ended and (
+                    time.monotonic() - stream.last_sent > CLIENT_STREAM_IDLE_SECONDS):
+                stream.close()  # the peer may be ending it for idling: a new one
+                stream = None
             if stream is None or stream.ended:
                 stream = self._stream = _PushStream(self._push_stream_call)
+            stream.last_sent = time.monotonic()
             return stream
 
     def local_sender(self, fresh: bool = False) -> "wire.LocalPushSender | None":
@@ -633,6 +744,7 @@ class _PushStream:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self.ended = False
         self.error: BaseException | None = None
+        self.last_sent = time.monotonic()  # when push_stream() last handed it out
         # A long deadline: the stream outlives steps; keepalive and the TCP connection
         # tell a dead peer long before it.
         self._future = call.future(self._messages(), timeout=24 * 3600.0, wait_for_ready=False)
@@ -737,11 +849,14 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         peers: the server's :class:`PeerChannels`.
         shm_min_bytes: tensors at least this large go to same-host peers through shared
             memory; ``None`` always uses the socket.
+        max_unclaimed_bytes, max_unclaimed_age: the bounds of tensors pushed for steps
+            that do not run here (:class:`Rendezvous`).
     """
 
     def __init__(self, cluster: Cluster, job: str, task: int, config: SessionConfig | None = None,
                  *, peers: PeerChannels | None = None, shm_min_bytes: int | None = SHM_MIN_BYTES,
-                 max_sessions: int = 64):
+                 max_sessions: int = 64, max_unclaimed_bytes: int = MAX_UNCLAIMED_BYTES,
+                 max_unclaimed_age: float = MAX_UNCLAIMED_AGE):
         from runtime import shm
         from runtime.executor import Executor
         from runtime.local_devices import LocalDevices
@@ -754,7 +869,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self.devices = LocalDevices.for_task(cluster, job, task, self.config)
         self.variables = VariableStore()
         self.executor = Executor(self.devices, self.variables)
-        self.rendezvous = Rendezvous()
+        self.rendezvous = Rendezvous(max_unclaimed_bytes=max_unclaimed_bytes,
+                                     max_unclaimed_age=max_unclaimed_age)
+        self._closing = threading.Event()
+        threading.Thread(target=self._sweep, daemon=True,
+                         name=f"rendezvous sweep {self.task_name}").start()
         self.peers = peers or PeerChannels()
         self.incarnation = secrets.token_hex(8)
         self.shm_min_bytes = shm_min_bytes if shm.shm_available() else None
@@ -775,6 +894,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self._task_names: dict[str, tuple[str, int]] = {}
 
     # -- helpers ---------------------------------------------------------------------
+    def _sweep(self) -> None:
+        period = min(5.0, self.rendezvous.max_unclaimed_age / 4)
+        while not self._closing.wait(period):
+            self.rendezvous.sweep()
+
     def _host_of(self, job: str, task: int) -> str:
         address = self.cluster.task(job, task).address or ""
         try:
@@ -1138,7 +1262,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 raise wire.WireError("", "chunks", "stream ended before the first chunk")
             key, array = decode_pooled(first, it, self.buffers, self.segment_maps)
             self.rendezvous.put(key, array)
-        except wire.WireError as err:
+        except (wire.WireError, MemoryError) as err:  # MemoryError: ResourceExhausted
             wire.abort_with(context, err)
         except ValueError as err:  # a malformed key
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
@@ -1150,7 +1274,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             for frame in request_iterator:
                 self._take_frame(frame)
                 received += 1
-        except wire.WireError as err:
+        except (wire.WireError, MemoryError) as err:
             wire.abort_with(context, err)
         except ValueError as err:  # a malformed key
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
@@ -1201,6 +1325,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 
     def close(self) -> None:
         """Stop the pushers and the executor's helper threads, free the devices."""
+        self._closing.set()
         if self._local_listener is not None:
             self._local_listener.close()
         self._pushers.shutdown(wait=False, cancel_futures=True)

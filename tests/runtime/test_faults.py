@@ -147,3 +147,162 @@ def test_local_socket_takes_only_its_own_user(monkeypatch):
         assert listener.refused == 1
     finally:
         listener.close()
+
+
+# ---------------------------------------------------------------------------
+# 3. Idle gRPC streams
+
+def _idle_streams(target: str, n: int):
+    """``n`` RunSteps streams on their own channel that never send a message."""
+    import queue
+
+    from runtime import wire
+    from runtime.protos import master_pb2_grpc
+    channel = wire.create_channel(target[len("grpc://"):])
+    stub = master_pb2_grpc.MasterStub(channel)
+    never: queue.SimpleQueue = queue.SimpleQueue()
+    calls = [stub.RunSteps(iter(never.get, None), timeout=60) for _ in range(n)]
+    return channel, calls
+
+
+def _ping(target: str, timeout: float = 3.0) -> None:
+    from runtime import wire
+    from runtime.protos import master_pb2_grpc, tensor_pb2
+    channel = wire.create_channel(target[len("grpc://"):])
+    try:
+        master_pb2_grpc.MasterStub(channel).Ping(tensor_pb2.PingRequest(), timeout=timeout)
+    finally:
+        channel.close()
+
+
+def test_idle_streams_leave_threads_for_unary_calls():
+    from runtime.server import Server
+    server = Server.create_local_server()
+    server.stop()
+    server = Server(server.cluster_spec, "localhost", 0, max_workers=16)
+    channel = None
+    try:
+        channel, calls = _idle_streams(server.target, 24)  # more than the pool
+        time.sleep(0.5)
+        _ping(server.target)  # answered: the streams did not take every thread
+        refused = 0
+        for call in calls:
+            if not call.is_active() or call.done():
+                refused += 1
+        assert server.guard.open_streams <= 16 - 4
+        assert refused >= 24 - (16 - 4)
+        # A session is still opened and run.
+        g = tf.Graph()
+        with g.as_default():
+            y = tf.constant(2.0) * 3.0
+        with Session(server.target, graph=g) as sess:
+            assert sess.run(y) == 6.0
+    finally:
+        if channel is not None:
+            channel.close()
+        server.stop()
+
+
+def test_a_stream_idle_too_long_is_ended():
+    import grpc
+
+    from runtime.server import Server
+    server = Server.create_local_server()
+    server.stop()
+    server = Server(server.cluster_spec, "localhost", 0, stream_idle_seconds=0.5)
+    channel = None
+    try:
+        channel, (call,) = _idle_streams(server.target, 1)
+        with pytest.raises(grpc.RpcError) as info:
+            next(call)
+        assert info.value.code() == grpc.StatusCode.CANCELLED
+        assert server.guard.idle_ended == 1
+        deadline = time.monotonic() + 5
+        while server.guard.open_streams and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.guard.open_streams == 0
+    finally:
+        if channel is not None:
+            channel.close()
+        server.stop()
+
+
+# ---------------------------------------------------------------------------
+# 4. Unclaimed pushes
+
+def _key(step: int, tensor: str = "x:0") -> str:
+    return f"/job:w/replica:0/task:0/device:CPU:0;{tensor};/job:w/replica:0/task:1/device:CPU:0;{step}"
+
+
+def test_rendezvous_bounds_unclaimed_pushes_by_bytes():
+    from runtime.worker import Rendezvous
+    r = Rendezvous(max_unclaimed_bytes=3000)
+    for step in (1, 2, 3):  # three pushes for steps that never run here
+        r.put(_key(step), np.ones(1000, np.uint8))
+    assert r.held_bytes() == (3000, 3000)
+    r.put(_key(4), np.ones(1500, np.uint8))  # the oldest two go
+    assert r.held_bytes() == (2500, 2500)
+    with pytest.raises(errors.ResourceExhausted, match="step 1 was dropped"):
+        r.take(_key(1), 1, time.monotonic() + 5)  # at once, not at the deadline
+    # A step that runs here keeps its tensors; they do not count against the bound.
+    r.watch(5, lambda err: None)
+    r.put(_key(5), np.ones(5000, np.uint8))
+    assert r.held_bytes() == (7500, 2500)
+    assert r.take(_key(5), 5, time.monotonic() + 1).nbytes == 5000
+    r.finish_step(5)
+    assert r.held_bytes() == (2500, 2500)
+    # A push alone over the bound is not held either.
+    r.put(_key(6), np.ones(4000, np.uint8))
+    assert r.held_bytes()[0] <= 3000
+
+
+def test_rendezvous_drops_unclaimed_pushes_by_age_and_on_abort():
+    from runtime.worker import Rendezvous, StepAborted
+    r = Rendezvous(max_unclaimed_age=0.2)
+    r.put(_key(1), np.ones(100, np.uint8))
+    r.put(_key(2), np.ones(100, np.uint8))
+    r.abort(2, StepAborted("step 2 failed elsewhere"))
+    assert r.held_bytes() == (100, 100)
+    r.put(_key(2, "y:0"), np.ones(100, np.uint8))  # late push of an aborted step: dropped
+    assert r.held_bytes() == (100, 100)
+    time.sleep(0.3)
+    assert r.sweep() == 1
+    assert r.held_bytes() == (0, 0) and r.pending() == 0
+    with pytest.raises(errors.ResourceExhausted, match="waited more than"):
+        r.take(_key(1), 1, time.monotonic() + 5)
+
+
+def test_worker_sweeps_unclaimed_pushes_on_its_own():
+    from runtime.server import hardware_view
+    from runtime.worker import WorkerService
+    cluster = hardware_view({"localhost": ["127.0.0.1:1"]}, "localhost", 0)
+    worker = WorkerService(cluster, "localhost", 0, max_unclaimed_age=0.1)
+    try:
+        worker.rendezvous.put(_key(9), np.ones(10, np.uint8))
+        deadline = time.monotonic() + 5
+        while worker.rendezvous.held_bytes()[0] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert worker.rendezvous.held_bytes() == (0, 0)
+    finally:
+        worker.close()
+
+
+def test_an_announced_huge_tensor_is_refused_with_a_clear_status():
+    import grpc
+
+    from runtime import wire
+    from runtime.protos import tensor_pb2, worker_pb2_grpc
+    from runtime.server import Server
+    server = Server.create_local_server()
+    channel = wire.create_channel(server.target[len("grpc://"):])
+    try:
+        meta = tensor_pb2.TensorMeta(dtype="float32", shape=[1 << 40], nbytes=4 << 40)
+        first = tensor_pb2.TensorChunk(key=_key(3), meta=meta, offset=0, data=b"\0" * 16)
+        with pytest.raises(grpc.RpcError) as info:
+            worker_pb2_grpc.WorkerStub(channel).PushTensor(iter([first]), timeout=10)
+        assert info.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                     grpc.StatusCode.INVALID_ARGUMENT), info.value
+        assert "bytes announced" in info.value.details()
+    finally:
+        channel.close()
+        server.stop()
