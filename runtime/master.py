@@ -67,7 +67,8 @@ from runtime.graph_codec import (add_named_tensors, error_from_proto, error_to_p
                                  node_to_proto, nodes_from_proto, stats_to_proto,
                                  tensor_from_proto)
 from runtime.protos import graph_pb2, master_pb2, master_pb2_grpc, tensor_pb2, worker_pb2
-from runtime.worker import (SEGMENT_HEADER, UNKNOWN_PARTITION, PeerChannels, StepAborted,
+from runtime.segment_pool import SEGMENT_HEADER
+from runtime.worker import (UNKNOWN_PARTITION, PeerChannels, StepAborted,
                             WorkerService, task_name, transport_error)
 
 __all__ = ["MasterService", "needed_ops", "RPC_MARGIN"]

@@ -37,7 +37,7 @@ from runtime.graph_codec import (CodecError, add_named_tensors, error_from_proto
 from runtime.master import RPC_MARGIN
 from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
 from runtime.shm import shm_available
-from runtime.worker import SegmentMaps
+from runtime.segment_pool import SegmentMaps
 
 __all__ = ["RemoteSession", "build_trace", "take_shared"]
 

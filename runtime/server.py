@@ -47,6 +47,7 @@ from runtime.config import SessionConfig
 from runtime.errors import InvalidArgument
 from runtime.master import MasterService
 from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
+from runtime.segment_pool import reap_orphans
 from runtime.worker import SHM_MIN_BYTES, PeerChannels, WorkerService, add_worker_to_server
 
 __all__ = ["Server", "hardware_view", "main", "LOOPBACK_HOSTS"]
@@ -188,6 +189,7 @@ class Server:
     def start(self) -> None:
         """Start serving (idempotent)."""
         if not self._started:
+            reap_orphans()  # of servers of this host that were killed
             self._server.start()
             # Only once the gRPC port is ours: the local sockets are named after it.
             if self._local_sockets:
@@ -230,6 +232,7 @@ class Server:
             self.master.close()
             self.worker.close()
             self._peers.close()
+            reap_orphans()
             self._stopped.set()
 
     def __enter__(self) -> "Server":

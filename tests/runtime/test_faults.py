@@ -306,3 +306,66 @@ def test_an_announced_huge_tensor_is_refused_with_a_clear_status():
     finally:
         channel.close()
         server.stop()
+
+
+# ---------------------------------------------------------------------------
+# 5. Shared memory of servers that are gone
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _orphan(pid: int) -> str:
+    import secrets
+
+    from runtime.segment_pool import POOL_PREFIX
+    from runtime.shm import create_segment, release_mapping
+    name = f"{POOL_PREFIX}{pid}_{secrets.token_hex(4)}"
+    release_mapping(create_segment(name, 4096))
+    return name
+
+
+shm_only = pytest.mark.skipif(not __import__("runtime.shm").shm.shm_available(),
+                              reason="no /dev/shm")
+
+
+@shm_only
+def test_a_starting_server_reaps_the_segments_of_dead_servers():
+    from runtime.server import Server
+    from runtime.shm import list_segments
+    name = _orphan(_dead_pid())
+    mine = _orphan(__import__("os").getpid())  # a live owner's stays
+    try:
+        server = Server.create_local_server()
+        server.stop()
+        assert name not in list_segments(name[:-8])
+        assert mine in list_segments(mine[:-8])
+    finally:
+        from runtime.shm import unlink_segment
+        unlink_segment(name)
+        unlink_segment(mine)
+
+
+@shm_only
+def test_restart_and_stop_reap_the_segments_of_a_task_that_died_by_itself():
+    import os
+    import signal
+
+    from runtime.shm import list_segments
+    with LocalCluster({"worker": 1}, start_timeout=60) as c:
+        proc = c.processes[("worker", 0)]
+        name = _orphan(proc.pid)  # as if the server had made it
+        os.kill(proc.pid, signal.SIGKILL)  # not through the cluster: it died by itself
+        proc.wait(10)
+        assert name in list_segments(name[:-8])
+        c.restart("worker", 0)
+        assert name not in list_segments(name[:-8])
+        proc = c.processes[("worker", 0)]
+        name = _orphan(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert name not in list_segments(name[:-8])
