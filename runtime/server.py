@@ -50,7 +50,7 @@ from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
 from runtime.segment_pool import reap_orphans
 from runtime.worker import SHM_MIN_BYTES, PeerChannels, WorkerService, add_worker_to_server
 
-__all__ = ["Server", "hardware_view", "main", "LOOPBACK_HOSTS"]
+__all__ = ["Server", "hardware_view", "default_bind_host", "main", "LOOPBACK_HOSTS"]
 
 #: Address hosts that all mean "this machine" (one host, ``localhost``, in the view).
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
@@ -81,6 +81,26 @@ def hardware_view(spec: "ClusterSpec | Mapping", job: str, task: int,
                    nvlink=base.nvlink)
 
 
+def default_bind_host(host: str) -> str:
+    """The interface a server binds for the spec's ``host`` when not told: loopback
+    always, of the address's family (an IPv4 loopback address is kept as it is).
+
+    >>> default_bind_host("[::1]"), default_bind_host("127.0.0.2"), default_bind_host("10.1.2.3")
+    ('::1', '127.0.0.2', '127.0.0.1')
+    >>> default_bind_host("[fe80::1]"), default_bind_host("localhost")
+    ('::1', '127.0.0.1')
+    """
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:  # a name: IPv4 loopback
+        return wire.LOCALHOST
+    if ip.version == 6:
+        return "::1"
+    return str(ip) if ip.is_loopback else wire.LOCALHOST
+
+
 class Server:
     """One task of a cluster, serving the master and worker services.
 
@@ -93,8 +113,10 @@ class Server:
         config: a :class:`runtime.config.SessionConfig` (or its dict): thread counts of
             this task's devices; the default config of sessions.
         start: start serving now (else call :meth:`start`).
-        bind_host: the interface to bind (``127.0.0.1``: nothing outside the host can
-            reach the server).
+        bind_host: the interface to bind; by default the loopback address of the
+            spec's host (its own when it is one, ``::1`` for an IPv6 address, else
+            ``127.0.0.1``): nothing outside the host can reach the server unless told
+            (:func:`default_bind_host`).
         hardware: a calibrated :class:`core.cluster.Cluster` (or its JSON path) to place
             on instead of the default view.
         shm_min_bytes: tensors at least this large go to tasks on the same host through
@@ -118,7 +140,7 @@ class Server:
 
     def __init__(self, server_or_cluster_def, job_name: str | None = None,
                  task_index: int | None = None, protocol: str | None = None, config=None,
-                 start: bool = True, *, bind_host: str = wire.LOCALHOST,
+                 start: bool = True, *, bind_host: str | None = None,
                  hardware: "Cluster | str | os.PathLike | None" = None,
                  shm_min_bytes: int | None = SHM_MIN_BYTES, local_sockets: bool = True,
                  max_workers: int = 256, max_receive_bytes: int = wire.MAX_RECEIVE_BYTES,
@@ -141,6 +163,9 @@ class Server:
         self.address = address
         self.cluster = hardware_view(spec, job_name, task_index, hardware)
         host, port = split_address(address)
+        if bind_host is None:
+            bind_host = default_bind_host(host)
+        self.bind_host = bind_host.strip("[]")
         self._peers = PeerChannels()
         self.worker = WorkerService(self.cluster, job_name, task_index, self.config,
                                     peers=self._peers, shm_min_bytes=shm_min_bytes)
@@ -149,7 +174,7 @@ class Server:
                                stream_idle_seconds=stream_idle_seconds)
         try:
             self._server, self.port = wire.create_server(
-                bind_host, port, max_workers=max_workers,
+                self.bind_host, port, max_workers=max_workers,
                 options=wire.server_options(max_receive_bytes), interceptors=[self.guard])
         except BaseException:
             self.worker.close()
@@ -178,8 +203,14 @@ class Server:
 
     @property
     def target(self) -> str:
-        """``grpc://host:port``: what a client passes to ``Session``."""
-        return f"grpc://{self.address}"
+        """``grpc://host:port``: what a client passes to ``Session``: the address bound
+        (the spec's host when bound to every interface)."""
+        host, spec_host = self.bind_host, split_address(self.address)[0]
+        if host in ("0.0.0.0", "::", "") or (
+                spec_host in LOOPBACK_HOSTS and default_bind_host(spec_host) == host):
+            # The spec's name for it (the local sockets are named after that address).
+            return f"grpc://{spec_host}:{self.port}"
+        return f"grpc://[{host}]:{self.port}" if ":" in host else f"grpc://{host}:{self.port}"
 
     @property
     def server_def(self) -> dict:
@@ -298,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", type=int, default=0, help="this task's index (default 0)")
     parser.add_argument("--config", help="JSON file with a SessionConfig dict")
     parser.add_argument("--hardware", help="calibrated Cluster JSON to place on")
-    parser.add_argument("--bind", default=wire.LOCALHOST,
-                        help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--bind", default=None,
+                        help="interface to bind (default: loopback, ::1 for an IPv6 address)")
     parser.add_argument("--no-shm", action="store_true",
                         help="send tensors to same-host tasks over the socket only")
     parser.add_argument("--no-local-sockets", action="store_true",

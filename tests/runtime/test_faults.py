@@ -369,3 +369,58 @@ def test_restart_and_stop_reap_the_segments_of_a_task_that_died_by_itself():
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     assert name not in list_segments(name[:-8])
+
+
+# ---------------------------------------------------------------------------
+# 6. What the spec says is what is bound
+
+def _ipv6_loopback() -> bool:
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_an_ipv6_loopback_address_binds_ipv6_loopback():
+    import socket
+
+    from runtime.server import Server
+    with socket.socket(socket.AF_INET6) as s:
+        s.bind(("::1", 0))
+        port = s.getsockname()[1]
+    server = Server({"localhost": [f"[::1]:{port}"]}, "localhost", 0)
+    try:
+        assert server.target == f"grpc://[::1]:{port}"
+        with socket.create_connection(("::1", port), timeout=2):
+            pass
+        with pytest.raises(OSError):  # not on IPv4
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        g = tf.Graph()
+        with g.as_default():
+            y = tf.constant(2.0) + 1.0
+        with Session(server.target, graph=g) as sess:
+            assert sess.run(y) == 3.0
+    finally:
+        server.stop()
+
+
+def test_target_reports_the_address_bound():
+    from runtime.launcher import free_ports
+    from runtime.server import Server
+    (port,) = free_ports(1)
+    server = Server({"w": [f"10.255.255.1:{port}"]}, "w", 0)  # not this host: loopback
+    try:
+        assert server.target == f"grpc://127.0.0.1:{port}"
+        _ping(server.target)
+    finally:
+        server.stop()
+    (port,) = free_ports(1)
+    server = Server({"w": [f"localhost:{port}"]}, "w", 0)
+    try:
+        assert server.target == f"grpc://localhost:{port}"
+    finally:
+        server.stop()
