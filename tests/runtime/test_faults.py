@@ -424,3 +424,37 @@ def test_target_reports_the_address_bound():
         assert server.target == f"grpc://localhost:{port}"
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------
+# 7. Memory after one large message
+
+def _rss_of(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_one_large_message_is_refused_before_the_server_holds_it():
+    import grpc
+
+    from runtime import wire
+    from runtime.protos import master_pb2_grpc, tensor_pb2
+    with LocalCluster({"worker": 1}, start_timeout=60) as c:
+        pid = c.processes[("worker", 0)].pid
+        channel = wire.create_channel(c.address("worker", 0))
+        try:
+            stub = master_pb2_grpc.MasterStub(channel)
+            stub.Ping(tensor_pb2.PingRequest(payload=b"x" * 1000), timeout=10)
+            before = _rss_of(pid)
+            payload = b"\0" * (wire.MAX_RECEIVE_BYTES + (32 << 20))
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Ping(tensor_pb2.PingRequest(payload=payload), timeout=30)
+            del payload
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            time.sleep(0.2)
+            assert _rss_of(pid) - before < 48 << 20
+            stub.Ping(tensor_pb2.PingRequest(payload=b"x"), timeout=10)  # still serving
+        finally:
+            channel.close()
