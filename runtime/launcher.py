@@ -129,7 +129,8 @@ class LocalCluster:
                  env: Mapping | None = None, attempts: int = 3, start: bool = True):
         self._request = dict(spec or {"ps": 1, "worker": 2})
         self._config = config
-        self._hardware = hardware
+        # Absolute: the servers start in the repository's folder, not the caller's.
+        self._hardware = None if hardware is None else Path(hardware).resolve()
         self._shm = shm
         self._local_sockets = local_sockets
         self._start_timeout = start_timeout

@@ -57,7 +57,8 @@ import numpy as np
 
 from core.cluster import Cluster
 from core.devices import DeviceSpec
-from core.graph import Graph, Operation
+from core.graph import Graph, GraphError, Operation
+from core.ops import ShapeError
 from core.placement import Placement
 from core.serialize import extend_graph
 from runtime import errors, wire
@@ -186,7 +187,14 @@ class MasterService(master_pb2_grpc.MasterServicer):
                     "graph_out_of_sync")
             fresh = list(nodes)[have - base:]
             if fresh:
-                extend_graph(sess.graph, nodes_from_proto(fresh))
+                try:
+                    extend_graph(sess.graph, nodes_from_proto(fresh))
+                except (GraphError, ShapeError, TypeError, ValueError, KeyError) as err:
+                    # The builders' checks, for a graph that did not come through them.
+                    raise errors.InvalidArgument(
+                        f"the graph sent to {self.task_name} is invalid: "
+                        f"{err.args[0] if isinstance(err, KeyError) and err.args else err}"
+                    ) from None
                 sess.nodes.extend(fresh)
 
     def close_session(self, handle: str) -> None:

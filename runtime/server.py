@@ -44,7 +44,7 @@ from core.cluster import Cluster, ClusterSpec, split_address, usable_cpu_cores
 from runtime import wire
 from runtime.call_guard import STREAM_IDLE_SECONDS, CallGuard
 from runtime.config import SessionConfig
-from runtime.errors import InvalidArgument
+from runtime.errors import InvalidArgument, LabRuntimeError
 from runtime.master import MasterService
 from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
 from runtime.segment_pool import reap_orphans
@@ -280,9 +280,15 @@ class Server:
 # Command line
 
 def _load_spec(path: str) -> dict:
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not JSON: {err}") from None
     if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
         data = data["cluster"]
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds no cluster spec: expected an object "
+                         '{"job": ["host:port", ...]}')
     return data
 
 
@@ -338,11 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the parent process exits")
     args = parser.parse_args(argv)
-    config = (SessionConfig.from_dict(json.loads(Path(args.config).read_text()))
-              if args.config else None)
     parent = os.getppid()
     tune_malloc()
     try:
+        config = (SessionConfig.from_dict(json.loads(Path(args.config).read_text()))
+                  if args.config else None)
         server = Server(_load_spec(args.cluster), args.job, args.task, config=config,
                         bind_host=args.bind, hardware=args.hardware,
                         shm_min_bytes=None if args.no_shm else SHM_MIN_BYTES,
@@ -350,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     except wire.BindError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 3
+    except (OSError, ValueError, TypeError, KeyError, LabRuntimeError) as err:
+        # A file that is missing or not JSON, a spec or config that is wrong: one line,
+        # and the usage error's status (as argparse's own).
+        what = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"error: {what}", file=sys.stderr, flush=True)
+        return 2
 
     def on_signal(signum, frame):  # noqa: ARG001
         threading.Thread(target=server.stop, daemon=True).start()

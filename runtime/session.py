@@ -188,7 +188,19 @@ def check_feed(tensor: Tensor, value) -> np.ndarray:
         raise TypeError(f"The value of a feed cannot be a graph element ({value!r}); feed a "
                         "numpy array or a Python value")
     target = tensor.dtype.np
-    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if isinstance(value, np.ndarray):
+        arr = value
+    else:
+        try:
+            arr = np.asarray(value)
+        except ValueError as err:  # a ragged nested list: numpy says "inhomogeneous"
+            raise InvalidArgument(
+                f"Cannot feed a ragged value to Tensor {tensor.name!r} of shape "
+                f"{tensor.shape}: its nested lists differ in length ({err})") from None
+    if arr.dtype == object:
+        raise InvalidArgument(f"Cannot feed a value of Python objects to Tensor "
+                              f"{tensor.name!r}: a ragged list, or elements that are not "
+                              "numbers")
     kind = arr.dtype.kind
     if kind not in _OK_KINDS.get(target.kind, target.kind):
         raise InvalidArgument(f"Cannot feed a value of dtype {arr.dtype.name} to Tensor "
