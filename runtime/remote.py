@@ -110,7 +110,8 @@ class RemoteSession:
     Raises :class:`runtime.errors.Unavailable` when nothing answers at ``target``.
     """
 
-    def __init__(self, target: str, graph: Graph, config: SessionConfig | None = None):
+    def __init__(self, target: str, graph: Graph, config: SessionConfig | None = None,
+                 security=None):
         if not target.startswith("grpc://"):
             raise errors.InvalidArgument(f"a remote target looks like 'grpc://host:port', not "
                                          f"{target!r}")
@@ -122,7 +123,7 @@ class RemoteSession:
         self._closed = False
         self._placement_entries: dict[str, str] = {}
         self._placement: Placement | None = None
-        self._channel = wire.create_channel(self.address)
+        self._channel = wire.create_channel(self.address, security=security)
         self._stub = master_pb2_grpc.MasterStub(self._channel)
         # Steps as messages on a connection or stream that stays open: a message costs
         # a fraction of a call's set-up on both sides (runtime.wire.StreamCaller).

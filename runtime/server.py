@@ -128,6 +128,9 @@ class Server:
         max_receive_bytes: the largest message (gRPC) or frame (local socket) taken;
             larger ones are refused before they are read (``RESOURCE_EXHAUSTED``).
         max_local_connections: local-socket connections held at once, per listener.
+        security: a :class:`runtime.security.Security`: serve TLS and check a shared
+            token on every gRPC call, and use them towards the other tasks (a
+            cluster across hosts; the same for every task and client).
         stream_idle_seconds: a gRPC stream that waits longer for its next message is
             ended (its handler thread freed); streams hold at most ``max_workers``
             less an eighth (at least 4 threads stay for unary calls), and at most
@@ -145,7 +148,7 @@ class Server:
                  shm_min_bytes: int | None = SHM_MIN_BYTES, local_sockets: bool = True,
                  max_workers: int = 256, max_receive_bytes: int = wire.MAX_RECEIVE_BYTES,
                  max_local_connections: int = wire.MAX_LOCAL_CONNECTIONS,
-                 stream_idle_seconds: float = STREAM_IDLE_SECONDS):
+                 stream_idle_seconds: float = STREAM_IDLE_SECONDS, security=None):
         if protocol not in (None, "grpc"):
             raise InvalidArgument(f"unknown protocol {protocol!r}; only 'grpc' is supported")
         spec = ClusterSpec(server_or_cluster_def)
@@ -166,16 +169,19 @@ class Server:
         if bind_host is None:
             bind_host = default_bind_host(host)
         self.bind_host = bind_host.strip("[]")
-        self._peers = PeerChannels()
+        self.security = security
+        self._peers = PeerChannels(security)
         self.worker = WorkerService(self.cluster, job_name, task_index, self.config,
                                     peers=self._peers, shm_min_bytes=shm_min_bytes)
         self.master = MasterService(self.cluster, self.worker, self._peers)
         self.guard = CallGuard(max_streams=max_workers - max(4, max_workers // 8),
-                               stream_idle_seconds=stream_idle_seconds)
+                               stream_idle_seconds=stream_idle_seconds,
+                               token=security.token if security is not None else None)
         try:
             self._server, self.port = wire.create_server(
                 self.bind_host, port, max_workers=max_workers,
-                options=wire.server_options(max_receive_bytes), interceptors=[self.guard])
+                options=wire.server_options(max_receive_bytes), interceptors=[self.guard],
+                credentials=security.server_credentials() if security is not None else None)
         except BaseException:
             self.worker.close()
             self.master.close()
@@ -341,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="send tensors to same-host tasks over the socket only")
     parser.add_argument("--no-local-sockets", action="store_true",
                         help="take calls and tensors from same-host processes by gRPC only")
+    parser.add_argument("--tls-cert", help="PEM certificate: serve TLS (with --tls-key)")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-ca", help="PEM CA that the other tasks' certificates are "
+                                         "verified against (default: --tls-cert)")
+    parser.add_argument("--token-file", help="file holding the cluster's shared token, "
+                                             "checked on every call")
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the parent process exits")
     args = parser.parse_args(argv)
@@ -349,10 +361,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = (SessionConfig.from_dict(json.loads(Path(args.config).read_text()))
                   if args.config else None)
+        security = None
+        if args.tls_cert or args.tls_key or args.tls_ca or args.token_file:
+            from runtime.security import Security
+            security = Security.from_files(token_file=args.token_file, cert=args.tls_cert,
+                                           key=args.tls_key, ca=args.tls_ca)
         server = Server(_load_spec(args.cluster), args.job, args.task, config=config,
                         bind_host=args.bind, hardware=args.hardware,
                         shm_min_bytes=None if args.no_shm else SHM_MIN_BYTES,
-                        local_sockets=not args.no_local_sockets)
+                        local_sockets=not args.no_local_sockets, security=security)
     except wire.BindError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 3

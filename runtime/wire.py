@@ -653,13 +653,18 @@ def server_options(max_receive_bytes: int = MAX_RECEIVE_BYTES) -> list[tuple[str
 
 
 def create_channel(address: str, *, options: Sequence[tuple[str, Any]] | None = None,
-                   ) -> grpc.Channel:
-    """An insecure channel to ``host:port`` with :func:`channel_options` (or ``options``).
+                   security: Any = None) -> grpc.Channel:
+    """A channel to ``host:port`` with :func:`channel_options` (or ``options``):
+    plaintext, or TLS and a token on every call as ``security`` (a
+    :class:`runtime.security.Security`) says.
 
     Connecting is lazy: an unreachable address shows up as :class:`PeerUnavailable`
     on the first call, within that call's deadline.
     """
-    return grpc.insecure_channel(address, options=list(options or channel_options()))
+    if security is None:
+        return grpc.insecure_channel(address, options=list(options or channel_options()))
+    from runtime.security import secure_channel
+    return secure_channel(address, list(options or channel_options()), security)
 
 
 def create_server(host: str = LOCALHOST, port: int = 0, *, max_workers: int = 8,

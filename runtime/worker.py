@@ -383,9 +383,10 @@ def _peer_channel_options() -> list:
 class WorkerClient:
     """Stubs of one peer's Worker service over one long-lived channel."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, security=None):
         self.address = address
-        self.channel = wire.create_channel(address, options=_peer_channel_options())
+        self.channel = wire.create_channel(address, options=_peer_channel_options(),
+                                           security=security)
         self.stub = worker_pb2_grpc.WorkerStub(self.channel)
         desc = worker_pb2.DESCRIPTOR.services_by_name["Worker"]
         # PushTensor takes pre-serialized frames (runtime.wire.encode_frames) or messages.
@@ -495,9 +496,11 @@ class _PushStream:
 class PeerChannels:
     """One :class:`WorkerClient` per peer address, shared by a server's master and
     worker; :meth:`reset` replaces a peer's channel after it failed (so a restarted
-    peer is reached at once)."""
+    peer is reached at once). ``security``: the cluster's
+    :class:`runtime.security.Security` (TLS, token) for every channel."""
 
-    def __init__(self):
+    def __init__(self, security=None):
+        self.security = security
         self._lock = threading.Lock()
         self._clients: dict[str, WorkerClient] = {}
 
@@ -505,7 +508,7 @@ class PeerChannels:
         with self._lock:
             client = self._clients.get(address)
             if client is None:
-                client = self._clients[address] = WorkerClient(address)
+                client = self._clients[address] = WorkerClient(address, self.security)
             return client
 
     def existing(self, address: str) -> WorkerClient | None:
