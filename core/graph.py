@@ -280,6 +280,8 @@ class Graph:
         self._consumers: dict[str, list[Operation]] = {}
         self._collections: dict[str, list] = {}
         self._version = 0
+        #: The graph-level random seed (``set_random_seed``); see ``core.get_seed``.
+        self.seed: int | None = None
         self._views: dict = {}  # cached_view's, made at version _views_version
         self._views_version = 0
         self._columns = OpColumns()  # what plans read of the ops, kept as they are created
@@ -581,6 +583,13 @@ class Graph:
         if problems:
             raise GraphError("invalid graph: " + "; ".join(problems))
         topological_order(self._ops)
+
+    def as_graph_def(self, add_shapes: bool = False):
+        """This graph as a TensorFlow GraphDef message (:mod:`core.graph_def`): what
+        ``tf.import_graph_def`` reads, with the requested devices and colocation; with
+        ``add_shapes``, each node's ``_output_shapes``."""
+        from core.graph_def import graph_to_graph_def
+        return graph_to_graph_def(self, add_shapes=add_shapes)
 
     def __repr__(self) -> str:
         return f"<Graph with {len(self._ops)} ops>"

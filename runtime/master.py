@@ -45,8 +45,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import secrets
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -59,7 +59,7 @@ from core.cluster import Cluster
 from core.devices import DeviceSpec
 from core.graph import Graph, GraphError, Operation
 from core.ops import ShapeError
-from core.placement import Placement
+from core.placement import Placement, log_placement
 from core.serialize import extend_graph
 from runtime import errors, wire
 from runtime.config import SessionConfig
@@ -73,6 +73,8 @@ from runtime.worker import (UNKNOWN_PARTITION, PeerChannels, StepAborted,
                             WorkerService, task_name, transport_error)
 
 __all__ = ["MasterService", "needed_ops", "RPC_MARGIN"]
+
+_log = logging.getLogger(__name__)
 
 #: Seconds added to a step's ``operation_timeout`` for the RPC deadlines around it, so
 #: that the workers' own deadline error (naming the ops not finished) arrives first.
@@ -224,8 +226,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
             new = [(op, dev) for op, dev in placement.items() if op not in sess.placement]
             sess.placement = placement
             sess.placed_nodes = len(sess.nodes)
-            for line in lines:
-                print(line, file=sys.stderr, flush=True)
+            log_placement(lines, _log)
             return new, lines
 
     def _signature(self, sess: _MasterSession, fetches: tuple, targets: tuple,

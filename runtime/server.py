@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -51,6 +52,8 @@ from runtime.segment_pool import reap_orphans
 from runtime.worker import SHM_MIN_BYTES, PeerChannels, WorkerService, add_worker_to_server
 
 __all__ = ["Server", "hardware_view", "default_bind_host", "main", "LOOPBACK_HOSTS"]
+
+_log = logging.getLogger(__name__)
 
 #: Address hosts that all mean "this machine" (one host, ``localhost``, in the view).
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
@@ -355,7 +358,12 @@ def main(argv: list[str] | None = None) -> int:
                                              "checked on every call")
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the parent process exits")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="the records this process shows on stderr (INFO: the "
+                             "log_device_placement lines too)")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     parent = os.getppid()
     tune_malloc()
     try:
@@ -371,13 +379,12 @@ def main(argv: list[str] | None = None) -> int:
                         shm_min_bytes=None if args.no_shm else SHM_MIN_BYTES,
                         local_sockets=not args.no_local_sockets, security=security)
     except wire.BindError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        _log.error("%s", err)
         return 3
     except (OSError, ValueError, TypeError, KeyError, LabRuntimeError) as err:
         # A file that is missing or not JSON, a spec or config that is wrong: one line,
         # and the usage error's status (as argparse's own).
-        what = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"error: {what}", file=sys.stderr, flush=True)
+        _log.error("%s", err.args[0] if isinstance(err, KeyError) and err.args else err)
         return 2
 
     def on_signal(signum, frame):  # noqa: ARG001

@@ -479,7 +479,7 @@ def test_server_command_line_with_a_bad_cluster_file_is_one_line_and_exit_2(tmp_
                           cwd=root, env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("ERROR "), proc.stderr
 
 
 def test_shapes_wrong_at_build_fail_at_build():
