@@ -395,7 +395,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 if t.shape is None or None in tuple(t.shape):
                     continue
                 try:
-                    dtype = wire._wire_dtype(t.dtype, name)
+                    dtype = wire.wire_dtype(t.dtype, name)
                 except wire.WireError:
                     continue
                 shape = tuple(int(d) for d in t.shape)
