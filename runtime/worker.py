@@ -65,7 +65,7 @@ from core.placement import Placement
 from core.serialize import extend_graph
 from runtime import errors, wire
 from runtime.config import SessionConfig
-from runtime.executor import shares_variable
+from runtime.executor import StepIO, shares_variable
 from runtime.graph_codec import (add_named_tensors, error_to_proto, nodes_from_proto,
                                  stats_to_proto, tensor_from_proto)
 from runtime.protos import graph_pb2, tensor_pb2, worker_pb2, worker_pb2_grpc
@@ -114,6 +114,118 @@ def transport_error(err: wire.TransportError, task: str) -> errors.LabRuntimeErr
         return errors.Unavailable(task, f"{err.method} to {err.address} failed: {err.details}")
     return errors.LabRuntimeError(f"{err.method} to {task} ({err.address}) failed: "
                                   f"{err.code.name if err.code else 'UNKNOWN'}: {err.details}")
+
+
+# ---------------------------------------------------------------------------
+# One part's tensors to and from the other tasks
+
+class _PartIO(StepIO):
+    """The :class:`runtime.executor.StepIO` of one part of one step on a worker: takes
+    received tensors from the worker's rendezvous, pushes sent ones to their task (see
+    the module docstring), and is watched by the rendezvous for the step's abort.
+    ``sends`` lists ``(tensor, dst_device, start, end)`` of the pushes; ``failed``, a
+    push's error (a peer gone); :meth:`finish` waits for the pushes still streaming."""
+
+    copies_on_send = True
+
+    def __init__(self, worker: "WorkerService", step_id: int, deadline: float,
+                 placement: Placement, answer_to: tuple | None):
+        self.worker, self.step_id, self.deadline = worker, step_id, deadline
+        self.placement, self.answer_to = placement, answer_to
+        self.final_sends = answer_to is not None
+        self.pushes: list[Future] = []
+        self.sends: list = []
+        self.failed: list[BaseException] = []
+        self.held: list = []  # (dst_task, key, frame) for the answer to carry
+
+    def recv(self, tensor_name: str, src_device: str, dst_device: str):
+        key = wire.rendezvous_key(src_device, tensor_name, dst_device, self.step_id)
+        return self.worker.rendezvous.take(key, self.step_id, self.deadline)
+
+    def recv_async(self, tensor_name: str, src_device: str, dst_device: str, callback):
+        key = wire.rendezvous_key(src_device, tensor_name, dst_device, self.step_id)
+        return self.worker.rendezvous.take_async(key, self.step_id, callback)
+
+    def watch(self, abort) -> None:
+        self.worker.rendezvous.watch(self.step_id, abort)
+
+    def _on_pushed(self, fut: Future) -> None:
+        err = fut.exception()
+        if err is not None and not self.failed:
+            self.failed.append(err)
+            # Our own recvs may wait for a reply the dead peer will never send.
+            self.worker.rendezvous.abort(self.step_id, StepAborted(
+                f"step {self.step_id} aborted: {err}"))
+
+    def send(self, tensor_name: str, value, dst_device: str, final: bool = False) -> None:
+        worker, deadline, sends = self.worker, self.deadline, self.sends
+        producer = tensor_name[1:] if tensor_name.startswith("^") else \
+            tensor_name.rpartition(":")[0]
+        key = wire.rendezvous_key(self.placement[producer], tensor_name, dst_device,
+                                  self.step_id)
+        dst_task = task_of_device(dst_device)
+        nbytes = getattr(value, "nbytes", 0)
+        if (final and dst_task == self.answer_to and nbytes <= ANSWER_MAX_BYTES
+                and not worker._pushes_locally(dst_task)):
+            # The part's answer goes to that task right after this: it carries the
+            # tensor (a copy, made here), one gRPC message fewer than a push of its
+            # own, which would wait for gRPC's sending thread. (A push on a local
+            # socket leaves at once from this thread: held, it would wait for the
+            # rest of the part and the answer; measured slower.)
+            start = time.perf_counter()
+            self.held.append((dst_task, key, next(wire.encode_frames(value, key))))
+            sends.append((tensor_name, dst_device, start, time.perf_counter()))
+            return
+        if nbytes <= wire.DEFAULT_CHUNK_BYTES:
+            # One message queued on the open stream: cheap enough to do right here
+            # (the frame is a copy: a variable's buffer may change afterwards).
+            worker._push(dst_task, key, value, deadline, sends)
+            return
+        # Large: copy it now, once (a variable's live buffer could change once send
+        # returns). To a same-host peer the copy goes into a pooled shared-memory
+        # segment and only a reference travels, from here; else the copy is the
+        # stream's frames themselves (made anyway), streamed by a pusher thread.
+        arr = wire.as_wire_array(value, key)
+        staged = time.perf_counter()  # the copy is part of the transfer
+        segment = worker._stage_in_segment(dst_task, arr)
+        if segment is not None:
+            worker._push(dst_task, key, arr, deadline, sends, segment, start=staged)
+            return
+        if not shares_variable(arr, worker.variables):
+            fut = worker._pushers.submit(worker._push, dst_task, key, arr, deadline, sends)
+        else:
+            # Copied into the frames here, before send returns, while the pusher
+            # already streams the first ones.
+            frames: queue.SimpleQueue = queue.SimpleQueue()
+            fut = worker._pushers.submit(worker._push, dst_task, key, arr, deadline, sends,
+                                         None, iter(frames.get, None), staged)
+            try:
+                for frame in wire.encode_frames(arr, key):
+                    frames.put(frame)
+            finally:
+                frames.put(None)  # the stream ends (early: the receiver refuses it)
+        fut.add_done_callback(self._on_pushed)
+        self.pushes.append(fut)
+
+    def finish(self, answer_frames: list | None) -> None:
+        """After the part ran: the held tensors into ``answer_frames`` (or pushed, when
+        the answer must wait for large pushes anyway), and every push done before the
+        deadline (else DeadlineExceeded)."""
+        if self.held:
+            if any(not fut.done() for fut in self.pushes):
+                # The answer waits for the large pushes still streaming: not these.
+                for dst_task, key, frame in self.held:
+                    self.worker._send_frame(dst_task, key, frame)
+            else:
+                answer_frames.extend(frame for _, _, frame in self.held)
+        for fut in list(self.pushes):
+            remaining = max(0.0, self.deadline - time.monotonic())
+            try:
+                fut.result(timeout=remaining)
+            except TimeoutError:
+                raise errors.DeadlineExceeded(
+                    f"pushing tensors from {self.worker.task_name} ran past the step's "
+                    "deadline") from None
 
 
 # ---------------------------------------------------------------------------
@@ -467,103 +579,18 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         ``fetch_into``: buffers offered for fetched tensors (the executor's ``run_step``).
         """
         timeout = sess.config.operation_timeout if timeout is None or timeout <= 0 else timeout
-        deadline = time.monotonic() + timeout
-        placement = part.placement
-        rendezvous = self.rendezvous
-        pushes: list[Future] = []
-        sends: list = []
-        failed: list[BaseException] = []
-        held: list = []  # (dst_task, key, frame) for the answer to carry
-
-        def recv(tensor_name: str, src_device: str, dst_device: str):
-            key = wire.rendezvous_key(src_device, tensor_name, dst_device, step_id)
-            return rendezvous.take(key, step_id, deadline)
-
-        def recv_async(tensor_name: str, src_device: str, dst_device: str, callback):
-            key = wire.rendezvous_key(src_device, tensor_name, dst_device, step_id)
-            return rendezvous.take_async(key, step_id, callback)
-
-        def on_pushed(fut: Future) -> None:
-            err = fut.exception()
-            if err is not None and not failed:
-                failed.append(err)
-                # Our own recvs may wait for a reply the dead peer will never send.
-                rendezvous.abort(step_id, StepAborted(f"step {step_id} aborted: {err}"))
-
-        def send(tensor_name: str, value, dst_device: str, final: bool = False) -> None:
-            producer = tensor_name[1:] if tensor_name.startswith("^") else \
-                tensor_name.rpartition(":")[0]
-            key = wire.rendezvous_key(placement[producer], tensor_name, dst_device, step_id)
-            dst_task = task_of_device(dst_device)
-            nbytes = getattr(value, "nbytes", 0)
-            if (final and dst_task == answer_to and nbytes <= ANSWER_MAX_BYTES
-                    and not self._pushes_locally(dst_task)):
-                # The part's answer goes to that task right after this: it carries the
-                # tensor (a copy, made here), one gRPC message fewer than a push of its
-                # own, which would wait for gRPC's sending thread. (A push on a local
-                # socket leaves at once from this thread: held, it would wait for the
-                # rest of the part and the answer; measured slower.)
-                start = time.perf_counter()
-                held.append((dst_task, key, next(wire.encode_frames(value, key))))
-                sends.append((tensor_name, dst_device, start, time.perf_counter()))
-                return
-            if nbytes <= wire.DEFAULT_CHUNK_BYTES:
-                # One message queued on the open stream: cheap enough to do right here
-                # (the frame is a copy: a variable's buffer may change afterwards).
-                self._push(dst_task, key, value, deadline, sends)
-                return
-            # Large: copy it now, once (a variable's live buffer could change once send
-            # returns). To a same-host peer the copy goes into a pooled shared-memory
-            # segment and only a reference travels, from here; else the copy is the
-            # stream's frames themselves (made anyway), streamed by a pusher thread.
-            arr = wire.as_wire_array(value, key)
-            staged = time.perf_counter()  # the copy is part of the transfer
-            segment = self._stage_in_segment(dst_task, arr)
-            if segment is not None:
-                self._push(dst_task, key, arr, deadline, sends, segment, start=staged)
-                return
-            if not shares_variable(arr, self.variables):
-                fut = self._pushers.submit(self._push, dst_task, key, arr, deadline, sends)
-            else:
-                # Copied into the frames here, before send returns, while the pusher
-                # already streams the first ones.
-                frames: queue.SimpleQueue = queue.SimpleQueue()
-                fut = self._pushers.submit(self._push, dst_task, key, arr, deadline, sends,
-                                           None, iter(frames.get, None), staged)
-                try:
-                    for frame in wire.encode_frames(arr, key):
-                        frames.put(frame)
-                finally:
-                    frames.put(None)  # the stream ends (early: the receiver refuses it)
-            fut.add_done_callback(on_pushed)
-            pushes.append(fut)
-
+        io = _PartIO(self, step_id, time.monotonic() + timeout, part.placement, answer_to)
         try:
             result = self.executor.run_step(
-                part.ops, placement, fetches=part.fetches, targets=part.targets, feeds=feeds,
-                recv=recv, send=send, send_to=part.send_to, step_id=step_id, trace=trace,
-                timeout=timeout, on_abort=lambda abort: rendezvous.watch(step_id, abort),
-                send_copies=True, recv_async=recv_async, send_final=answer_to is not None,
-                fetch_into=fetch_into)
+                part.ops, part.placement, fetches=part.fetches, targets=part.targets,
+                feeds=feeds, io=io, send_to=part.send_to, step_id=step_id, trace=trace,
+                timeout=timeout, fetch_into=fetch_into)
         except BaseException as err:
-            if failed:  # the root cause: a peer we push to is gone
-                raise failed[0] from err
+            if io.failed:  # the root cause: a peer we push to is gone
+                raise io.failed[0] from err
             raise
-        if held:
-            if any(not fut.done() for fut in pushes):
-                # The answer waits for the large pushes still streaming: not these.
-                for dst_task, key, frame in held:
-                    self._send_frame(dst_task, key, frame)
-            else:
-                answer_frames.extend(frame for _, _, frame in held)
-        for fut in list(pushes):
-            remaining = max(0.0, deadline - time.monotonic())
-            try:
-                fut.result(timeout=remaining)
-            except TimeoutError:
-                raise errors.DeadlineExceeded(
-                    f"pushing tensors from {self.task_name} ran past the step's deadline") from None
-        return result, sends
+        io.finish(answer_frames)
+        return result, io.sends
 
     def _task_of_name(self, name: str) -> tuple[str, int] | None:
         """``(job, task)`` of a task name ``/job:j/replica:0/task:i``; None when it is
