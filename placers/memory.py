@@ -1,0 +1,197 @@
+"""Device memory as the memory-aware placers count it: the simulator's rules, replayed in
+placement order.
+
+The simulator (:mod:`sim.memory`) allocates, on each device: the outputs of persistent
+ops (variables) from time 0 for good; an op's outputs when it starts (an output aliasing
+a ref input, as ``Assign``'s, takes nothing), freed once their last reader and last
+outgoing transfer are done; a received copy from its transfer's start until its last
+reader there is done.  Gradients and activations are plain op outputs.  A placer knows
+no times, so :class:`MemoryLedger` replays these rules in the order the placer commits
+ops, which is a topological order: an op's outputs (and each copy of them another device
+receives) are held until every reader of the op has been committed, and a colocation
+group's variables are reserved on its device when the group is placed, as if from time
+0 (so they also count against every earlier peak).  The ledger's sizes come from the
+same model the cost-model placer uses (:class:`placers.cost_model._Model`:
+``core.costs.tensor_bytes`` per output, nothing for ref-aliasing outputs).
+
+The replay is sequential, the simulator concurrent: ops that overlap in time there hold
+their outputs at once, so the simulator's peak can exceed the replay's; ``headroom``
+keeps that fraction of each device free for it.
+
+>>> import core as tf
+>>> from core.cluster import Cluster
+>>> from core.costs import StaticCostModel
+>>> from placers.cost_model import _Model
+>>> g = tf.Graph()
+>>> with g.as_default():
+...     a = tf.constant([1.0] * 256, name="a")
+...     b = tf.identity(a, name="b")
+>>> model = _Model(g.get_operations(), Cluster.single_host(), StaticCostModel())
+>>> ledger = MemoryLedger(model, [10_000], {})
+>>> ledger.fits(0, 0), ledger.commit(0, 0), ledger.in_use[0]
+(True, None, 1024)
+>>> ledger.commit(1, 0); ledger.in_use[0], ledger.peak[0]  # a's buffer freed by its reader
+(1024, 2048)
+"""
+
+from __future__ import annotations
+
+from core.costs import tensor_bytes
+from core.graph import Tensor, ops_needed
+from core.placement import PlacementError
+
+__all__ = ["MemoryLedger", "step_mask"]
+
+
+def step_mask(model, fetches) -> list[bool] | None:
+    """Which of ``model``'s ops a step computing ``fetches`` runs (None: every op)."""
+    if fetches is None:
+        return None
+    needed = {op.name for op in ops_needed([f.op if isinstance(f, Tensor) else f
+                                            for f in fetches])}
+    return [op.name in needed for op in model.ops]
+
+
+class MemoryLedger:
+    """Bytes per device under a placement made op by op (see the module docstring).
+
+    ``model``: a :class:`placers.cost_model._Model`; ``capacity``: bytes per device
+    index; ``group_of``: op index -> colocation group id (ops absent are alone);
+    ``headroom``: the fraction of each capacity kept free; ``step[i]``: whether op ``i``
+    runs in the step (default: every op; the others take no memory).  ``in_use[k]`` is what device
+    ``k`` holds now (resident plus live), ``peak[k]`` the most it has held.
+    """
+
+    def __init__(self, model, capacity: list[int], group_of: dict | list, headroom: float = 0.0,
+                 step: list[bool] | None = None):
+        if not 0 <= headroom < 1:
+            raise ValueError(f"headroom must be a fraction in [0, 1), not {headroom!r}")
+        self.model = model
+        n = len(model.ops)
+        # Only the ops of the step hold memory (the simulator runs only those).
+        self.step = step if step is not None else [True] * n
+        self.out_bytes = [b if s else 0 for b, s in zip(model.out_bytes, self.step)]
+        self.capacity = [int(c * (1 - headroom)) for c in capacity]
+        self.device = [-1] * n
+        self.in_use = [0] * len(capacity)
+        self.peak = [0] * len(capacity)
+        self.resident = [0] * len(capacity)
+        # Readers per op (distinct ops reading any of its outputs): when the last is
+        # committed the op's buffers, and every copy of them, are let go of.
+        self.readers = [0] * n
+        for i in range(n):
+            if self.step[i]:
+                for j in {j for j, _ in model.data_inputs[i]}:
+                    self.readers[j] += 1
+        self.left = list(self.readers)
+        self.copies: dict[int, dict[int, int]] = {}  # op -> {device: bytes of its copies}
+        self._copied: set = set()  # (id(tensor), device) already received
+        # The variables of each group, reserved together when its first op is placed.
+        self._group = group_of
+        self._group_resident: dict = {}
+        self._group_largest: dict = {}  # the group's largest output, checked up front
+        for i in range(n):
+            g = self._group_key(i)
+            if model.persistent[i]:
+                self._group_resident[g] = self._group_resident.get(g, 0) + self.out_bytes[i]
+            elif self.out_bytes[i] > self._group_largest.get(g, 0):
+                self._group_largest[g] = self.out_bytes[i]
+        self._reserved: set = set()
+        # Each op's distinct input tensors as (producer, tensor id, bytes), sized once;
+        # ``inputs`` only for the step's ops (what holds memory).
+        self.tensors: list[list[tuple[int, int, int]]] = []
+        for i in range(n):
+            seen, mine = set(), []
+            for j, t in model.data_inputs[i]:
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    mine.append((j, id(t), tensor_bytes(t)))
+            self.tensors.append(mine)
+        self.inputs = [ts if s else [] for ts, s in zip(self.tensors, self.step)]
+
+    def _group_key(self, i: int):
+        g = self._group[i] if isinstance(self._group, list) else self._group.get(i)
+        return ("op", i) if g is None else g
+
+    def need(self, i: int, k: int) -> tuple[int, int]:
+        """``(resident, transient)`` bytes placing op ``i`` on ``k`` adds now: its group's
+        variables (if not yet reserved) and its outputs plus copies of inputs from other
+        devices (not yet received on ``k``)."""
+        model = self.model
+        g = self._group_key(i)
+        resident = 0 if g in self._reserved else self._group_resident.get(g, 0)
+        transient = 0 if model.persistent[i] else self.out_bytes[i]
+        device, copied = self.device, self._copied
+        for j, tid, nbytes in self.inputs[i]:
+            if device[j] != k and (tid, k) not in copied:
+                transient += nbytes
+        return resident, transient
+
+    def free_on(self, k: int) -> int:
+        """Bytes a transient allocation may still take on ``k`` now."""
+        return self.capacity[k] - self.in_use[k]
+
+    def fits(self, i: int, k: int) -> bool:
+        """Whether op ``i`` fits on device ``k`` now; for the first op of a group, also
+        its group's variables (for good: against the device's peak so far too) with
+        the group's largest output beside them (as a variable's read)."""
+        resident, transient = self.need(i, k)
+        cap = self.capacity[k]
+        g = self._group_key(i)
+        if g not in self._reserved:
+            largest = self._group_largest.get(g, 0)
+            if self.peak[k] + resident > cap or self.in_use[k] + resident + largest > cap:
+                return False
+        return self.in_use[k] + resident + transient <= cap
+
+    def commit(self, i: int, k: int) -> None:
+        """Place op ``i`` on ``k``: allocate, then free what its placement lets go of."""
+        model = self.model
+        resident, _ = self.need(i, k)
+        if resident:
+            self._reserved.add(self._group_key(i))
+            self.resident[k] += resident
+            self.in_use[k] += resident
+            self.peak[k] += resident
+        self.device[i] = k
+        for j, tid, nbytes in self.inputs[i]:
+            key = (tid, k)
+            if self.device[j] != k and key not in self._copied:
+                self._copied.add(key)
+                by_device = self.copies.setdefault(j, {})
+                by_device[k] = by_device.get(k, 0) + nbytes
+                self._alloc(k, nbytes)
+        if not model.persistent[i]:
+            self._alloc(k, self.out_bytes[i])
+        for j in {j for j, _, _ in self.inputs[i]}:
+            self.left[j] -= 1
+            if self.left[j] == 0:
+                self._release(j)
+        if self.readers[i] == 0:  # nobody reads it: freed when the op ends
+            self._release(i)
+
+    def _alloc(self, k: int, nbytes: int) -> None:
+        self.in_use[k] += nbytes
+        if self.in_use[k] > self.peak[k]:
+            self.peak[k] = self.in_use[k]
+
+    def _release(self, j: int) -> None:
+        if not self.model.persistent[j]:
+            self.in_use[self.device[j]] -= self.out_bytes[j]
+        for k, nbytes in self.copies.pop(j, {}).items():
+            self.in_use[k] -= nbytes
+
+    def fail(self, i: int, candidates: list[int], group_ops: list) -> PlacementError:
+        """The error for op ``i`` that fits on none of ``candidates``: its group, the
+        bytes it needs and the largest free memory among them."""
+        model = self.model
+        best = max(candidates, key=lambda k: (self.free_on(k), -k)) if candidates else None
+        resident, transient = self.need(i, best) if best is not None else (0, 0)
+        names = [op.name for op in group_ops]
+        shown = ", ".join(names[:4]) + (f", ... ({len(names)} ops)" if len(names) > 4 else "")
+        free = (f"the largest free memory is {self.free_on(best)} bytes, on "
+                f"{model.devices[best].name}" if best is not None else "no device is feasible")
+        return PlacementError(model.ops[i].name, None,
+                              f"its colocation group [{shown}] needs {resident + transient} bytes "
+                              f"on one device ({resident} resident, {transient} for its outputs "
+                              f"and inputs) and {free}")
