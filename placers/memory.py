@@ -30,8 +30,8 @@ keeps that fraction of each device free for it.
 >>> ledger = MemoryLedger(model, [10_000], {})
 >>> ledger.fits(0, 0), ledger.commit(0, 0), ledger.in_use[0]
 (True, None, 1024)
->>> ledger.commit(1, 0); ledger.in_use[0], ledger.peak[0]  # a's buffer freed by its reader
-(1024, 2048)
+>>> ledger.commit(1, 0); ledger.in_use[0], ledger.peak[0]  # both freed: b has no reader
+(0, 2048)
 """
 
 from __future__ import annotations
