@@ -89,7 +89,8 @@ def _merge_families() -> None:
     """Add the op families' tables to ``OPS``; an op type defined twice is an error."""
     from core.ops_math import MATH_OPS
     from core.ops_nn import NN_OPS
-    for family in (MATH_OPS, NN_OPS):
+    from core.ops_train import TRAIN_OPS
+    for family in (MATH_OPS, NN_OPS, TRAIN_OPS):
         twice = sorted(set(family) & set(OPS))
         if twice:
             raise ValueError(f"op types defined twice in the op table: {twice}")
