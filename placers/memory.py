@@ -97,6 +97,11 @@ class MemoryLedger:
             elif self.out_bytes[i] > self._group_largest.get(g, 0):
                 self._group_largest[g] = self.out_bytes[i]
         self._reserved: set = set()
+        self._placed: set = set()  # groups with a device
+        # Room promised to the groups of variables placed but not yet read (their
+        # largest output), so that other groups do not take it meanwhile.
+        self.promised = [0] * len(capacity)
+        self._promise_of: dict = {}
         # Each op's distinct input tensors as (producer, tensor id, bytes), sized once;
         # ``inputs`` only for the step's ops (what holds memory).
         self.tensors: list[list[tuple[int, int, int]]] = []
@@ -132,27 +137,43 @@ class MemoryLedger:
         return self.capacity[k] - self.in_use[k]
 
     def fits(self, i: int, k: int) -> bool:
-        """Whether op ``i`` fits on device ``k`` now; for the first op of a group, also
-        its group's variables (for good: against the device's peak so far too) with
-        the group's largest output beside them (as a variable's read)."""
+        """Whether op ``i`` fits on device ``k`` now, beside what the groups placed on
+        ``k`` are promised; for the first op of a group, also its group's variables
+        (for good: against the device's peak so far too) with the group's largest
+        output beside them (as a variable's read)."""
         resident, transient = self.need(i, k)
         cap = self.capacity[k]
         g = self._group_key(i)
-        if g not in self._reserved:
+        promised = self.promised[k]
+        own = self._promise_of.get(g)
+        if own is not None and own[0] == k:
+            promised -= own[1]
+        if g not in self._placed:
             largest = self._group_largest.get(g, 0)
-            if self.peak[k] + resident > cap or self.in_use[k] + resident + largest > cap:
+            if self.peak[k] + resident > cap or \
+                    self.in_use[k] + promised + resident + largest > cap:
                 return False
-        return self.in_use[k] + resident + transient <= cap
+        return self.in_use[k] + promised + resident + transient <= cap
 
     def commit(self, i: int, k: int) -> None:
         """Place op ``i`` on ``k``: allocate, then free what its placement lets go of."""
         model = self.model
         resident, _ = self.need(i, k)
+        g = self._group_key(i)
         if resident:
-            self._reserved.add(self._group_key(i))
+            self._reserved.add(g)
             self.resident[k] += resident
             self.in_use[k] += resident
             self.peak[k] += resident
+        if g not in self._placed:
+            self._placed.add(g)
+            largest = self._group_largest.get(g, 0)
+            if resident and largest:  # a variable's read is promised room beside it
+                self.promised[k] += largest
+                self._promise_of[g] = (k, largest)
+        if not model.persistent[i] and self.out_bytes[i] and g in self._promise_of:
+            pk, nbytes = self._promise_of.pop(g)  # the promise is kept: let it go
+            self.promised[pk] -= nbytes
         self.device[i] = k
         for j, tid, nbytes in self.inputs[i]:
             key = (tid, k)
