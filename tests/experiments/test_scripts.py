@@ -43,6 +43,18 @@ def test_compare_placers_calibrates_only_this_machine(tmp_path, capsys):
     assert "calibrated this machine" not in out and "default hardware figures" in out
 
 
+def test_compare_placers_takes_any_registered_placer(tmp_path, capsys):
+    frame = compare_placers.main(["--workloads", "mlp", "--backend", "sim", "--cluster",
+                                  "two_gpus", "--placers", "m_etf", "m_topo", "cost_model",
+                                  "--out", str(tmp_path)])
+    assert list(frame["placer"]) == ["m_etf", "m_topo", "cost_model"]
+    assert (frame["sim_step_ms"] > 0).all()
+    with pytest.raises(SystemExit):
+        compare_placers.main(["--placers", "magic", "--backend", "sim"])
+    err = capsys.readouterr().err
+    assert "unknown placer 'magic'" in err and "m_sct" in err and "round_robin_vars" in err
+
+
 def test_bench_placers_reports_growth(tmp_path):
     frame = bench_placers.main(["--sizes", "200", "400", "--placers", "simple", "cost_model",
                                 "--out", str(tmp_path)])
