@@ -46,9 +46,9 @@ from __future__ import annotations
 import heapq
 
 from core.costs import CostModel, StaticCostModel
-from placers.base import BasePlacer, register
+from placers.base import register
 from placers.cost_model import _Model
-from placers.memory import MemoryLedger, step_mask
+from placers.memory import MemoryLedger, SimulatorChecked, step_mask
 
 __all__ = ["METFPlacer", "ListScheduler", "HEADROOM"]
 
@@ -62,7 +62,8 @@ class ListScheduler:
     """Earliest-task-first list scheduling with a memory ledger, over resolved
     constraints (see the module's contract).
 
-    ``fetches``: the step whose ops hold memory (default: every op).
+    ``fetches``: the step whose ops hold memory (default: every op); ``capacity``:
+    bytes per device (default: their ``memory_bytes``).
     ``favorite_parent[i]`` (optional, op index or -1): op ``i`` goes to that op's
     device when it may and fits there (m-SCT's rule).  After :meth:`run`,
     ``device[i]`` and ``finish[i]`` hold each op's device index and end, ``makespan``
@@ -71,7 +72,7 @@ class ListScheduler:
 
     def __init__(self, constraints, cost_model: CostModel | None = None,
                  headroom: float = 0.0, favorite_parent: list[int] | None = None,
-                 fetches=None):
+                 fetches=None, capacity: list[int] | None = None):
         self.constraints = constraints
         self.model = model = _Model(constraints.order, constraints.cluster,
                                     cost_model or StaticCostModel())
@@ -83,7 +84,8 @@ class ListScheduler:
             self.feasible[g.index] = [k for k in ks if k in gpus] or ks
         self.group_device = {g.index: model.dev_index[g.fixed]
                              for g in constraints.groups if g.fixed is not None}
-        self.ledger = MemoryLedger(model, [d.memory_bytes for d in model.devices],
+        capacity = capacity or [d.memory_bytes for d in model.devices]
+        self.ledger = MemoryLedger(model, capacity,
                                    self.group_of, headroom, step_mask(model, fetches))
         self.favorite_parent = favorite_parent
         n = len(model.ops)
@@ -200,7 +202,7 @@ class ListScheduler:
 
 
 @register("m_etf")
-class METFPlacer(BasePlacer):
+class METFPlacer(SimulatorChecked):
     """Baechi's m-ETF: earliest-task-first placement within each device's memory (see
     the module's contract).
 
@@ -211,20 +213,25 @@ class METFPlacer(BasePlacer):
         concurrent run holds beyond the sequential count.
     fetches : the step the placement is for (ops or tensors): only its ops hold memory,
         as in the simulator (default: every op, the initialisers' constants too).
+    check_memory : check the placement's memory on the simulator and place again where
+        it runs out (:class:`placers.memory.SimulatorChecked`).
 
     After :meth:`place`, ``estimated_step_time`` holds the schedule's makespan.
     """
 
     def __init__(self, cost_model: CostModel | None = None, headroom: float = HEADROOM,
-                 fetches=None, **options):
+                 fetches=None, check_memory: bool = True, **options):
         super().__init__(**options)
         self.fetches = fetches
+        self.check_memory = check_memory
         self.cost_model = cost_model
         self.headroom = headroom
         self.estimated_step_time: float | None = None
 
     def choose(self, constraints):
-        scheduler = ListScheduler(constraints, self.cost_model, self.headroom, fetches=self.fetches)
+        scheduler = ListScheduler(constraints, self.cost_model, self.headroom, fetches=self.fetches,
+                                  capacity=self.capacities(constraints.cluster.devices))
+        self._ledger = scheduler.ledger
         scheduler.run()
         self.estimated_step_time = scheduler.makespan
         return scheduler.chosen()

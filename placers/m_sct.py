@@ -52,8 +52,9 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
 from core.costs import CostModel, tensor_bytes
-from placers.base import BasePlacer, register
+from placers.base import register
 from placers.m_etf import HEADROOM, ListScheduler
+from placers.memory import SimulatorChecked
 
 __all__ = ["MSCTPlacer", "favorite_parents"]
 
@@ -146,7 +147,7 @@ def _window_lp(scheduler, lo: int, hi: int, p, slowest, time_limit: float):
 
 
 @register("m_sct")
-class MSCTPlacer(BasePlacer):
+class MSCTPlacer(SimulatorChecked):
     """Baechi's m-SCT: ETF scheduling that keeps each op's favorite child (from SCT's
     linear program) on its device, within each device's memory (see the module's
     contract).
@@ -154,7 +155,7 @@ class MSCTPlacer(BasePlacer):
     Parameters
     ----------
     cost_model : op and transfer times (default :class:`core.costs.StaticCostModel`).
-    headroom, fetches : as m-ETF's.
+    headroom, fetches, check_memory : as m-ETF's.
     lp_time_limit : seconds HiGHS may spend on the linear programs, in all.
     lp_window : ops per linear program (a window of the topological order).
 
@@ -163,9 +164,11 @@ class MSCTPlacer(BasePlacer):
     """
 
     def __init__(self, cost_model: CostModel | None = None, headroom: float = HEADROOM,
-                 lp_time_limit: float = 20.0, lp_window: int = 500, fetches=None, **options):
+                 lp_time_limit: float = 20.0, lp_window: int = 500, fetches=None,
+                 check_memory: bool = True, **options):
         super().__init__(**options)
         self.fetches = fetches
+        self.check_memory = check_memory
         self.cost_model = cost_model
         self.headroom = headroom
         self.lp_time_limit = lp_time_limit
@@ -174,7 +177,9 @@ class MSCTPlacer(BasePlacer):
         self.favorites: int | None = None
 
     def choose(self, constraints):
-        scheduler = ListScheduler(constraints, self.cost_model, self.headroom, fetches=self.fetches)
+        scheduler = ListScheduler(constraints, self.cost_model, self.headroom, fetches=self.fetches,
+                                  capacity=self.capacities(constraints.cluster.devices))
+        self._ledger = scheduler.ledger
         favorite = favorite_parents(scheduler, self.lp_time_limit, self.lp_window)
         self.favorites = sum(1 for j in favorite if j >= 0)
         scheduler.favorite_parent = favorite

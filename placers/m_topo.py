@@ -36,27 +36,29 @@ Contract (numbered as TensorFlow's ``placer.h``; :mod:`placers.base` holds the r
 from __future__ import annotations
 
 from core.costs import StaticCostModel
-from placers.base import BasePlacer, register
+from placers.base import register
 from placers.cost_model import _Model
 from placers.m_etf import HEADROOM
-from placers.memory import MemoryLedger, step_mask
+from placers.memory import MemoryLedger, SimulatorChecked, step_mask
 
 __all__ = ["MTopoPlacer"]
 
 
 @register("m_topo")
-class MTopoPlacer(BasePlacer):
+class MTopoPlacer(SimulatorChecked):
     """Baechi's m-TOPO: contiguous slices of the topological order of about equal
     memory, one per device, within each device's memory (see the module's contract).
 
     Parameters
     ----------
-    headroom, fetches : as :class:`placers.m_etf.METFPlacer`'s.
+    headroom, fetches, check_memory : as :class:`placers.m_etf.METFPlacer`'s.
     """
 
-    def __init__(self, headroom: float = HEADROOM, fetches=None, **options):
+    def __init__(self, headroom: float = HEADROOM, fetches=None, check_memory: bool = True,
+                 **options):
         super().__init__(**options)
         self.fetches = fetches
+        self.check_memory = check_memory
         self.headroom = headroom
 
     def choose(self, constraints):
@@ -64,8 +66,8 @@ class MTopoPlacer(BasePlacer):
         model = _Model(constraints.order, constraints.cluster, StaticCostModel())
         group_of = [constraints.op_group[op.name] for op in model.ops]
         step = step_mask(model, self.fetches)
-        ledger = MemoryLedger(model, [d.memory_bytes for d in model.devices], group_of,
-                              self.headroom, step)
+        ledger = self._ledger = MemoryLedger(model, self.capacities(model.devices), group_of,
+                                             self.headroom, step)
         accelerators = [k for k, d in enumerate(model.devices) if d.device_type == "GPU"]
         targets = accelerators or list(range(len(model.devices)))
         share = sum(ledger.out_bytes) / len(targets)

@@ -12,7 +12,9 @@ receives) are held until every reader of the op has been committed, and a coloca
 group's variables are reserved on its device when the group is placed, as if from time
 0 (so they also count against every earlier peak).  The ledger's sizes come from the
 same model the cost-model placer uses (:class:`placers.cost_model._Model`:
-``core.costs.tensor_bytes`` per output, nothing for ref-aliasing outputs).
+``core.costs.tensor_bytes`` per output, nothing for ref-aliasing outputs; an op that
+forwards its input, as a variable's read or ``Identity``, allocates nothing on its
+input's device and keeps that buffer alive while it is read, as ``StepPlan`` counts it).
 
 The replay is sequential, the simulator concurrent: ops that overlap in time there hold
 their outputs at once, so the simulator's peak can exceed the replay's; ``headroom``
@@ -25,7 +27,7 @@ keeps that fraction of each device free for it.
 >>> g = tf.Graph()
 >>> with g.as_default():
 ...     a = tf.constant([1.0] * 256, name="a")
-...     b = tf.identity(a, name="b")
+...     b = tf.relu(a, name="b")
 >>> model = _Model(g.get_operations(), Cluster.single_host(), StaticCostModel())
 >>> ledger = MemoryLedger(model, [10_000], {})
 >>> ledger.fits(0, 0), ledger.commit(0, 0), ledger.in_use[0]
@@ -39,8 +41,9 @@ from __future__ import annotations
 from core.costs import tensor_bytes
 from core.graph import Tensor, ops_needed
 from core.placement import PlacementError
+from placers.base import BasePlacer
 
-__all__ = ["MemoryLedger", "step_mask"]
+__all__ = ["MemoryLedger", "step_mask", "SimulatorChecked"]
 
 
 def step_mask(model, fetches) -> list[bool] | None:
@@ -113,6 +116,19 @@ class MemoryLedger:
                     mine.append((j, id(t), tensor_bytes(t)))
             self.tensors.append(mine)
         self.inputs = [ts if s else [] for ts, s in zip(self.tensors, self.step)]
+        # Ops that forward input 0's buffer (a variable's read, Identity, Reshape): on
+        # the input's device their output 0 is that buffer (nothing allocated), which
+        # then lives as long as either is read (StepPlan.buffer_parent).
+        self.source = [-1] * n
+        self.forwarded = [0] * n
+        for i, op in enumerate(model.ops):
+            if self.step[i] and op.op_def.forwards_input and op.inputs and op.outputs:
+                j = model.index.get(op.inputs[0].op.name)
+                if j is not None:
+                    self.source[i] = j
+                    self.forwarded[i] = tensor_bytes(op.outputs[0])
+        self.held = [0] * n  # bytes each op's outputs hold on its device
+        self.parent = [-1] * n  # the op whose buffer a forwarding op keeps alive
 
     def _group_key(self, i: int):
         g = self._group[i] if isinstance(self._group, list) else self._group.get(i)
@@ -125,12 +141,19 @@ class MemoryLedger:
         model = self.model
         g = self._group_key(i)
         resident = 0 if g in self._reserved else self._group_resident.get(g, 0)
-        transient = 0 if model.persistent[i] else self.out_bytes[i]
+        transient = 0 if model.persistent[i] else self._own_bytes(i, k)
         device, copied = self.device, self._copied
         for j, tid, nbytes in self.inputs[i]:
             if device[j] != k and (tid, k) not in copied:
                 transient += nbytes
         return resident, transient
+
+    def _own_bytes(self, i: int, k: int) -> int:
+        """What op ``i``'s outputs allocate on ``k`` (less a forwarded buffer)."""
+        j = self.source[i]
+        if j >= 0 and self.device[j] == k:
+            return max(0, self.out_bytes[i] - self.forwarded[i])
+        return self.out_bytes[i]
 
     def free_on(self, k: int) -> int:
         """Bytes a transient allocation may still take on ``k`` now."""
@@ -183,11 +206,14 @@ class MemoryLedger:
                 by_device[k] = by_device.get(k, 0) + nbytes
                 self._alloc(k, nbytes)
         if not model.persistent[i]:
-            self._alloc(k, self.out_bytes[i])
+            self.held[i] = self._own_bytes(i, k)
+            self._alloc(k, self.held[i])
+        j = self.source[i]
+        if j >= 0 and self.device[j] == k:
+            self.parent[i] = j  # i's readers keep j's buffer: j's read ends with i's
         for j in {j for j, _, _ in self.inputs[i]}:
-            self.left[j] -= 1
-            if self.left[j] == 0:
-                self._release(j)
+            if j != self.parent[i]:
+                self._read(j)
         if self.readers[i] == 0:  # nobody reads it: freed when the op ends
             self._release(i)
 
@@ -196,11 +222,23 @@ class MemoryLedger:
         if self.in_use[k] > self.peak[k]:
             self.peak[k] = self.in_use[k]
 
+    def _read(self, j: int) -> None:
+        """One reader of op ``j`` committed: at the last, its buffers go (and then a
+        forwarded buffer's source loses a reader in turn)."""
+        self.left[j] -= 1
+        if self.left[j] == 0:
+            self._release(j)
+
     def _release(self, j: int) -> None:
-        if not self.model.persistent[j]:
-            self.in_use[self.device[j]] -= self.out_bytes[j]
-        for k, nbytes in self.copies.pop(j, {}).items():
-            self.in_use[k] -= nbytes
+        while j >= 0:
+            self.in_use[self.device[j]] -= self.held[j]
+            for k, nbytes in self.copies.pop(j, {}).items():
+                self.in_use[k] -= nbytes
+            j = self.parent[j]
+            if j >= 0:
+                self.left[j] -= 1
+                if self.left[j]:
+                    return
 
     def fail(self, i: int, candidates: list[int], group_ops: list) -> PlacementError:
         """The error for op ``i`` that fits on none of ``candidates``: its group, the
@@ -216,3 +254,52 @@ class MemoryLedger:
                               f"its colocation group [{shown}] needs {resident + transient} bytes "
                               f"on one device ({resident} resident, {transient} for its outputs "
                               f"and inputs) and {free}")
+
+
+class SimulatorChecked(BasePlacer):
+    """The memory-aware placers' last step: the simulator checks the placement's memory.
+
+    The sequential count of :class:`MemoryLedger` can fall short of what the
+    simulator's concurrent step holds (a copy is received when its producer ends, not
+    when its reader runs).  So with ``check_memory`` (default), when some device's
+    count came within half of its capacity, the placement is simulated once
+    (:func:`placers.objective.simulated_peaks`, the simulator imported at call time);
+    if a device's simulated peak passes its capacity, the placer runs again with that
+    device's capacity scaled down by the overshoot, up to ``memory_retries`` times
+    (``memory_tries`` tells how many runs it took).  Subclasses call
+    :meth:`capacities` for their ledger and set ``self._ledger``.
+    """
+
+    check_memory = True
+    memory_retries = 5
+    headroom = 0.0
+    fetches = None
+
+    def capacities(self, devices) -> list[int]:
+        scale = getattr(self, "_scale", None) or {}
+        return [int(d.memory_bytes * scale.get(d.name, 1.0)) for d in devices]
+
+    def place(self, graph, cluster, *, previous=None):
+        from placers.objective import simulated_peaks  # reaches the simulator at call time
+        self._scale = {}
+        try:
+            for tries in range(1, self.memory_retries + 2):
+                self.memory_tries = tries
+                placement = super().place(graph, cluster, previous=previous)
+                ledger = self._ledger
+                if not self.check_memory or tries > self.memory_retries or all(
+                        peak <= cap / 2 for peak, cap in zip(ledger.peak, ledger.capacity)):
+                    return placement
+                peaks = simulated_peaks(graph, placement, cluster, fetches=self.fetches)
+                over = {}
+                for d in cluster.devices:
+                    capacity = d.memory_bytes * (1 - self.headroom)
+                    if peaks.get(d.name, 0) > capacity:
+                        over[d.name] = capacity / peaks[d.name]
+                if not over:
+                    return placement
+                for name, ratio in over.items():
+                    self._scale[name] = self._scale.get(name, 1.0) * ratio * 0.9
+            return placement
+        finally:
+            self._scale = {}

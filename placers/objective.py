@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-__all__ = ["simulated_step", "Objective", "step_objective"]
+__all__ = ["simulated_step", "simulated_peaks", "Objective", "step_objective"]
 
 Objective = Callable[..., float]
 
@@ -38,6 +38,15 @@ def simulated_step(graph, placement, cluster, *, fetches=None, cost_model=None,
                             config=config).step_time
     except sim.OutOfMemory:
         return math.inf
+
+
+def simulated_peaks(graph, placement, cluster, *, fetches=None) -> dict[str, int]:
+    """The most bytes each device holds during the simulated step (device name ->
+    bytes), an allocation past a device's capacity counted as if it were made."""
+    import sim  # at call time, as in simulated_step
+    trace = sim.simulate(graph, placement, cluster, fetches=fetches,
+                         config=sim.SimConfig(record_oom=True))
+    return dict(trace.peak_memory)
 
 
 def step_objective(objective: Objective | None, fetches=None) -> Objective:
