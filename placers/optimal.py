@@ -30,7 +30,10 @@ Contract (numbered as TensorFlow's ``placer.h``; :mod:`placers.base` holds the r
    (start times; a data edge across devices delays its consumer by the transfer; the
    step at least every op's end and every device's work per thread), with the
    variables' bytes within each device's memory, solved within ``time_limit``.  The
-   proven gap is reported in ``report["gap"]``; no solution in time raises
+   program is a relaxation of the simulated step, so its answer is scored by the
+   objective beside the heuristics' placements and the best is returned
+   (``report["chosen"]``, ``report["simulated"]``).  The program's proven gap is
+   reported in ``report["gap"]``; no solution in time raises
    :class:`OptimalLimitError`.  Graphs over ``milp_max_ops`` ops raise it at once.
 6. ``report`` holds ``method``, ``objective``, ``evaluations`` (or the MILP's
    ``gap``), ``seconds``.
@@ -133,11 +136,20 @@ class OptimalPlacer(BasePlacer):
             from placers.optimal_milp import solve_placement_milp
             state, self.report = solve_placement_milp(constraints, model, groups, self.fetches,
                                                       self.time_limit)
+            # The program is a relaxation: its answer is scored by the objective beside
+            # the heuristics' (so never worse than them), and the best is kept.
+            evaluate, starts = self._scoring(constraints, model, groups)
+            scored = [("milp", evaluate(state), state)] + [
+                (name, evaluate(s), s) for name, s in starts]
+            name, value, state = min(scored, key=lambda t: t[1])
+            self.report.update(simulated=value, chosen=name)
         self.report["seconds"] = time.perf_counter() - t0
         return {g.index: model.devices[k] for g, k in zip(groups, state)}
 
-    # -- exact search -------------------------------------------------------------------
-    def _branch_and_bound(self, constraints, model, groups, t0) -> list[int]:
+    def _scoring(self, constraints, model, groups):
+        """``(evaluate(state) -> objective, [(heuristic, state)])``: the objective of a
+        state (a device index per group of ``groups``), and the heuristics' placements
+        that respect the constraints (m_etf, m_topo, cost_model, simple)."""
         objective = step_objective(self.objective, self.fetches)
         graph, previous = self._graph, self._previous
         kept = previous.to_dict()
@@ -155,6 +167,23 @@ class OptimalPlacer(BasePlacer):
                 (n, new[n]) for n in order_names if n in new]), constraints.cluster))
 
         feasible = [[model.dev_index[d.name] for d in g.feasible] for g in groups]
+        starts = []
+        for name in ("m_etf", "m_topo", "cost_model", "simple"):
+            options = {"fetches": self.fetches} if name.startswith("m_") else {}
+            try:
+                p = get(name, allow_soft_placement=self.allow_soft_placement, **options).place(
+                    graph, constraints.cluster, previous=previous)
+            except PlacementError:
+                continue
+            state = [model.dev_index[p[g.ops[0].name]] for g in groups]
+            if all(k in ks for k, ks in zip(state, feasible)):
+                starts.append((name, state))
+        return evaluate, starts
+
+    # -- exact search -------------------------------------------------------------------
+    def _branch_and_bound(self, constraints, model, groups, t0) -> list[int]:
+        evaluate, starts = self._scoring(constraints, model, groups)
+        feasible = [[model.dev_index[d.name] for d in g.feasible] for g in groups]
         index_of = {g.index: i for i, g in enumerate(groups)}
         op_group = [index_of.get(constraints.op_group[op.name], -1) for op in model.ops]
         fixed_dev = [model.dev_index[constraints.groups[constraints.op_group[op.name]].fixed]
@@ -163,17 +192,10 @@ class OptimalPlacer(BasePlacer):
         bound = _Bound(model, op_group, fixed_dev, feasible, step)
         # Incumbent: the best heuristic placement that respects the constraints.
         best_state, best = None, math.inf
-        for name in ("m_etf", "m_topo", "cost_model", "simple"):
-            try:
-                p = get(name, allow_soft_placement=self.allow_soft_placement).place(
-                    graph, constraints.cluster, previous=previous)
-            except PlacementError:
-                continue
-            state = [model.dev_index[p[g.ops[0].name]] for g in groups]
-            if all(k in ks for k, ks in zip(state, feasible)):
-                value = evaluate(state)
-                if value < best:
-                    best_state, best = state, value
+        for _, state in starts:
+            value = evaluate(state)
+            if value < best:
+                best_state, best = state, value
         # Search the heaviest groups first: their choice moves the bound most.
         work = [0.0] * len(groups)
         for i, g in enumerate(op_group):

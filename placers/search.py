@@ -9,7 +9,11 @@ Contract (numbered as TensorFlow's ``placer.h``; :mod:`placers.base` holds the r
 
 1. The state is the device of each colocation group to place (constraints resolved
    once); a proposal moves one group, drawn at random, to another of its feasible
-   devices.  Pins, colocation, kernels and earlier placements hold in every state.
+   devices, or (ours, half of the proposals) every group of the drawn group's name
+   scope, one or two levels deep with the gradient scope taken off (a layer with its
+   backward pass), to one device all of them may use: a split's boundary moves by a
+   layer at once.  Pins, colocation, kernels and earlier placements hold in every
+   state.
 2. The search starts from the best, by ``objective``, of the placements of
    ``start_placers`` (m_topo, m_etf, m_sct, cost_model, simple by default; one that
    raises is skipped) and of ``expert`` when given: so its result is never worse than
@@ -61,6 +65,21 @@ from placers.objective import Objective, step_objective
 __all__ = ["SearchPlacer", "SearchError", "DEFAULT_STARTS"]
 
 DEFAULT_STARTS = ("m_topo", "m_etf", "m_sct", "cost_model", "simple")
+
+
+def _scopes(groups) -> list[dict[int, list[int]]]:
+    """For name-scope depths 1 and 2: group index -> the groups of its scope (groups
+    outside any scope map to nothing)."""
+    from placers.cost_model import _scope_of
+    out = []
+    for depth in (1, 2):
+        members: dict[str, list[int]] = {}
+        for i, g in enumerate(groups):
+            scope = _scope_of(g.ops[0].name, depth)
+            if scope:
+                members.setdefault(scope, []).append(i)
+        out.append({i: ms for ms in members.values() if len(ms) > 1 for i in ms})
+    return out
 
 
 class SearchError(RuntimeError):
@@ -285,19 +304,15 @@ class SearchPlacer(BasePlacer):
         best = start_score = scores[best_i]
         current, current_score = list(best_state), best
         movable = [i for i, ks in enumerate(feasible) if len(ks) > 1]
+        scopes = _scopes(groups)
         rng = np.random.default_rng(self.seed)
         pool = self._pool(problem) if movable and used < self.evaluations else None
         try:
             while pool is not None and used < self.evaluations:
                 if self.seconds is not None and time.perf_counter() - t0 > self.seconds:
                     break
-                proposals = []
-                for _ in range(min(self.batch, self.evaluations - used)):
-                    state = list(current)
-                    g = movable[int(rng.integers(len(movable)))]
-                    others = [k for k in feasible[g] if k != state[g]]
-                    state[g] = others[int(rng.integers(len(others)))]
-                    proposals.append(state)
+                proposals = [self._propose(current, movable, feasible, scopes, rng)
+                             for _ in range(min(self.batch, self.evaluations - used))]
                 results = pool.map(proposals)
                 used += len(proposals)
                 i = min(range(len(results)), key=lambda i: (results[i], i))
@@ -318,6 +333,21 @@ class SearchPlacer(BasePlacer):
                       "evals_per_second": used / seconds if seconds > 0 else math.inf,
                       "start": start_score, "start_placer": start_name, "best": best}
         return {g.index: constraints.cluster.devices[k] for g, k in zip(groups, best_state)}
+
+    @staticmethod
+    def _propose(current, movable, feasible, scopes, rng) -> list[int]:
+        """A neighbour of ``current`` (contract 1)."""
+        state = list(current)
+        g = movable[int(rng.integers(len(movable)))]
+        others = [k for k in feasible[g] if k != state[g]]
+        k = others[int(rng.integers(len(others)))]
+        if rng.random() < 0.5:
+            members = scopes[int(rng.integers(2))].get(g, [g])
+            members = [m for m in members if k in feasible[m]]
+            for m in members:
+                state[m] = k
+        state[g] = k
+        return state
 
     def _pool(self, problem):
         if self.scheduler is not None:
