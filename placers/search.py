@@ -95,17 +95,18 @@ class _Problem:
         self.devices = devices  # names, by index
         self.kept = list(previous.items())
         kept = previous.to_dict()
-        self.fixed = {op.name: g.fixed for g in constraints.groups if g.fixed is not None
-                      for op in g.ops if op.name not in kept}
-        self.free_ops = [[op.name for op in g.ops] for g in constraints.to_place()]
+        fixed = {op.name: g.fixed for g in constraints.groups if g.fixed is not None
+                 for op in g.ops if op.name not in kept}
+        slot = {op.name: i for i, g in enumerate(constraints.to_place()) for op in g.ops}
+        # The new ops in graph order, each with its group's slot in a state (or -1 and
+        # the device an earlier run fixed), so a placement is one pass over a list.
+        self.order = [(op.name, slot.get(op.name, -1), fixed.get(op.name))
+                      for op in graph.get_operations() if op.name in slot or op.name in fixed]
 
     def placement(self, state) -> Placement:
-        new = dict(self.fixed)
-        for ops, k in zip(self.free_ops, state):
-            for name in ops:
-                new[name] = self.devices[k]
-        return Placement(self.kept + [(op.name, new[op.name])
-                                      for op in self.graph.get_operations() if op.name in new])
+        devices = self.devices
+        return Placement(self.kept + [(name, devices[state[i]] if i >= 0 else device)
+                                      for name, i, device in self.order])
 
     def evaluate(self, state) -> float:
         return float(self.objective(self.graph, self.placement(state), self.cluster))
