@@ -153,9 +153,10 @@ def bench(models, clusters, placer_names=DEFAULT_PLACERS, *, tight_fraction=0.6,
                     rows[-1]["search_evals_per_s"] = placer.stats["evals_per_second"]
     frame = pd.DataFrame(rows)
     ok = frame["sim_step_ms"].where(frame["oom"] == False)  # noqa: E712 (None: no placement)
-    for base, column in (("simple", "speedup_vs_one_device"), ("cost_model", "speedup_vs_cost_model"),
-                         ("expert", "speedup_vs_expert")):
-        ref = ok.where(frame["placer"] == base).groupby([frame["model"], frame["cluster"]]).transform("max")
+    for base, column in (("simple", "speedup_vs_one_device"),
+                         ("cost_model", "speedup_vs_cost_model"), ("expert", "speedup_vs_expert")):
+        ref = ok.where(frame["placer"] == base).groupby(
+            [frame["model"], frame["cluster"]]).transform("max")
         frame[column] = ref / ok
     published = frame["placer"].isin(BAECHI["placers"]) & frame["model"].isin(BAECHI["models"]) \
         & frame["cluster"].str.contains("tight")

@@ -5,8 +5,9 @@ once by :mod:`placers.constraints`; each placer then only chooses among the feas
 devices.  Placers are found by name::
 
     >>> import placers
-    >>> placers.names()
-    ['cost_model', 'function', 'm_etf', 'm_sct', 'm_topo', 'optimal', 'round_robin', 'search', 'simple']
+    >>> placers.names()  # doctest: +NORMALIZE_WHITESPACE
+    ['cost_model', 'function', 'm_etf', 'm_sct', 'm_topo', 'optimal', 'round_robin',
+     'search', 'simple']
     >>> placers.get("round_robin", variables_only=True)
     RoundRobinPlacer(variables_only=True)
 """
@@ -28,8 +29,9 @@ from placers.round_robin import (GreedyLoadBalancingStrategy, RoundRobinPlacer,
 from placers.simple import SimplePlacer
 
 __all__ = [
-    "Placement", "PlacementError", "ENTRY_POINT_GROUP", "PlacerPluginError", "BasePlacer", "Placer", "UnknownPlacer", "get", "names",
-    "register", "Constraints", "Group", "resolve", "CostModelPlacer", "estimate_step_time",
+    "Placement", "PlacementError", "ENTRY_POINT_GROUP", "PlacerPluginError", "BasePlacer",
+    "Placer", "UnknownPlacer", "get", "names", "register", "Constraints", "Group", "resolve",
+    "CostModelPlacer", "estimate_step_time",
     "FunctionPlacer", "GreedyLoadBalancingStrategy", "RoundRobinPlacer", "RoundRobinStrategy",
     "byte_size_load_fn", "replica_device_setter", "SimplePlacer", "METFPlacer", "MSCTPlacer",
     "MTopoPlacer", "simulated_step", "SearchPlacer", "SearchError",

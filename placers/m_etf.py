@@ -101,8 +101,9 @@ class ListScheduler:
             return [k]
         if self.favorite_parent is not None:
             j = self.favorite_parent[i]
-            if j >= 0 and self.device[j] in self.feasible[g] and self.ledger.fits(i, self.device[j]):
-                return [self.device[j]]
+            k = self.device[j] if j >= 0 else -1
+            if k >= 0 and k in self.feasible[g] and self.ledger.fits(i, k):
+                return [k]
         return self.feasible[g]
 
     def arrival(self, i: int, k: int) -> float:

@@ -108,14 +108,16 @@ def test_m_sct_favorite_children_come_from_the_lp():
 
 
 @settings(max_examples=15)
-@given(dags(pins=False), st.sampled_from(MEMORY_AWARE + ("search",)), st.randoms(use_true_random=False))
+@given(dags(pins=False), st.sampled_from(MEMORY_AWARE + ("search",)),
+       st.randoms(use_true_random=False))
 def test_new_placers_are_deterministic_whatever_the_device_order(dag, name, rnd):
     g, _ = dag
     cluster = Cluster.single_host(gpus=3)
     devices = list(cluster.devices)
     rnd.shuffle(devices)
     shuffled = Cluster(cluster.hosts, cluster.tasks, devices, cluster.links, cluster.master)
-    options = {"evaluations": 6, "workers": 1, "start_placers": ("m_etf",)} if name == "search" else {}
+    options = ({"evaluations": 6, "workers": 1, "start_placers": ("m_etf",)}
+               if name == "search" else {})
     p = placers.get(name, **options).place(g, cluster)
     p.validate(g, cluster)
     assert p == placers.get(name, **options).place(g, shuffled)
@@ -247,9 +249,10 @@ def test_placers_registered_by_other_packages_through_entry_points(monkeypatch):
 
     def entry_points(**kw):
         if kw.get("group") == placers.ENTRY_POINT_GROUP:
-            return [EntryPoint("plugin_placer", f"{__name__}:PluginPlacer", placers.ENTRY_POINT_GROUP),
-                    EntryPoint("broken", "no_such_module:X", placers.ENTRY_POINT_GROUP),
-                    EntryPoint("simple", "no_such_module:X", placers.ENTRY_POINT_GROUP)]
+            group = placers.ENTRY_POINT_GROUP
+            return [EntryPoint("plugin_placer", f"{__name__}:PluginPlacer", group),
+                    EntryPoint("broken", "no_such_module:X", group),
+                    EntryPoint("simple", "no_such_module:X", group)]
         return real(**kw)
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
