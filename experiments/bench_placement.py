@@ -213,6 +213,8 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--real", action="store_true",
                         help="also the model-parallel cases on this machine's real executor")
     parser.add_argument("--real-workloads", nargs="+", default=["rnn_large", "inception_large"])
+    parser.add_argument("--real-calibrate", action="store_true",
+                        help="--real: measure this machine first (quick calibration)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     options = {"search": {"evaluations": args.search_evals, "seconds": args.search_seconds,
@@ -231,14 +233,19 @@ def main(argv=None) -> pd.DataFrame:
         _plot(frame, path)
         print(f"saved {path}")
     if args.real:
+        from experiments.backends import (RUNTIME_SIM, calibrate_this_host, server_env,
+                                          this_host_cluster)
         from experiments.compare_placers import compare
-        from experiments.backends import this_host_cluster
+        cluster, config, figures = this_host_cluster(), None, "default figures"
+        if args.real_calibrate:  # so that the placers and the simulator see this machine
+            cluster, _ = calibrate_this_host(cluster, env=server_env(1), quick=True)
+            config, figures = RUNTIME_SIM, "calibrated"
         real_placers = [p for p in args.placers if p not in ("optimal",)]
-        measured = compare(args.real_workloads, this_host_cluster(), ("sim", "runtime"),
-                           repeats=args.repeats, placer_names=real_placers)
+        measured = compare(args.real_workloads, cluster, ("sim", "runtime"),
+                           repeats=args.repeats, sim_config=config, placer_names=real_placers)
         agreement = rank_agreement(measured)
         print_table(measured[["workload", "placer", "sim_step_ms", "real_step_ms"]],
-                    "model-parallel cases on this machine (default figures)")
+                    f"model-parallel cases on this machine ({figures})")
         print_table(agreement, "does the measured ranking agree with the simulated one?")
         print(f"saved {save_table(measured, 'bench_placement_real', args.out)}")
     return frame
