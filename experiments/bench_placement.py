@@ -10,11 +10,12 @@ Baechi's published figure stands beside its placers' rows where the setting matc
 of Machine Learning Graphs", SoCC 2020 (arXiv:2301.08695): their placements' step is at
 most 6.2% above the expert placements' in TensorFlow (``published_vs_expert_at_most``).
 
-Clusters: ``4gpu`` (one host, four default GPUs), ``4gpu_tight`` (the same with each GPU
-given ``--tight-fraction`` of what the model's step needs on one GPU, so no GPU holds it
-alone), and any preset name ``core.cluster.Cluster.preset`` knows, when it exists.
-Models: ``experiments.workloads.get(name)`` when that registry exists, else the
-workloads of :mod:`experiments.compare_placers`.
+Clusters: ``4gpu`` (one host, four default GPUs), any preset name
+``core.cluster.Cluster.preset`` knows (with ``--gpu-memory-fraction``), and
+``<cluster>:tight``, the same with each GPU given ``--tight-fraction`` of what the
+model's step needs on one GPU, so no GPU holds it alone.  Models: the literature's
+four from ``experiments.workloads.get(name)`` when that registry has them, else
+stand-ins from :mod:`experiments.compare_placers`' workloads.
 
 ``--real``: the model-parallel cases at small size on this machine's real executor
 (:func:`experiments.compare_placers.compare` with both backends on the ``ps_workers``
@@ -57,46 +58,69 @@ def _registry():
     return workloads if hasattr(workloads, "names") and hasattr(workloads, "get") else None
 
 
+#: The literature's models, when the workload registry has them.
+MODELS = ("resnet50", "inception_v3", "gnmt", "transformer")
+
+
 def model_names() -> list[str]:
+    """The default models: the literature's four, else stand-ins of ours."""
     registry = _registry()
-    return list(registry.names()) if registry else list(_FALLBACK_MODELS)
+    if registry is not None and set(MODELS) <= set(registry.names()):
+        return list(MODELS)
+    return list(_FALLBACK_MODELS)
 
 
-def load_model(name: str):
+def load_model(name: str, **options):
     """The workload of a model name (the registry's, else a stand-in of ours)."""
     registry = _registry()
     if registry is not None and name in registry.names():
-        return registry.get(name)
+        return registry.get(name, **options)
     return WORKLOADS[_FALLBACK_MODELS.get(name, name)]()
 
 
 def expert_placement(workload, cluster) -> Placement | None:
     """The workload's expert placement on ``cluster``, if it has one."""
-    expert = getattr(workload, "expert", None)
-    if expert is None:
+    if getattr(workload, "expert", None) is None:
         return None
-    return expert(cluster) if callable(expert) else expert
+    if hasattr(workload, "expert_placement"):
+        return workload.expert_placement(cluster)
+    return workload.expert(cluster)
+
+
+def cluster_names() -> list[str]:
+    """The default clusters: ``4gpu``, ``4gpu:tight`` and, where presets exist, the
+    4-GPU preset and its tight variant."""
+    names = ["4gpu", "4gpu:tight"]
+    if hasattr(Cluster, "presets") and "pcie-1080ti-x4" in Cluster.presets():
+        names += ["pcie-1080ti-x4", "pcie-1080ti-x4:tight"]
+    return names
 
 
 def make_cluster(name: str, workload, tight_fraction: float = 0.6,
                  gpu_memory_fraction: float | None = None) -> Cluster:
-    """A cluster by name (see the module docstring)."""
-    if name in ("4gpu", "4gpu_tight"):
+    """A cluster by name: ``4gpu`` (one host, four default GPUs) or a preset of
+    ``Cluster.preset`` (with ``gpu_memory_fraction``); ``<name>:tight``: the same with
+    each GPU given ``tight_fraction`` of what the workload's step needs on one GPU."""
+    base, _, variant = name.partition(":")
+    if variant not in ("", "tight"):
+        raise ValueError(f"unknown cluster variant {variant!r} in {name!r} (known: tight)")
+    if base == "4gpu":
         cluster = Cluster.single_host(gpus=4)
-        if name == "4gpu":
-            return cluster
-        gpu = next(d.name for d in cluster.devices if d.device_type == "GPU")
-        one = sim.simulate(workload.graph,
-                           Placement({op.name: gpu for op in workload.graph.get_operations()}),
-                           cluster, fetches=workload.fetches, config=sim.SimConfig(record_oom=True))
-        memory = int(max(one.peak_memory.values()) * tight_fraction)
-        for d in cluster.devices:
-            if d.device_type == "GPU":
-                cluster = cluster.replace_device(d.name, memory_bytes=memory)
+    elif hasattr(Cluster, "preset"):
+        cluster = Cluster.preset(base, gpu_memory_fraction=gpu_memory_fraction)
+    else:
+        raise ValueError(f"unknown cluster {base!r}: 4gpu (no presets here yet)")
+    if variant != "tight":
         return cluster
-    if not hasattr(Cluster, "preset"):
-        raise ValueError(f"unknown cluster {name!r}: 4gpu, 4gpu_tight (no presets here yet)")
-    return Cluster.preset(name, gpu_memory_fraction=gpu_memory_fraction)
+    gpu = next(d.name for d in cluster.devices if d.device_type == "GPU")
+    one = sim.simulate(workload.graph,
+                       Placement({op.name: gpu for op in workload.graph.get_operations()}),
+                       cluster, fetches=workload.fetches, config=sim.SimConfig(record_oom=True))
+    memory = int(max(one.peak_memory.values()) * tight_fraction)
+    for d in cluster.devices:
+        if d.device_type == "GPU":
+            cluster = cluster.replace_device(d.name, memory_bytes=memory)
+    return cluster
 
 
 def _placer(name, workload, expert, options):
@@ -125,14 +149,14 @@ def _row(model, cname, pname, workload, cluster, placement, seconds, error=None)
 
 
 def bench(models, clusters, placer_names=DEFAULT_PLACERS, *, tight_fraction=0.6,
-          gpu_memory_fraction=None, options=None) -> pd.DataFrame:
+          gpu_memory_fraction=None, options=None, model_options=None) -> pd.DataFrame:
     """One row per (model, cluster, placer) plus ``expert`` where the model has one;
     speed-ups per (model, cluster) over ``simple`` (one device), ``cost_model`` and
     ``expert``, each where that row ran without running out of memory."""
     options = options or {}
     rows = []
     for model in models:
-        workload = load_model(model)
+        workload = load_model(model, **(model_options or {}))
         for cname in clusters:
             cluster = make_cluster(cname, workload, tight_fraction, gpu_memory_fraction)
             expert = expert_placement(workload, cluster)
@@ -159,7 +183,7 @@ def bench(models, clusters, placer_names=DEFAULT_PLACERS, *, tight_fraction=0.6,
             [frame["model"], frame["cluster"]]).transform("max")
         frame[column] = ref / ok
     published = frame["placer"].isin(BAECHI["placers"]) & frame["model"].isin(BAECHI["models"]) \
-        & frame["cluster"].str.contains("tight")
+        & (frame["cluster"].str.endswith(":tight") | (gpu_memory_fraction is not None))
     frame["published_vs_expert_at_most"] = published.map({True: BAECHI["vs_expert_at_most"],
                                                           False: math.nan})
     return frame
@@ -198,10 +222,13 @@ def main(argv=None) -> pd.DataFrame:
     parser = results_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=None,
                         help=f"models (default: {', '.join(model_names())})")
-    parser.add_argument("--clusters", nargs="+", default=["4gpu", "4gpu_tight"])
+    parser.add_argument("--clusters", nargs="+", default=None,
+                        help=f"clusters (default: {', '.join(cluster_names())})")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="the models' batch (default: the registry's)")
     parser.add_argument("--placers", nargs="+", type=placer_name, default=list(DEFAULT_PLACERS))
     parser.add_argument("--tight-fraction", type=float, default=0.6,
-                        help="4gpu_tight: each GPU's memory as a fraction of the model's step "
+                        help="<cluster>:tight: each GPU's memory as a fraction of the model's step "
                              "on one GPU")
     parser.add_argument("--gpu-memory-fraction", type=float, default=None,
                         help="presets: the GPUs' per-process memory fraction")
@@ -220,9 +247,10 @@ def main(argv=None) -> pd.DataFrame:
     options = {"search": {"evaluations": args.search_evals, "seconds": args.search_seconds,
                           "scheduler": args.dask},
                "optimal": {"time_limit": args.optimal_seconds}}
-    frame = bench(args.models or model_names(), args.clusters, args.placers,
+    frame = bench(args.models or model_names(), args.clusters or cluster_names(), args.placers,
                   tight_fraction=args.tight_fraction,
-                  gpu_memory_fraction=args.gpu_memory_fraction, options=options)
+                  gpu_memory_fraction=args.gpu_memory_fraction, options=options,
+                  model_options={"batch": args.batch} if args.batch else None)
     shown = frame.drop(columns=["peak_MiB_per_device"], errors="ignore")
     print_table(shown, "placement benchmark (simulated; speed-ups: the reference's step over "
                        f"this row's; published: {BAECHI['source']})")

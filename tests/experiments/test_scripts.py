@@ -56,7 +56,7 @@ def test_compare_placers_takes_any_registered_placer(tmp_path, capsys):
 
 
 def test_bench_placement_table_csv_and_plot(tmp_path):
-    frame = bench_placement.main(["--models", "mlp", "--clusters", "4gpu_tight", "--placers",
+    frame = bench_placement.main(["--models", "mlp", "--clusters", "4gpu:tight", "--placers",
                                   "simple", "cost_model", "m_topo", "search", "--search-evals",
                                   "8", "--plot", "--out", str(tmp_path)])
     assert list(frame["placer"]) == ["simple", "cost_model", "m_topo", "search"]
