@@ -263,3 +263,34 @@ def test_placers_registered_by_other_packages_through_entry_points(monkeypatch):
         placers.get("broken")
     with pytest.raises(placers.UnknownPlacer, match="plugin_placer"):
         placers.get("nope")
+
+
+# --- the simulator, reached at call time only ------------------------------------------------
+
+def test_placers_do_not_import_the_simulator():
+    import subprocess
+    import sys
+    code = "import sys, placers; placers.get('m_etf'); print('sim' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_memory_aware_placers_place_again_where_the_simulator_runs_out(monkeypatch):
+    import placers.objective as objective
+    w = mlp_training_step(batch=64, layers=4, width=256)
+    cluster, memory = tight_cluster(w.graph, w.fetches)
+    calls = []
+
+    def peaks(graph, placement, cluster, fetches=None):
+        calls.append(placement)  # the first check reports GPU:0 over its capacity
+        used = {d: 0 for d in placement.devices()}
+        if len(calls) == 1:
+            used[cluster.devices[1].name] = 2 * memory
+        return used
+
+    monkeypatch.setattr(objective, "simulated_peaks", peaks)
+    placer = placers.get("m_topo", fetches=w.fetches)
+    placer.place(w.graph, cluster)
+    assert placer.memory_tries == 2 and len(calls) == 2
+    # placed again with GPU:0 scaled down by the overshoot (half)
+    assert placer._ledger.capacity[1] < memory / 2 <= placer._ledger.capacity[2]
