@@ -13,7 +13,7 @@ from core.graph_def import (GraphDefError, UnsupportedOpError, graph_to_graph_de
                             import_graph_def, read_graph_def, tensor_from_proto,
                             tensor_to_proto, write_graph)
 from core.protos import tf_graph_pb2 as pb
-from tests.strategies import dags
+from strategies import dags
 
 
 def _signature(graph, prefix=""):

@@ -1,0 +1,171 @@
+"""GraphDefs between TensorFlow and us, checked against TensorFlow 2.21 itself.
+
+Graphs built with TensorFlow's ``tf.compat.v1`` import and give TensorFlow's outputs on
+our executor (in-process and across server processes); our graphs exported run on
+TensorFlow with our outputs.  Skipped where TensorFlow is not installed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import core
+from core.graph_def import import_graph_def, write_graph
+from runtime.session import Session
+
+RTOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def tf():
+    """TensorFlow, imported once for the module (it takes seconds)."""
+    return pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
+                               "(pip install -e '.[dev]' installs tensorflow-cpu)")
+
+
+def run_tensorflow(tf, graph_def_bytes: bytes, fetches, feeds=None, init=None):
+    """Import serialized GraphDef bytes into a fresh TF graph and run ``fetches``
+    (tensor names) after running ``init`` (an op name), in one TF session."""
+    v1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        v1.import_graph_def(v1.GraphDef.FromString(graph_def_bytes), name="")
+        with v1.Session(graph=g) as sess:
+            if init:
+                sess.run(init)
+            return sess.run(fetches, feed_dict=feeds)
+
+
+def _every_op_graph():
+    """A graph using every op of the table (forward, gradients, updates)."""
+    rng = np.random.default_rng(0)
+    g = core.Graph()
+    with g.as_default():
+        x = core.placeholder(core.float32, (5, 4), name="x")
+        w = core.Variable(rng.standard_normal((4, 3)).astype(np.float32), name="w")
+        h = core.matmul(x, w)
+        h2 = core.tanh(h) + core.sigmoid(h) - core.relu(h)
+        s = core.softmax(h2 * 2.0)
+        r = core.reshape(core.transpose(s), (1, -1))
+        c = core.concat([r, r], axis=1)
+        sl = core.slice(c, [0, 1], [1, 4])
+        m = core.reduce_mean(core.broadcast_to(sl, (2, 4)), axis=0, keepdims=True)
+        tot = core.reduce_sum(-m) + core.reduce_sum(s, axis=[1])
+        gw, gx = core.gradients(tot, [w, x])
+        with core.control_dependencies([core.assign_add(w, gw * 0.5)]):
+            step = core.assign_sub(w, core.identity(gw) * 0.25)
+        init = core.global_variables_initializer()
+    return g, x, [tot, gw, gx, step], init
+
+
+def test_every_op_of_the_table_exported_runs_on_tensorflow_with_our_results(tf):
+    g, x, fetches, init = _every_op_graph()
+    assert {op.type for op in g.get_operations()} == set(core.OPS), \
+        "extend _every_op_graph to the ops added to the table"
+    feed = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    with Session(graph=g) as sess:
+        sess.run(init)
+        ours = sess.run(fetches, {x: feed})
+    theirs = run_tensorflow(tf, g.as_graph_def(add_shapes=True).SerializeToString(),
+                            [t.name for t in fetches], {"x:0": feed}, init.name)
+    for name, a, b in zip([t.name for t in fetches], ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=1e-6, err_msg=name)
+
+
+def _tf_mlp(tf, devices=("", "")):
+    """An MLP with concat built with tf.compat.v1 (VariableV2 variables), and its input."""
+    v1 = tf.compat.v1
+    rng = np.random.default_rng(0)
+    g = tf.Graph()
+    with g.as_default():
+        x = v1.placeholder(tf.float32, (None, 6), name="x")
+        with v1.device(devices[0]):
+            w1 = v1.Variable(rng.standard_normal((6, 8)).astype(np.float32), name="w1",
+                             use_resource=False)
+            b1 = v1.Variable(np.full(8, 0.1, np.float32), name="b1", use_resource=False)
+            h = v1.nn.relu(v1.matmul(x, w1) + b1)
+            hc = v1.concat([h, v1.tanh(h)], axis=1)
+        with v1.device(devices[1]):
+            w2 = v1.Variable(rng.standard_normal((16, 3)).astype(np.float32), name="w2",
+                             use_resource=False)
+            v1.nn.softmax(v1.reduce_mean(hc, axis=1, keepdims=True) * v1.matmul(hc, w2),
+                          name="y")
+        v1.global_variables_initializer()
+    return g, rng.standard_normal((4, 6)).astype(np.float32)
+
+
+def test_tensorflow_mlp_frozen_and_with_variables_imports_from_pb_and_pbtxt(tf, tmp_path):
+    v1 = tf.compat.v1
+    g, feed = _tf_mlp(tf)
+    with v1.Session(graph=g) as sess:
+        sess.run("init")
+        expected = sess.run("y:0", {"x:0": feed})
+        frozen = v1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(), ["y"])
+    assert "VariableV2" not in {n.op for n in frozen.node}
+    paths = [tf.io.write_graph(frozen, str(tmp_path), "frozen.pb", as_text=False),
+             tf.io.write_graph(frozen, str(tmp_path), "frozen.pbtxt", as_text=True)]
+    for path in paths:
+        ours = core.Graph()
+        with ours.as_default():
+            (y,) = import_graph_def(path, return_elements=["y:0"])
+        with Session(graph=ours) as sess:
+            np.testing.assert_allclose(sess.run(y, {"import/x:0": feed}), expected, rtol=RTOL)
+    # With its variables (VariableV2, Assign, read Identity), as tf.compat.v1 writes it.
+    ours = core.Graph()
+    with ours.as_default():
+        y, init = import_graph_def(g.as_graph_def(), name="", return_elements=["y:0", "init"])
+    assert ours.get_operation_by_name("w1").type == "Variable"
+    assert [n[5:] for n in ours.get_operation_by_name("w1/Assign").colocation_groups()] == ["w1"]
+    with Session(graph=ours) as sess:
+        sess.run(init)
+        np.testing.assert_allclose(sess.run(y, {"x:0": feed}), expected, rtol=RTOL)
+
+
+def test_tensorflow_graph_with_devices_runs_across_our_server_processes(tf):
+    from runtime.launcher import LocalCluster
+    v1 = tf.compat.v1
+    plain, feed = _tf_mlp(tf)  # the same values; TF's local session has no /job:worker
+    with v1.Session(graph=plain) as sess:
+        sess.run("init")
+        expected = sess.run("y:0", {"x:0": feed})
+    g, _ = _tf_mlp(tf, devices=("/job:worker/task:0", "/job:worker/task:1"))
+    ours = core.Graph()
+    with ours.as_default():
+        y, init = import_graph_def(g.as_graph_def().SerializeToString(), name="",
+                                   return_elements=["y:0", "init"])
+    assert ours.get_operation_by_name("w2").device == "/job:worker/task:1"
+    with LocalCluster({"worker": 2}, start_timeout=90) as cluster, \
+            Session(cluster.target("worker", 0), graph=ours) as sess:
+        sess.run(init)
+        np.testing.assert_allclose(sess.run(y, {"x:0": feed}), expected, rtol=RTOL)
+        placed = sess.placement
+    assert placed["w1"].startswith("/job:worker/replica:0/task:0")
+    assert placed["w2"].startswith("/job:worker/replica:0/task:1")
+
+
+@pytest.mark.parametrize("name, build", [
+    ("mlp_training_step", lambda w: w.mlp_training_step(batch=8, layers=3, width=16,
+                                                         inputs=12, outputs=4)),
+    ("rnn_training_step", lambda w: w.rnn_training_step(batch=4, steps=3, hidden=8, inputs=6)),
+    ("transformer_training_step", lambda w: w.transformer_training_step(
+        seq=8, d_model=16, heads=2, blocks=1)),
+])
+def test_our_workloads_exported_run_on_tensorflow_with_our_outputs(tf, tmp_path, name, build):
+    """Each training step's updates (the values its Assign ops would write): TensorFlow's
+    reads of ref variables alias the buffer an update writes, so running the updates
+    themselves races in TensorFlow; their inputs do not."""
+    import experiments.workloads as workloads
+    w = build(workloads)
+    g = w.graph
+    deltas = [op.inputs[1] for op in g.get_operations() if op.type in ("AssignSub", "AssignAdd")]
+    assert deltas
+    with Session(graph=g) as sess:
+        sess.run(w.init)
+        ours = sess.run(deltas, feed_dict=w.feeds or None)
+    path = write_graph(g, tmp_path, f"{name}.pb", as_text=False)
+    with open(path, "rb") as f:
+        theirs = run_tensorflow(tf, f.read(), [t.name for t in deltas],
+                                {k.name: v for k, v in w.feeds.items()} or None, w.init.name)
+    for t, a, b in zip(deltas, ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=1e-6, err_msg=t.name)
