@@ -29,3 +29,4 @@ __all__ = list(_builders_all) + [
     "reset_default_graph", "OPS", "ShapeError", "import_graph_def", "write_graph",
     "GraphDefError", "UnsupportedOpError",
 ]
+from core import train  # noqa: E402  (tf.train: the optimizers)

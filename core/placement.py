@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Mapping
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
@@ -17,7 +19,39 @@ from core.graph import Graph, Operation, Tensor, ops_needed
 from core.ops import has_kernel
 
 __all__ = ["Placement", "PlacementError", "InvalidPlacement", "Transfer", "kernel_dtype",
-           "transfers"]
+           "transfers", "log_placement"]
+
+_log = logging.getLogger(__name__)
+
+
+def log_placement(lines: Iterable[str], logger: logging.Logger | None = None) -> None:
+    """Log ``log_device_placement`` lines, each an INFO record of ``logger`` (default
+    this module's, ``core.placement``).
+
+    The user asked for these lines by setting ``log_device_placement``, so they reach the
+    terminal as TensorFlow's do even when the program configured no logging at all: when
+    no handler is found on ``logger`` or above it (:meth:`logging.Logger.hasHandlers`),
+    where :data:`logging.lastResort` would drop an INFO record, each line is written to
+    stderr.  Once the program configures logging (``logging.basicConfig``, a handler on
+    ``core``, pytest's ``caplog``) the records follow that configuration: its levels and
+    handlers decide.
+
+    >>> import logging
+    >>> class Lines(logging.Handler):
+    ...     def emit(self, record):
+    ...         print("got", record.levelname, record.getMessage())
+    >>> logger = logging.getLogger("doctest.placement")
+    >>> logger.addHandler(Lines()); logger.setLevel(logging.INFO)
+    >>> log_placement(["a: /job:localhost/replica:0/task:0/device:CPU:0"], logger)
+    got INFO a: /job:localhost/replica:0/task:0/device:CPU:0
+    """
+    logger = logger or _log
+    if logger.hasHandlers():
+        for line in lines:
+            logger.info(line)
+    elif not logger.disabled:
+        for line in lines:
+            print(line, file=sys.stderr, flush=True)
 
 
 class PlacementError(ValueError):

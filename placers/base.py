@@ -10,20 +10,24 @@ Contract (every placer, numbered as TensorFlow's ``placer.h`` numbers its rules)
    ``group.feasible``.
 3. The graph is never changed.  The same input gives the same placement, whatever the
    order of the cluster's device list.
-4. With ``log_device_placement`` each newly placed op is logged as ``name: device``; a
-   run that places nothing logs nothing.
+4. With ``log_device_placement`` each newly placed op is logged as ``name: device``, an
+   INFO record of the ``placers.base`` logger (on stderr when the program configured no
+   logging: :func:`core.placement.log_placement`), or passed to ``log`` when one is
+   given; a run that places nothing logs nothing.
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 from typing import Callable, Protocol, runtime_checkable
 
 from core.graph import Graph
-from core.placement import Placement
+from core.placement import Placement, log_placement
 from placers.constraints import Constraints, resolve
 
 __all__ = ["Placer", "BasePlacer", "register", "get", "names", "UnknownPlacer"]
+
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -47,7 +51,7 @@ class BasePlacer:
                  log: Callable[[str], None] | None = None):
         self.allow_soft_placement = allow_soft_placement
         self.log_device_placement = log_device_placement
-        self._log = log or (lambda line: print(line, file=sys.stderr))
+        self._log = log or (lambda line: log_placement([line], _log))
 
     def resolve(self, graph: Graph, cluster, previous: Placement | None) -> Constraints:
         return resolve(graph, cluster, previous, allow_soft_placement=self.allow_soft_placement)

@@ -45,8 +45,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import secrets
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -58,7 +58,7 @@ import numpy as np
 from core.cluster import Cluster
 from core.devices import DeviceSpec
 from core.graph import Graph, Operation
-from core.placement import Placement
+from core.placement import Placement, log_placement
 from core.serialize import extend_graph
 from runtime import errors, wire
 from runtime.config import SessionConfig
@@ -71,6 +71,8 @@ from runtime.worker import (SEGMENT_HEADER, UNKNOWN_PARTITION, PeerChannels, Ste
                             WorkerService, task_name, transport_error)
 
 __all__ = ["MasterService", "needed_ops", "RPC_MARGIN"]
+
+_log = logging.getLogger(__name__)
 
 #: Seconds added to a step's ``operation_timeout`` for the RPC deadlines around it, so
 #: that the workers' own deadline error (naming the ops not finished) arrives first.
@@ -215,8 +217,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
             new = [(op, dev) for op, dev in placement.items() if op not in sess.placement]
             sess.placement = placement
             sess.placed_nodes = len(sess.nodes)
-            for line in lines:
-                print(line, file=sys.stderr, flush=True)
+            log_placement(lines, _log)
             return new, lines
 
     def _signature(self, sess: _MasterSession, fetches: tuple, targets: tuple,
@@ -460,7 +461,6 @@ class MasterService(master_pb2_grpc.MasterServicer):
         # wakes on either.
         changed = threading.Event()
         answered: list = []    # parts whose answer (or failure) was handled
-        restarted: list = []   # (part, request) of workers that forgot the partition
 
         def fail(err: BaseException) -> None:
             with lock:
@@ -470,6 +470,20 @@ class MasterService(master_pb2_grpc.MasterServicer):
             changed.set()
             self._abort(step_id, involved, err)
 
+        def run_again(p: _TaskPart, request) -> None:
+            # At once, on its own thread: the other parts may be waiting for this one's
+            # tensors (a producer that restarted), so it cannot wait for their answers.
+            try:
+                reply = self._run_again(sess, p, sig, request, deadline)
+                with lock:
+                    results[p.task] = reply
+            except BaseException as err:  # noqa: BLE001
+                fail(err)
+            finally:
+                with lock:
+                    answered.append(p)
+                changed.set()
+
         def on_answer(p: _TaskPart, client, request, reply, error) -> None:
             # On the stream's reader thread: must not raise.
             try:
@@ -478,8 +492,11 @@ class MasterService(master_pb2_grpc.MasterServicer):
                         self.peers.reset(client.address, client)
                     fail(transport_error(error, task_name(*p.task)))
                 elif reply.error.type == UNKNOWN_PARTITION:
-                    with lock:
-                        restarted.append((p, request))
+                    # The worker restarted: register the part with it again and rerun
+                    # it in this step; answered when that ends.
+                    threading.Thread(target=run_again, args=(p, request), daemon=True,
+                                     name="run-again").start()
+                    return
                 elif reply.error.type:
                     fail(error_from_proto(reply.error))
                 else:
@@ -488,10 +505,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
                         results[p.task] = reply
             except BaseException as err:  # noqa: BLE001
                 fail(err)
-            finally:
-                with lock:
-                    answered.append(p)
-                changed.set()
+            with lock:
+                answered.append(p)
+            changed.set()
 
         # Remote parts first (messages on open streams), then this task's part in this
         # thread.
@@ -554,13 +570,6 @@ class MasterService(master_pb2_grpc.MasterServicer):
             while not first_error and len(answered) < len(calls) - len(late):
                 changed.clear()
                 changed.wait(1.0)
-        for p, request in restarted:
-            if first_error:
-                break
-            try:
-                results[p.task] = self._run_again(sess, p, sig, request, deadline)
-            except BaseException as err:  # noqa: BLE001
-                fail(err)
         if not first_error and any(p.task not in results for p in sig.parts):
             fail(errors.DeadlineExceeded(f"step {step_id} ran past its deadline of {timeout} s"))
         if first_error:

@@ -19,7 +19,7 @@ Errors raised on a server come back as the same :mod:`runtime.errors` class (or
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import threading
 from typing import Mapping
 
@@ -27,7 +27,7 @@ import numpy as np
 
 from core.cluster import Cluster
 from core.graph import Graph
-from core.placement import Placement
+from core.placement import Placement, log_placement
 from core.serialize import graph_to_nodes
 from core.trace import Trace
 from runtime import errors, wire
@@ -40,6 +40,8 @@ from runtime.shm import shm_available
 from runtime.worker import SegmentMaps
 
 __all__ = ["RemoteSession", "build_trace", "take_shared"]
+
+_log = logging.getLogger(__name__)
 
 
 def build_trace(stats: Mapping, fetch_names=(), target_names=(), meta: Mapping | None = None,
@@ -202,8 +204,7 @@ class RemoteSession:
                     self._placement_entries[e.op] = e.device
                 self._placement = None
         if reply.placement_log and self.config.log_device_placement:
-            for line in reply.placement_log:
-                print(line, file=sys.stderr)
+            log_placement(reply.placement_log, _log)
         if reply.error.type:
             raise error_from_proto(reply.error)
         values = tensors_from_proto(reply.values)

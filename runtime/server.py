@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -50,6 +51,8 @@ from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
 from runtime.worker import SHM_MIN_BYTES, PeerChannels, WorkerService, add_worker_to_server
 
 __all__ = ["Server", "hardware_view", "main", "LOOPBACK_HOSTS"]
+
+_log = logging.getLogger(__name__)
 
 #: Address hosts that all mean "this machine" (one host, ``localhost``, in the view).
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
@@ -102,6 +105,9 @@ class Server:
             tensors of processes of this host on Unix sockets too (``False``: gRPC
             only, as from another host).
         max_workers: gRPC handler threads (each open stream holds one).
+        max_receive_bytes: the largest message (gRPC) or frame (local socket) taken;
+            larger ones are refused before they are read (``RESOURCE_EXHAUSTED``).
+        max_local_connections: local-socket connections held at once, per listener.
 
     Attributes: ``target`` (``grpc://host:port``), ``cluster_spec``, ``job_name``,
     ``task_index``, ``cluster`` (the hardware view), ``worker``, ``master``.
@@ -112,7 +118,8 @@ class Server:
                  start: bool = True, *, bind_host: str = wire.LOCALHOST,
                  hardware: "Cluster | str | os.PathLike | None" = None,
                  shm_min_bytes: int | None = SHM_MIN_BYTES, local_sockets: bool = True,
-                 max_workers: int = 256):
+                 max_workers: int = 256, max_receive_bytes: int = wire.MAX_RECEIVE_BYTES,
+                 max_local_connections: int = wire.MAX_LOCAL_CONNECTIONS):
         if protocol not in (None, "grpc"):
             raise InvalidArgument(f"unknown protocol {protocol!r}; only 'grpc' is supported")
         spec = ClusterSpec(server_or_cluster_def)
@@ -135,7 +142,9 @@ class Server:
                                     peers=self._peers, shm_min_bytes=shm_min_bytes)
         self.master = MasterService(self.cluster, self.worker, self._peers)
         try:
-            self._server, self.port = wire.create_server(bind_host, port, max_workers=max_workers)
+            self._server, self.port = wire.create_server(
+                bind_host, port, max_workers=max_workers,
+                options=wire.server_options(max_receive_bytes))
         except BaseException:
             self.worker.close()
             self.master.close()
@@ -145,6 +154,8 @@ class Server:
         self._started = False
         self._local_calls: wire.LocalCallListener | None = None
         self._local_sockets = local_sockets
+        self._local_limits = {"max_frame_bytes": max_receive_bytes,
+                              "max_connections": max_local_connections}
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
         if start:
@@ -175,7 +186,7 @@ class Server:
             self._server.start()
             # Only once the gRPC port is ours: the local sockets are named after it.
             if self._local_sockets:
-                self.worker.listen_local()
+                self.worker.listen_local(**self._local_limits)
                 self._listen_local_calls()
             self._started = True
 
@@ -191,7 +202,8 @@ class Server:
                 master_pb2.RunStepRequest.FromString(data)).SerializeToString(),
         }
         try:
-            self._local_calls = wire.LocalCallListener(self.address, handlers)
+            self._local_calls = wire.LocalCallListener(self.address, handlers,
+                                                       **self._local_limits)
         except (OSError, TypeError):
             self._local_calls = None
 
@@ -309,7 +321,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="take calls and tensors from same-host processes by gRPC only")
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the parent process exits")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="the records this process shows on stderr (INFO: the "
+                             "log_device_placement lines too)")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     config = (SessionConfig.from_dict(json.loads(Path(args.config).read_text()))
               if args.config else None)
     parent = os.getppid()
@@ -320,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                         shm_min_bytes=None if args.no_shm else SHM_MIN_BYTES,
                         local_sockets=not args.no_local_sockets)
     except wire.BindError as err:
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        _log.error("%s", err)
         return 3
 
     def on_signal(signum, frame):  # noqa: ARG001

@@ -1,5 +1,8 @@
 """The seed texts' placement examples, as tests."""
 
+import logging
+import os
+
 import numpy as np
 import pytest
 
@@ -42,6 +45,65 @@ def test_seed_000_log_device_placement():
     second = placer.place(g, cluster, previous=first)
     assert lines == [] and second == first
     assert c.op.name == "mul"
+
+
+def _seed_000_graph():
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/cpu:0"):
+            tf.constant(4.0, name="b")
+        tf.constant(1.0, name="d")
+    return g
+
+
+def test_log_device_placement_goes_through_logging(caplog):
+    """Without ``log=``, each line is an INFO record of the ``placers.base`` logger."""
+    caplog.set_level(logging.INFO, logger="placers")
+    placers.SimplePlacer(log_device_placement=True).place(_seed_000_graph(),
+                                                          Cluster.single_host(gpus=1))
+    records = [r for r in caplog.records if r.name == "placers.base"]
+    assert [r.getMessage() for r in records] == [f"b: {LOCAL}/device:CPU:0",
+                                                 f"d: {LOCAL}/device:GPU:0"]
+    assert {r.levelno for r in records} == {logging.INFO}
+    caplog.clear()
+    placers.SimplePlacer().place(_seed_000_graph(), Cluster.single_host(gpus=1))
+    assert not caplog.records  # not asked for: nothing logged
+
+
+PLACE_AND_LOG = """
+import logging, sys
+import core as tf
+import placers
+from core.cluster import Cluster
+if sys.argv[1] == "configured":
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+g = tf.Graph()
+with g.as_default():
+    with tf.device("/cpu:0"):
+        tf.constant(4.0, name="b")
+    tf.constant(1.0, name="d")
+placers.SimplePlacer(log_device_placement=True).place(g, Cluster.single_host(gpus=1))
+"""
+
+
+@pytest.mark.parametrize("logging_setup", ["unconfigured", "configured"])
+def test_placement_log_reaches_the_terminal_unless_logging_says_otherwise(logging_setup):
+    """A program that configures no logging sees the lines on stderr, as TensorFlow's
+    users do; one that configures it (here: WARNING and up) decides."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", PLACE_AND_LOG, logging_setup], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    if logging_setup == "unconfigured":
+        assert done.stderr.splitlines() == [f"b: {LOCAL}/device:CPU:0",
+                                            f"d: {LOCAL}/device:GPU:0"]
+    else:
+        assert done.stderr == ""
 
 
 def test_seed_000_dynamic_placement_function():

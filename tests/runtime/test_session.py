@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import subprocess
 import sys
@@ -140,20 +141,29 @@ def test_trace_validates_and_has_per_op_thread_slots():
     assert trace.fetch_end and trace.meta["backend"] == "runtime"
 
 
-def test_log_device_placement_prints_each_op_once(capfd):
+def test_log_device_placement_logs_each_op_once(caplog):
+    """Each op's line once, an INFO record of the placer's logger (placers.base)."""
+    caplog.set_level(logging.INFO, logger="placers")
     g = tf.Graph()
     with g.as_default():
         a = tf.constant(1.0, name="a")
         b = tf.identity(a, name="b")
+
+    def lines():
+        out = [r.getMessage() for r in caplog.records if r.name == "placers.base"]
+        assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "placers.base")
+        caplog.clear()
+        return out
+
     with session(g, log_device_placement=True) as sess:
         sess.run(b)
-        first = capfd.readouterr().err.splitlines()
+        first = lines()
         sess.run(b)
-        assert capfd.readouterr().err == ""
+        assert lines() == []
         with g.as_default():
             c = tf.identity(b, name="c")
         sess.run(c)
-        later = capfd.readouterr().err.splitlines()
+        later = lines()
     assert first == [f"a: {CPU0}", f"b: {CPU0}"]
     assert later == [f"c: {CPU0}"]
 
