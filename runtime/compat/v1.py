@@ -30,35 +30,36 @@ AttributeError: tensorflow.compat.v1.while_loop is not supported by runtime.comp
 
 from __future__ import annotations
 
-import builtins
-import sys
-import time
-import types
+import builtins as _builtins
+import sys as _sys
+import time as _time
+import types as _types
 
-import core
-import placers
+import core as _core
+import placers as _placers
 from core import builders as _builders
-from core.cluster import ClusterSpec
-from core.graph_def import GraphDef, NodeDef, import_graph_def, write_graph
+from core.cluster import ClusterSpec as _ClusterSpec
+from core.graph_def import GraphDef, NodeDef, import_graph_def
+from core.graph_def import write_graph as _write_graph
 from core.protos import tf_graph_pb2 as _pb
 from runtime import errors as _errors
 from runtime import session as _session
-from runtime.compat.tf_v1_names import TF_V1_NAMES
-from runtime.config import SessionConfig
+from runtime.compat.tf_v1_names import TF_V1_NAMES as _TF_V1_NAMES
+from runtime.config import SessionConfig as _SessionConfig
 
 __all__ = ["ConfigProto", "GPUOptions", "RunOptions", "RunMetadata", "Session",
            "InteractiveSession", "Variable", "nn", "train", "errors", "io", "math"]
 
 
 def _missing(qualified: str, group: str, name: str) -> AttributeError:
-    if name in TF_V1_NAMES.get(group, ()):
+    if name in _TF_V1_NAMES.get(group, ()):
         return AttributeError(f"tensorflow.compat.v1.{qualified} is not supported by "
                                f"runtime.compat.v1 (TensorFlow has it; placement-lab does not)")
     return AttributeError(f"tensorflow.compat.v1 has no {qualified!r} (nor has "
                           f"runtime.compat.v1)")
 
 
-class _Module(types.ModuleType):
+class _Module(_types.ModuleType):
     """A sub-namespace (``nn``, ``train``...) that names what it lacks."""
 
     def __init__(self, group: str, values: dict, lazy: dict | None = None):
@@ -82,7 +83,7 @@ class _Module(types.ModuleType):
 
 def _only_tf_names(group: str, values: dict) -> dict:
     """The entries of ``values`` that TensorFlow's module ``group`` also has."""
-    return {k: v for k, v in values.items() if k in TF_V1_NAMES[group]}
+    return {k: v for k, v in values.items() if k in _TF_V1_NAMES[group]}
 
 
 # --- options and metadata ----------------------------------------------------------------
@@ -132,11 +133,11 @@ class ConfigProto(_Options):
                "gpu_options": GPUOptions}
     _TF_NAME = "ConfigProto"
 
-    def to_session_config(self) -> SessionConfig:
+    def to_session_config(self) -> _SessionConfig:
         """The :class:`runtime.SessionConfig` of these settings (checked there)."""
         gpu = self.gpu_options
         timeout = self.operation_timeout_in_ms
-        return SessionConfig(
+        return _SessionConfig(
             log_device_placement=_bool(self.log_device_placement),
             allow_soft_placement=_bool(self.allow_soft_placement),
             inter_op_parallelism_threads=int(self.inter_op_parallelism_threads),
@@ -158,14 +159,14 @@ class RunOptions(_Options):
 
 class RunMetadata(_Options):
     """``tf.compat.v1.RunMetadata``: ``step_stats`` (a StepStats message in TensorFlow's
-    wire format) filled by a traced run; ``trace`` holds the run's :class:`core.Trace`."""
+    wire format) filled by a traced run; ``trace`` holds the run's :class:`_core.Trace`."""
 
     _FIELDS = {"step_stats": _pb.StepStats, "trace": None}
     _TF_NAME = "RunMetadata"
 
 
 def step_stats_of(trace, step_start: float) -> _pb.StepStats:
-    """TensorFlow's StepStats of a :class:`core.Trace` whose step began at
+    """TensorFlow's StepStats of a :class:`_core.Trace` whose step began at
     ``step_start`` (seconds since the epoch): one DeviceStepStats per device, one
     NodeExecStats per op (thread slot as ``thread_id``)."""
     stats = _pb.StepStats()
@@ -185,11 +186,11 @@ def step_stats_of(trace, step_start: float) -> _pb.StepStats:
     return stats
 
 
-_bool = builtins.bool  # this module's ``bool`` is TensorFlow's dtype, as in tf.compat.v1
+_bool = _builtins.bool  # this module's ``bool`` is TensorFlow's dtype, as in tf.compat.v1
 
 
-def _session_config(config) -> SessionConfig | None:
-    if config is None or isinstance(config, SessionConfig):
+def _session_config(config) -> _SessionConfig | None:
+    if config is None or isinstance(config, _SessionConfig):
         return config
     if isinstance(config, ConfigProto):
         return config.to_session_config()
@@ -206,7 +207,7 @@ class _TFRun:
         traced = options is not None and options.trace_level != RunOptions.NO_TRACE
         if not traced:
             return super().run(fetches, feed_dict)
-        start = time.time()
+        start = _time.time()
         result, trace = super().run(fetches, feed_dict, trace=True)
         if run_metadata is not None:
             run_metadata.step_stats = step_stats_of(trace, start)
@@ -231,7 +232,7 @@ class InteractiveSession(_TFRun, _session.InteractiveSession):
 
 # --- the graph API -------------------------------------------------------------------------
 
-class Variable(core.Variable):
+class Variable(_core.Variable):
     """``tf.compat.v1.Variable`` with TensorFlow's argument order; arguments the lab has
     no use for are accepted at their defaults and refused otherwise."""
 
@@ -268,12 +269,12 @@ def executing_eagerly() -> bool:
 def _top_level() -> dict:
     values = {name: getattr(_builders, name) for name in _builders.__all__}
     values.update(
-        Graph=core.Graph, Operation=core.Operation, Tensor=core.Tensor, DType=core.DType,
-        DeviceSpec=core.DeviceSpec, as_dtype=core.as_dtype, float16=core.float16,
-        float32=core.float32, float64=core.float64, int32=core.int32, int64=core.int64,
-        bool=core.bool_, gradients=core.gradients, get_default_graph=core.get_default_graph,
-        reset_default_graph=core.reset_default_graph,
-        get_default_session=core.get_default_session, import_graph_def=import_graph_def,
+        Graph=_core.Graph, Operation=_core.Operation, Tensor=_core.Tensor, DType=_core.DType,
+        DeviceSpec=_core.DeviceSpec, as_dtype=_core.as_dtype, float16=_core.float16,
+        float32=_core.float32, float64=_core.float64, int32=_core.int32, int64=_core.int64,
+        bool=_core.bool_, gradients=_core.gradients, get_default_graph=_core.get_default_graph,
+        reset_default_graph=_core.reset_default_graph,
+        get_default_session=_core.get_default_session, import_graph_def=import_graph_def,
         GraphDef=GraphDef, NodeDef=NodeDef, Variable=Variable, Session=Session,
         InteractiveSession=InteractiveSession, ConfigProto=ConfigProto,
         GPUOptions=GPUOptions, RunOptions=RunOptions, RunMetadata=RunMetadata,
@@ -283,9 +284,9 @@ def _top_level() -> dict:
 
 
 def _optimizers() -> dict:
-    """The optimizers of ``core.train`` (where that module exists), by TF's names."""
+    """The optimizers of ``_core.train`` (where that module exists), by TF's names."""
     try:
-        import core.train as core_train
+        import _core.train as core_train
     except ModuleNotFoundError:
         return {}
     return {n: getattr(core_train, n) for n in getattr(core_train, "__all__", ())}
@@ -295,7 +296,7 @@ def _nn() -> dict:
     values = {"relu": _builders.relu, "softmax": _builders.softmax,
               "sigmoid": _builders.sigmoid, "tanh": _builders.tanh}
     try:
-        import core.nn as core_nn
+        import _core.nn as core_nn
         values.update({n: getattr(core_nn, n) for n in getattr(core_nn, "__all__", ())})
     except ModuleNotFoundError:
         pass
@@ -310,11 +311,11 @@ _ERRORS = {"OpError": _errors.OpError, "InvalidArgumentError": _errors.InvalidAr
 
 nn = _Module("nn", _nn())
 train = _Module("train", _only_tf_names("train", {
-    "ClusterSpec": ClusterSpec, "replica_device_setter": placers.replica_device_setter,
-    "write_graph": write_graph, **_optimizers()}),
+    "ClusterSpec": _ClusterSpec, "replica_device_setter": _placers.replica_device_setter,
+    "write_graph": _write_graph, **_optimizers()}),
     lazy={"Server": ("runtime.server", "Server")})  # gRPC, imported when first used
 errors = _Module("errors", _only_tf_names("errors", _ERRORS))
-io = _Module("io", _only_tf_names("io", {"write_graph": write_graph}))
+io = _Module("io", _only_tf_names("io", {"write_graph": _write_graph}))
 math = _Module("math", _only_tf_names("math", {
     n: getattr(_builders, f) for n, f in (("add", "add"), ("subtract", "subtract"),
                                           ("multiply", "multiply"), ("negative", "negative"),
@@ -325,7 +326,7 @@ math = _Module("math", _only_tf_names("math", {
 
 globals().update(_top_level())
 for _name in ("nn", "train", "errors", "io", "math"):
-    sys.modules[f"{__name__}.{_name}"] = globals()[_name]
+    _sys.modules[f"{__name__}.{_name}"] = globals()[_name]
 
 
 def __getattr__(name: str):

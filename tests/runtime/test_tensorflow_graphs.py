@@ -38,7 +38,10 @@ def run_tensorflow(tf, graph_def_bytes: bytes, fetches, feeds=None, init=None):
 
 
 def _every_op_graph():
-    """A graph using every op of the table (forward, gradients, updates)."""
+    """A graph using every op of the table: forward, gradients, updates; ``after``: the
+    variables the optimizers train, read after a step (each its own variable, so no
+    update races another in TensorFlow, whose reads of a ref variable alias its buffer)."""
+    import core.train
     rng = np.random.default_rng(0)
     g = core.Graph()
     with g.as_default():
@@ -55,21 +58,40 @@ def _every_op_graph():
         gw, gx = core.gradients(tot, [w, x])
         with core.control_dependencies([core.assign_add(w, gw * 0.5)]):
             step = core.assign_sub(w, core.identity(gw) * 0.25)
+        after, train = [], []
+        for i, opt in enumerate([core.train.GradientDescentOptimizer(0.1),
+                                 core.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
+                                 core.train.AdamOptimizer(0.1)]):
+            v = core.Variable(rng.standard_normal((3,)).astype(np.float32), name=f"v{i}")
+            loss = core.reduce_sum(v * core.constant(np.arange(3, dtype=np.float32)))
+            train.append(opt.minimize(loss, global_step=core.train.get_or_create_global_step()
+                                      if i == 0 else None))
+            after += [v.value()] + [t.value() for t in opt.variables()]
         init = core.global_variables_initializer()
-    return g, x, [tot, gw, gx, step], init
+    return g, x, [tot, gw, gx, step], train, after, init
 
 
 def test_every_op_of_the_table_exported_runs_on_tensorflow_with_our_results(tf):
-    g, x, fetches, init = _every_op_graph()
+    g, x, fetches, train, after, init = _every_op_graph()
     assert {op.type for op in g.get_operations()} == set(core.OPS), \
         "extend _every_op_graph to the ops added to the table"
     feed = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
     with Session(graph=g) as sess:
         sess.run(init)
         ours = sess.run(fetches, {x: feed})
-    theirs = run_tensorflow(tf, g.as_graph_def(add_shapes=True).SerializeToString(),
-                            [t.name for t in fetches], {"x:0": feed}, init.name)
-    for name, a, b in zip([t.name for t in fetches], ours, theirs):
+        sess.run(train)
+        ours += sess.run(after)
+    v1 = tf.compat.v1
+    tg = tf.Graph()
+    with tg.as_default():
+        v1.import_graph_def(v1.GraphDef.FromString(
+            g.as_graph_def(add_shapes=True).SerializeToString()), name="")
+        with v1.Session(graph=tg) as sess:
+            sess.run(init.name)
+            theirs = sess.run([t.name for t in fetches], {"x:0": feed})
+            sess.run([op.name for op in train])
+            theirs += sess.run([t.name for t in after])
+    for name, a, b in zip([t.name for t in fetches + after], ours, theirs):
         np.testing.assert_allclose(a, b, rtol=RTOL, atol=1e-6, err_msg=name)
 
 
