@@ -168,11 +168,17 @@ def test_bad_graphs_name_what_is_wrong(tmp_path):
         with pytest.raises(GraphDefError, match="attribute 'f'.*func"):
             import_graph_def(_graph_def("""node { name: "n" op: "NoOp"
                 attr { key: "f" value { func { name: "g" } } } }"""))
+        dynamic = """
+            node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_INT32 } }
+                   attr { key: "shape" value { shape { dim { size: 2 } } } } }
+            node { name: "r" op: "%s" input: "x" input: "x"
+                   attr { key: "_output_shapes" value { list { shape { dim { size: 2 }
+                                                                      dim { size: -1 } } } } } }"""
         with pytest.raises(GraphDefError, match="must come from a Const node"):
-            import_graph_def(_graph_def("""
-                node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_INT32 } }
-                       attr { key: "shape" value { shape { dim { size: 1 } } } } }
-                node { name: "r" op: "Reshape" input: "x" input: "x" }"""))
+            import_graph_def(_graph_def(dynamic % "Transpose"))
+        # Reshape takes a shape known only at run time; TF's inferred shape is kept.
+        (r,) = import_graph_def(_graph_def(dynamic % "Reshape"), return_elements=["r:0"])
+        assert len(r.op.inputs) == 2 and r.shape == (2, None)
     good = tf.Graph()
     with good.as_default():
         tf.reshape(tf.constant(np.ones((2, 3), np.float32)), (3, 2))

@@ -37,15 +37,65 @@ def run_tensorflow(tf, graph_def_bytes: bytes, fetches, feeds=None, init=None):
             return sess.run(fetches, feed_dict=feeds)
 
 
+def _nn_and_math(rng, fetches: list, feeds: dict) -> list:
+    """The nn and math families: a small CNN (conv, bias, batch norm, pooling, dense,
+    both cross entropies, an embedding) and the math/array ops, their gradients
+    included; returns the random ops (their values are the generator's own)."""
+    def f32(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+    x = core.placeholder(core.float32, (2, 6, 6, 3), name="image")
+    y = core.placeholder(core.float32, (3, 4), name="y")
+    feeds.update({x: f32(2, 6, 6, 3), y: f32(3, 4)})
+    w, b = core.Variable(f32(3, 3, 3, 4) * 0.3, name="conv_w"), core.Variable(f32(4), name="conv_b")
+    scale = core.Variable(np.ones(4, np.float32), name="bn_scale")
+    offset = core.Variable(np.zeros(4, np.float32), name="bn_offset")
+    h = core.nn.relu(core.nn.bias_add(core.nn.conv2d(x, w, [1, 1, 1, 1], "SAME"), b))
+    bn, _, _ = core.nn.fused_batch_norm(h, scale, offset, is_training=True)
+    pooled = (core.nn.max_pool(bn, [1, 2, 2, 1], [1, 2, 2, 1], "VALID")
+              + core.nn.avg_pool(bn, [1, 2, 2, 1], [1, 2, 2, 1], "VALID"))
+    wd = core.Variable(f32(36, 5) * 0.2, name="dense_w")
+    logits = core.matmul(core.reshape(pooled, (2, -1)), wd)
+    xent = core.nn.softmax_cross_entropy_with_logits_v2(
+        labels=core.constant(np.eye(5, dtype=np.float32)[[1, 3]]), logits=logits)
+    sparse = core.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=core.constant(np.array([1, 3], np.int32)), logits=logits)
+    emb = core.Variable(f32(7, 3), name="emb")
+    looked = core.nn.embedding_lookup(emb, core.constant(np.array([1, 5, 1], np.int32)))
+    ya = core.abs(y) + 0.5
+    m1 = core.exp(y) + core.log(ya) + core.sqrt(ya) + core.rsqrt(ya) + core.pow(ya, 2.0)
+    m2 = (core.maximum(y, 0.1) - core.minimum(y, 0.2) + core.squared_difference(y, 1.0)
+          + core.sign(y) + core.realdiv(y, ya))
+    m4 = core.add_n([y, m1, m2, core.cast(core.cast(y * 10, core.int32), core.float32)])
+    padded = core.pad(m4, [[1, 0], [0, 2]])
+    s1, s2 = core.split(padded, 2, axis=1)
+    parts = core.split(padded, [1, 3], axis=0)
+    sq = core.squeeze(core.reshape(core.strided_slice(core.tile(s1, [2, 1]), [1, 0], [7, 3],
+                                                      [2, 1]), (1, 3, 3)), axis=[0])
+    bm = core.batch_matmul(core.reshape(sq, (1, 3, 3)), core.reshape(sq, (1, 3, 3)))
+    corner = core.slice(s2, [0, 0], [2, 2])
+    mean, var = core.moments(y, axes=[0])
+    loss = (core.reduce_sum(xent) + core.reduce_sum(sparse) + core.reduce_sum(looked)
+            + core.reduce_sum(core.nn.log_softmax(logits)) + core.reduce_sum(parts[1])
+            + core.reduce_sum(bm) + core.reduce_sum(core.layer_normalization(y))
+            + core.reduce_sum(mean + var) + core.reduce_sum(core.square(sq)))
+    fetches += [loss, core.stop_gradient(bm), core.shape(y), core.size(y),
+                core.fill([2, 2], 3.0) + core.zeros_like(corner) + core.ones_like(corner)]
+    fetches += core.gradients(loss, [w, b, scale, offset, wd, emb, y, x])
+    return [core.random_normal((2, 3), seed=1), core.truncated_normal((2, 3), seed=2),
+            core.random_uniform((2, 3), seed=3)]
+
+
 def _every_op_graph():
-    """A graph using every op of the table: forward, gradients, updates; ``after``: the
+    """A graph using every op of the table: forward, gradients, updates.  ``after``: the
     variables the optimizers train, read after a step (each its own variable, so no
     update races another in TensorFlow, whose reads of a ref variable alias its buffer)."""
     import core.train
     rng = np.random.default_rng(0)
     g = core.Graph()
+    feeds = {}
     with g.as_default():
         x = core.placeholder(core.float32, (5, 4), name="x")
+        feeds[x] = rng.standard_normal((5, 4)).astype(np.float32)
         w = core.Variable(rng.standard_normal((4, 3)).astype(np.float32), name="w")
         h = core.matmul(x, w)
         h2 = core.tanh(h) + core.sigmoid(h) - core.relu(h)
@@ -58,6 +108,8 @@ def _every_op_graph():
         gw, gx = core.gradients(tot, [w, x])
         with core.control_dependencies([core.assign_add(w, gw * 0.5)]):
             step = core.assign_sub(w, core.identity(gw) * 0.25)
+        fetches = [tot, gw, gx, step]
+        random = _nn_and_math(rng, fetches, feeds)
         after, train = [], []
         for i, opt in enumerate([core.train.GradientDescentOptimizer(0.1),
                                  core.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
@@ -68,17 +120,16 @@ def _every_op_graph():
                                       if i == 0 else None))
             after += [v.value()] + [t.value() for t in opt.variables()]
         init = core.global_variables_initializer()
-    return g, x, [tot, gw, gx, step], train, after, init
+    return g, feeds, fetches, random, train, after, init
 
 
 def test_every_op_of_the_table_exported_runs_on_tensorflow_with_our_results(tf):
-    g, x, fetches, train, after, init = _every_op_graph()
+    g, feeds, fetches, random, train, after, init = _every_op_graph()
     assert {op.type for op in g.get_operations()} == set(core.OPS), \
         "extend _every_op_graph to the ops added to the table"
-    feed = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
     with Session(graph=g) as sess:
         sess.run(init)
-        ours = sess.run(fetches, {x: feed})
+        ours = sess.run(fetches + random, feeds)
         sess.run(train)
         ours += sess.run(after)
     v1 = tf.compat.v1
@@ -88,11 +139,20 @@ def test_every_op_of_the_table_exported_runs_on_tensorflow_with_our_results(tf):
             g.as_graph_def(add_shapes=True).SerializeToString()), name="")
         with v1.Session(graph=tg) as sess:
             sess.run(init.name)
-            theirs = sess.run([t.name for t in fetches], {"x:0": feed})
+            theirs = sess.run([t.name for t in fetches + random],
+                              {t.name: v for t, v in feeds.items()})
             sess.run([op.name for op in train])
             theirs += sess.run([t.name for t in after])
-    for name, a, b in zip([t.name for t in fetches + after], ours, theirs):
-        np.testing.assert_allclose(a, b, rtol=RTOL, atol=1e-6, err_msg=name)
+    n = len(fetches)
+    values = list(zip(fetches + random + after, ours, theirs))
+    for t, a, b in values[:n] + values[n + len(random):]:
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=1e-5, err_msg=t.name)
+    # The random ops: each generator draws its own numbers; the same shapes and ranges.
+    (_, *normal), (_, *truncated), (_, *uniform) = values[n:n + len(random)]
+    for a in normal + truncated + uniform:
+        assert a.shape == (2, 3) and a.dtype == np.float32 and np.isfinite(a).all()
+    assert all(np.abs(a).max() <= 2 for a in truncated)
+    assert all(0 <= a.min() and a.max() < 1 for a in uniform)
 
 
 def _tf_mlp(tf, devices=("", "")):
