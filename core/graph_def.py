@@ -581,7 +581,11 @@ class _Importer:
             self._colocate(node, op)
 
     def _colocate(self, node: _Node, op: Operation) -> None:
+        """Keep the node's ``_class: loc:@...`` groups and, as TensorFlow's importer does,
+        give it the device of the first op it is colocated with that has one (a device
+        function around the import saw each op alone)."""
         groups = set(op._colocation)
+        targets = []
         if "_class" in node.proto.attr:
             for item in node.proto.attr["_class"].list.s:
                 text = item.decode()
@@ -593,8 +597,12 @@ class _Importer:
                                      f"which is not a node of the graph", node.proto.name)
                 if target != node.proto.name:
                     groups.add(self.created[target].name)
+                    targets.append(self.created[target])
         if groups:
             op._colocation = tuple(sorted(groups))
+        device = next((t.device_spec for t in targets if t.device), None)
+        if device is not None:
+            op._set_device(device)
 
 
 def import_graph_def(graph_def, input_map: Mapping | None = None,

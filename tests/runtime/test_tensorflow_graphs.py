@@ -24,6 +24,14 @@ def tf():
                                "(pip install -e '.[dev]' installs tensorflow-cpu)")
 
 
+@pytest.fixture(scope="module")
+def servers():
+    """Two of our worker server processes, shared by the module's cross-process tests."""
+    from runtime.launcher import LocalCluster
+    with LocalCluster({"worker": 2}, start_timeout=90) as cluster:
+        yield cluster
+
+
 def run_tensorflow(tf, graph_def_bytes: bytes, fetches, feeds=None, init=None):
     """Import serialized GraphDef bytes into a fresh TF graph and run ``fetches``
     (tensor names) after running ``init`` (an op name), in one TF session."""
@@ -155,24 +163,27 @@ def test_every_op_of_the_table_exported_runs_on_tensorflow_with_our_results(tf):
     assert all(0 <= a.min() and a.max() < 1 for a in uniform)
 
 
+def _tf_mlp_body(v1, tf, rng, devices=("", "")):
+    x = v1.placeholder(tf.float32, (None, 6), name="x")
+    with v1.device(devices[0]):
+        w1 = v1.Variable(rng.standard_normal((6, 8)).astype(np.float32), name="w1",
+                         use_resource=False)
+        b1 = v1.Variable(np.full(8, 0.1, np.float32), name="b1", use_resource=False)
+        h = v1.nn.relu(v1.matmul(x, w1) + b1)
+        hc = v1.concat([h, v1.tanh(h)], axis=1)
+    with v1.device(devices[1]):
+        w2 = v1.Variable(rng.standard_normal((16, 3)).astype(np.float32), name="w2",
+                         use_resource=False)
+        v1.nn.softmax(v1.reduce_mean(hc, axis=1, keepdims=True) * v1.matmul(hc, w2), name="y")
+
+
 def _tf_mlp(tf, devices=("", "")):
     """An MLP with concat built with tf.compat.v1 (VariableV2 variables), and its input."""
     v1 = tf.compat.v1
     rng = np.random.default_rng(0)
     g = tf.Graph()
     with g.as_default():
-        x = v1.placeholder(tf.float32, (None, 6), name="x")
-        with v1.device(devices[0]):
-            w1 = v1.Variable(rng.standard_normal((6, 8)).astype(np.float32), name="w1",
-                             use_resource=False)
-            b1 = v1.Variable(np.full(8, 0.1, np.float32), name="b1", use_resource=False)
-            h = v1.nn.relu(v1.matmul(x, w1) + b1)
-            hc = v1.concat([h, v1.tanh(h)], axis=1)
-        with v1.device(devices[1]):
-            w2 = v1.Variable(rng.standard_normal((16, 3)).astype(np.float32), name="w2",
-                             use_resource=False)
-            v1.nn.softmax(v1.reduce_mean(hc, axis=1, keepdims=True) * v1.matmul(hc, w2),
-                          name="y")
+        _tf_mlp_body(v1, tf, rng, devices)
         v1.global_variables_initializer()
     return g, rng.standard_normal((4, 6)).astype(np.float32)
 
@@ -204,8 +215,7 @@ def test_tensorflow_mlp_frozen_and_with_variables_imports_from_pb_and_pbtxt(tf, 
         np.testing.assert_allclose(sess.run(y, {"x:0": feed}), expected, rtol=RTOL)
 
 
-def test_tensorflow_graph_with_devices_runs_across_our_server_processes(tf):
-    from runtime.launcher import LocalCluster
+def test_tensorflow_graph_with_devices_runs_across_our_server_processes(tf, servers):
     v1 = tf.compat.v1
     plain, feed = _tf_mlp(tf)  # the same values; TF's local session has no /job:worker
     with v1.Session(graph=plain) as sess:
@@ -217,13 +227,100 @@ def test_tensorflow_graph_with_devices_runs_across_our_server_processes(tf):
         y, init = import_graph_def(g.as_graph_def().SerializeToString(), name="",
                                    return_elements=["y:0", "init"])
     assert ours.get_operation_by_name("w2").device == "/job:worker/task:1"
-    with LocalCluster({"worker": 2}, start_timeout=90) as cluster, \
-            Session(cluster.target("worker", 0), graph=ours) as sess:
+    with Session(servers.target("worker", 0), graph=ours) as sess:
         sess.run(init)
         np.testing.assert_allclose(sess.run(y, {"x:0": feed}), expected, rtol=RTOL)
         placed = sess.placement
     assert placed["w1"].startswith("/job:worker/replica:0/task:0")
     assert placed["w2"].startswith("/job:worker/replica:0/task:1")
+
+
+def _tf_cnn(tf, rng):
+    """conv, bias, batch norm (inference), max and average pooling, dense, softmax."""
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, (None, 8, 8, 3), name="x")
+    w = v1.Variable(rng.standard_normal((3, 3, 3, 4)).astype(np.float32) * 0.3, name="conv_w",
+                    use_resource=False)
+    b = v1.Variable(np.full(4, 0.1, np.float32), name="conv_b", use_resource=False)
+    h = v1.nn.relu(v1.nn.bias_add(v1.nn.conv2d(x, w, [1, 1, 1, 1], "SAME"), b))
+    h, _, _ = v1.nn.fused_batch_norm(h, np.full(4, 1.5, np.float32), np.full(4, 0.2, np.float32),
+                                     mean=np.full(4, 0.3, np.float32),
+                                     variance=np.full(4, 2.0, np.float32), is_training=False)
+    h = v1.nn.avg_pool(v1.nn.max_pool(h, [1, 2, 2, 1], [1, 2, 2, 1], "VALID"),
+                       [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+    wd = v1.Variable(rng.standard_normal((16, 5)).astype(np.float32) * 0.3, name="dense_w",
+                     use_resource=False)
+    logits = v1.nn.bias_add(v1.matmul(v1.reshape(h, [-1, 16]), wd), np.full(5, 0.05, np.float32))
+    v1.nn.softmax(logits, name="y")
+    return rng.standard_normal((2, 8, 8, 3)).astype(np.float32)
+
+
+def _tf_attention(tf, rng):
+    """Self-attention over (batch, seq, d) with a residual, then moments-based
+    normalisation (Mean, SquaredDifference, StopGradient, Rsqrt)."""
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, (2, 5, 8), name="x")
+
+    def project(name):
+        w = v1.Variable(rng.standard_normal((8, 8)).astype(np.float32) * 0.3, name=name,
+                        use_resource=False)
+        return v1.reshape(v1.matmul(v1.reshape(x, [10, 8]), w), [2, 5, 8])
+    q, k, v = project("wq"), project("wk"), project("wv")
+    scores = v1.matmul(q, k, transpose_b=True) / np.float32(np.sqrt(8.0))
+    out = v1.matmul(v1.nn.softmax(scores), v) + x
+    mean, var = v1.nn.moments(out, axes=[2], keepdims=True)
+    v1.identity((out - mean) * v1.rsqrt(var + 1e-6), name="y")
+    return rng.standard_normal((2, 5, 8)).astype(np.float32)
+
+
+def _tf_concat_mlp(tf, rng):
+    _tf_mlp_body(tf.compat.v1, tf, rng)
+    return rng.standard_normal((4, 6)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def frozen_models(tf):
+    """name -> (frozen GraphDef, input, TensorFlow's output y) of the three models."""
+    v1 = tf.compat.v1
+    out = {}
+    for name, build in (("mlp", _tf_concat_mlp), ("cnn", _tf_cnn), ("attention", _tf_attention)):
+        g = tf.Graph()
+        with g.as_default():
+            feed = build(tf, np.random.default_rng(0))
+            init = v1.global_variables_initializer()
+        with v1.Session(graph=g) as sess:
+            sess.run(init)
+            expected = sess.run("y:0", {"x:0": feed})
+            frozen = v1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(), ["y"])
+        out[name] = frozen, feed, expected
+    return out
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "attention"])
+def test_tensorflow_models_frozen_import_from_pb_and_pbtxt(tf, tmp_path, frozen_models, name):
+    frozen, feed, expected = frozen_models[name]
+    for path in (tf.io.write_graph(frozen, str(tmp_path), f"{name}.pb", as_text=False),
+                 tf.io.write_graph(frozen, str(tmp_path), f"{name}.pbtxt", as_text=True)):
+        ours = core.Graph()
+        with ours.as_default():
+            (y,) = import_graph_def(path, return_elements=["y:0"])
+        with Session(graph=ours) as sess:
+            np.testing.assert_allclose(sess.run(y, {"import/x:0": feed}), expected, rtol=RTOL,
+                                       atol=1e-6, err_msg=path)
+
+
+def test_tensorflow_models_run_across_our_server_processes(frozen_models, servers):
+    """Each frozen model imported with its ops spread over two worker processes (a
+    device function, as ``tf.device`` around ``import_graph_def``)."""
+    for name, (frozen, feed, expected) in frozen_models.items():
+        ours = core.Graph()
+        count = iter(range(10**6))
+        with ours.as_default(), core.device(lambda op: f"/job:worker/task:{next(count) % 2}"):
+            (y,) = import_graph_def(frozen.SerializeToString(), return_elements=["y:0"])
+        with Session(servers.target("worker", 0), graph=ours) as sess:
+            np.testing.assert_allclose(sess.run(y, {"import/x:0": feed}), expected, rtol=RTOL,
+                                       atol=1e-6, err_msg=name)
+            assert len({d.split("/device:")[0] for d in sess.placement.values()}) == 2
 
 
 @pytest.mark.parametrize("name, build", [
