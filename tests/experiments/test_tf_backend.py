@@ -89,3 +89,15 @@ def test_tensorflow_servers_run_a_placement_across_processes(tensorflow):
     m.trace.validate(w.graph, cluster, tolerance=1e-4)
     assert {r.device for r in m.trace.ops} == set(placement[r.op] for r in m.trace.ops)
     assert len({r.device for r in m.trace.ops}) > 1 and m.trace.transfers
+
+
+def test_compare_placers_backend_tensorflow_runs(tensorflow, tmp_path, capsys):
+    from experiments import compare_placers
+    frame = compare_placers.main(["--workloads", "mlp", "--backend", "tensorflow",
+                                  "--cluster", "this_machine", "--repeats", "1",
+                                  "--out", str(tmp_path)])
+    assert (frame["tf_step_ms"] > 0).all() and "real_step_ms" not in frame
+    assert (frame["best"] == "*").any()
+    with pytest.raises(SystemExit):
+        compare_placers.main(["--backend", "tensorflow", "--cluster", "two_gpus"])
+    assert "--backend tensorflow runs the cluster on this machine" in capsys.readouterr().err
