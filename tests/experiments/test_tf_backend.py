@@ -101,3 +101,11 @@ def test_compare_placers_backend_tensorflow_runs(tensorflow, tmp_path, capsys):
     with pytest.raises(SystemExit):
         compare_placers.main(["--backend", "tensorflow", "--cluster", "two_gpus"])
     assert "--backend tensorflow runs the cluster on this machine" in capsys.readouterr().err
+
+
+def test_module_doctests():
+    import doctest
+
+    import experiments.tf_backend as module
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted >= 1

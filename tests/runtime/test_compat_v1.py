@@ -317,3 +317,11 @@ def test_variable_takes_tensorflows_argument_order_and_refuses_what_it_ignores()
         assert isinstance(v, tf.Variable)
         with pytest.raises(TypeError, match=r"\['caching_device'\]"):
             tf.Variable(1.0, caching_device="/cpu:0")
+
+
+def test_module_doctests():
+    import doctest
+
+    from runtime.compat import v1
+    result = doctest.testmod(v1, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted >= 3
