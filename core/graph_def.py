@@ -43,7 +43,7 @@ from google.protobuf.message import DecodeError
 from core.devices import DeviceSpec, InvalidDeviceSpec
 from core.dtypes import ALL_DTYPES, as_dtype
 from core.graph import Graph, GraphCycleError, GraphError, Operation, Tensor, get_default_graph
-from core.ops import OPS, UnknownOpType, get_op_def
+from core.ops import UnknownOpType, get_op_def
 from core.protos import tf_graph_pb2 as pb
 
 __all__ = ["import_graph_def", "graph_to_graph_def", "write_graph", "read_graph_def",
@@ -627,6 +627,7 @@ def import_graph_def(graph_def, input_map: Mapping | None = None,
     ignored, as in TensorFlow 2.
     """
     message, source = read_graph_def(graph_def)
+    name = "import" if name is None else name
     graph = get_default_graph()
     importer = _Importer(message, source, graph, "", input_map or {})
     importer.check_op_types()

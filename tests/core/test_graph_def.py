@@ -147,7 +147,8 @@ def test_unsupported_op_types_are_listed_once_with_counts():
     with tf.Graph().as_default(), pytest.raises(UnsupportedOpError) as info:
         import_graph_def(gd)
     assert info.value.counts == {"VarHandleOp": 2, "ReadVariableOp": 1}
-    assert "ReadVariableOp (1 node)" in str(info.value) and "VarHandleOp (2 nodes)" in str(info.value)
+    message = str(info.value)
+    assert "ReadVariableOp (1 node)" in message and "VarHandleOp (2 nodes)" in message
 
 
 def test_bad_graphs_name_what_is_wrong(tmp_path):

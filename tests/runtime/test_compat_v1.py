@@ -215,7 +215,8 @@ def test_seed_002_prints_4_and_logs_the_replica_device_setter_placement(tmp_path
     assert done.stdout.split() == ["4.0"]
     lines = done.stderr.splitlines()
     ps0, ps1 = "/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"
-    w0, w1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+    w0 = "/job:worker/replica:0/task:0/device:CPU:0"
+    w1 = "/job:worker/replica:0/task:1/device:CPU:0"
     for line in (f"v1: {ps0}", f"v2: {ps1}", f"v3: {ps0}", f"v1/Assign: {ps0}", f"add: {w0}",
                  f"mul: {w1}", f"mul_1: {w1}"):
         assert lines.count(line) == 1, line  # once: the master is in this process
