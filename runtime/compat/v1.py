@@ -38,6 +38,8 @@ import types as _types
 import core as _core
 import placers as _placers
 from core import builders as _builders
+from core import nn as _core_nn
+from core import train as _core_train
 from core.cluster import ClusterSpec as _ClusterSpec
 from core.graph_def import GraphDef, NodeDef, import_graph_def
 from core.graph_def import write_graph as _write_graph
@@ -266,8 +268,15 @@ def executing_eagerly() -> bool:
     return False
 
 
+def _builder_functions() -> dict:
+    """Every builder of :mod:`core.builders` and :mod:`core.builders_math`, by name."""
+    from core import builders_math
+    return {name: getattr(module, name) for module in (_builders, builders_math)
+            for name in module.__all__}
+
+
 def _top_level() -> dict:
-    values = {name: getattr(_builders, name) for name in _builders.__all__}
+    values = _builder_functions()
     values.update(
         Graph=_core.Graph, Operation=_core.Operation, Tensor=_core.Tensor, DType=_core.DType,
         DeviceSpec=_core.DeviceSpec, as_dtype=_core.as_dtype, float16=_core.float16,
@@ -284,22 +293,14 @@ def _top_level() -> dict:
 
 
 def _optimizers() -> dict:
-    """The optimizers of ``_core.train`` (where that module exists), by TF's names."""
-    try:
-        import _core.train as core_train
-    except ModuleNotFoundError:
-        return {}
-    return {n: getattr(core_train, n) for n in getattr(core_train, "__all__", ())}
+    """The optimizers of :mod:`core.train`, by TensorFlow's names."""
+    return {n: getattr(_core_train, n) for n in _core_train.__all__}
 
 
 def _nn() -> dict:
     values = {"relu": _builders.relu, "softmax": _builders.softmax,
               "sigmoid": _builders.sigmoid, "tanh": _builders.tanh}
-    try:
-        import _core.nn as core_nn
-        values.update({n: getattr(core_nn, n) for n in getattr(core_nn, "__all__", ())})
-    except ModuleNotFoundError:
-        pass
+    values.update({n: getattr(_core_nn, n) for n in _core_nn.__all__})
     return _only_tf_names("nn", values)
 
 
@@ -316,13 +317,7 @@ train = _Module("train", _only_tf_names("train", {
     lazy={"Server": ("runtime.server", "Server")})  # gRPC, imported when first used
 errors = _Module("errors", _only_tf_names("errors", _ERRORS))
 io = _Module("io", _only_tf_names("io", {"write_graph": _write_graph}))
-math = _Module("math", _only_tf_names("math", {
-    n: getattr(_builders, f) for n, f in (("add", "add"), ("subtract", "subtract"),
-                                          ("multiply", "multiply"), ("negative", "negative"),
-                                          ("tanh", "tanh"), ("sigmoid", "sigmoid"),
-                                          ("reduce_sum", "reduce_sum"),
-                                          ("reduce_mean", "reduce_mean"),
-                                          ("square", "square"))}))
+math = _Module("math", _only_tf_names("math", _builder_functions()))
 
 globals().update(_top_level())
 for _name in ("nn", "train", "errors", "io", "math"):

@@ -326,3 +326,40 @@ def test_module_doctests():
     from runtime.compat import v1
     result = doctest.testmod(v1, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted >= 3
+
+
+TRAINING_PROGRAM = '''
+g = tf.Graph()
+with g.as_default():
+    x = tf.placeholder(tf.float32, (None, 4), name="x")
+    y = tf.placeholder(tf.int32, (None,), name="y")
+    w = tf.Variable(W0, name="w")
+    b = tf.Variable(tf.zeros([3]), name="b")
+    hidden = tf.concat([tf.matmul(x, w), tf.nn.relu(tf.matmul(x, w))], axis=1)
+    logits = tf.nn.bias_add(tf.matmul(hidden, tf.constant(W1)), b)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
+                                                                         logits=logits))
+    train = tf.train.AdamOptimizer(0.1).minimize(loss)
+    init = tf.global_variables_initializer()
+with tf.Session(graph=g) as sess:
+    sess.run(init)
+    losses = [sess.run([train, loss], {x: X, y: Y})[1] for _ in range(5)]
+'''
+
+
+def test_a_training_program_gives_tensorflows_losses():
+    """One TF 1.x program text, run with tensorflow.compat.v1 and with ours."""
+    real = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
+                               "(pip install -e '.[dev]' installs tensorflow-cpu)")
+    rng = np.random.default_rng(3)
+    data = {"W0": rng.standard_normal((4, 3)).astype(np.float32),
+            "W1": rng.standard_normal((6, 3)).astype(np.float32),
+            "X": rng.standard_normal((8, 4)).astype(np.float32),
+            "Y": rng.integers(0, 3, 8).astype(np.int32)}
+    results = {}
+    for name, module in (("ours", tf), ("tensorflow", real.compat.v1)):
+        scope = dict(data, tf=module)
+        exec(TRAINING_PROGRAM, scope)
+        results[name] = scope["losses"]
+    np.testing.assert_allclose(results["ours"], results["tensorflow"], rtol=1e-4)
+    assert results["ours"][-1] < results["ours"][0]
