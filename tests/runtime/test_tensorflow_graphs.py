@@ -348,3 +348,30 @@ def test_our_workloads_exported_run_on_tensorflow_with_our_outputs(tf, tmp_path,
                                 {k.name: v for k, v in w.feeds.items()} or None, w.init.name)
     for t, a, b in zip(deltas, ours, theirs):
         np.testing.assert_allclose(a, b, rtol=RTOL, atol=1e-6, err_msg=t.name)
+
+
+def test_shapes_known_only_at_run_time_go_to_tensorflow_and_back(tf):
+    """A gradient over an unknown batch broadcasts through Shape(x) at run time: the
+    shape stays a tensor input both ways (with TF's inferred _output_shapes back)."""
+    g = core.Graph()
+    with g.as_default():
+        x = core.placeholder(core.float32, (None, 3), name="x")
+        y = core.reduce_sum(core.tanh(x), axis=[1])
+        (dx,) = core.gradients(core.reduce_sum(y * y), [x])
+    feed = np.arange(6, dtype=np.float32).reshape(2, 3) / 5
+    with Session(graph=g) as sess:
+        ours = sess.run(dx, {x: feed})
+    v1 = tf.compat.v1
+    tg = tf.Graph()
+    with tg.as_default():
+        v1.import_graph_def(v1.GraphDef.FromString(g.as_graph_def().SerializeToString()),
+                            name="")
+        with v1.Session(graph=tg) as sess:
+            theirs = sess.run(dx.name, {"x:0": feed})
+    np.testing.assert_allclose(ours, theirs, rtol=RTOL)
+    back = core.Graph()
+    with back.as_default():
+        (dx2,) = import_graph_def(tg.as_graph_def(add_shapes=True), return_elements=[dx.name])
+    assert [len(op.inputs) for op in back.get_operations() if op.type == "BroadcastTo"] == [2, 2]
+    with Session(graph=back) as sess:
+        np.testing.assert_allclose(sess.run(dx2, {"import/x:0": feed}), theirs, rtol=RTOL)
