@@ -392,6 +392,16 @@ class _Importer:
     def error(self, message: str, node: str | None = None) -> GraphDefError:
         return GraphDefError(message, self.source, node)
 
+    def check_versions(self) -> None:
+        """Refuse a GraphDef written for newer consumers than we are (TF's rule)."""
+        versions = self.message.versions
+        if versions.min_consumer > PRODUCER or PRODUCER in versions.bad_consumers:
+            bad = list(versions.bad_consumers)
+            raise self.error(f"the GraphDef (producer {versions.producer}) needs a consumer of "
+                             f"version >= {versions.min_consumer}"
+                             + (f" and not in {bad}" if bad else "")
+                             + f"; this reader is version {PRODUCER} (TensorFlow 2.21's)")
+
     def check_op_types(self) -> None:
         functions = {f.signature.name for f in self.message.library.function}
         unsupported, notes = Counter(), {}
@@ -630,6 +640,7 @@ def import_graph_def(graph_def, input_map: Mapping | None = None,
     name = "import" if name is None else name
     graph = get_default_graph()
     importer = _Importer(message, source, graph, "", input_map or {})
+    importer.check_versions()
     importer.check_op_types()
     importer.collect()
     unmatched = sorted(k for k in importer.input_map

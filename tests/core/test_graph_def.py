@@ -160,6 +160,8 @@ def test_bad_graphs_name_what_is_wrong(tmp_path):
                 node { name: "n1" op: "NoOp" input: "^n2" }
                 node { name: "n2" op: "NoOp" input: "^n1" }"""))
         assert sorted(info.value.cycle) == ["n1", "n2"]
+        with pytest.raises(GraphDefError, match="needs a consumer of version >= 9999"):
+            import_graph_def(_graph_def("versions { producer: 9999 min_consumer: 9999 }"))
         with pytest.raises(UnsupportedOpError, match="older version of ConcatV2"):
             import_graph_def(_graph_def('node { name: "c" op: "Concat" }'))
         with pytest.raises(GraphDefError, match="DT_STRING is not supported"):
