@@ -187,11 +187,14 @@ with tf.Session("grpc://machine-b.example.com:2222") as sess:
 
 
 def _with_free_ports(*programs: str) -> list[str]:
-    """The programs with each address (host:port) they name moved to a free port of
-    127.0.0.1, the same address to the same port in all of them."""
-    pattern = re.compile(r"(?:127\.0\.0\.1|localhost|machine-[ab]\.example\.com):(\d+)")
+    """The programs with each address (host:port) they name moved to a free port, the
+    same address to the same port in all of them; the book's example hosts become
+    127.0.0.1 (this machine), localhost stays."""
+    pattern = re.compile(r"(127\.0\.0\.1|localhost|machine-[ab]\.example\.com):(\d+)")
     addresses = sorted({m.group(0) for p in programs for m in pattern.finditer(p)})
-    mapping = dict(zip(addresses, (f"127.0.0.1:{p}" for p in free_ports(len(addresses)))))
+    hosts = {a: a.split(":")[0] if a.startswith(("127.", "localhost")) else "127.0.0.1"
+             for a in addresses}
+    mapping = {a: f"{hosts[a]}:{p}" for a, p in zip(addresses, free_ports(len(addresses)))}
     return [pattern.sub(lambda m: mapping[m.group(0)], p) for p in programs]
 
 
