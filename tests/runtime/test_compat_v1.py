@@ -2,8 +2,8 @@
 run as written with only ``import tensorflow as tf`` changed.
 
 Each program below is the seed's code, verbatim but for: the import line (``from
-runtime.compat import v1 as tf``), the addresses (free ports of 127.0.0.1 instead of the
-book's hosts and fixed ports), and what the book leaves out or gets wrong, each marked in
+runtime.compat import v1 as tf``), the addresses (free ports instead of the book's fixed
+ones; its example hosts become 127.0.0.1), and what the book leaves out or gets wrong, each marked in
 the program with a ``# (test)`` comment.  They run in subprocesses, as the book runs them.
 """
 
