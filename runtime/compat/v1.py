@@ -67,15 +67,13 @@ class _Module(_types.ModuleType):
     def __init__(self, group: str, values: dict, lazy: dict | None = None):
         super().__init__(f"{__name__}.{group}")
         self._group = group
-        self._lazy = lazy or {}  # name -> (module, attribute), imported when first used
+        self._lazy = lazy or {}  # name -> a function making the value, called when first used
         self.__dict__.update(values)
         self.__all__ = sorted(set(values) | set(self._lazy))
 
     def __getattr__(self, name: str):
         if name in self._lazy:
-            import importlib
-            module, attribute = self._lazy[name]
-            value = getattr(importlib.import_module(module), attribute)
+            value = self._lazy[name]()
             setattr(self, name, value)
             return value
         if name.startswith("__"):
@@ -292,6 +290,24 @@ def _top_level() -> dict:
     return _only_tf_names("", values)
 
 
+def _server_class():
+    """``tf.train.Server``: :class:`runtime.Server` taking TensorFlow's ``ConfigProto``."""
+    from runtime.server import Server as _Server
+
+    class Server(_Server):
+        """``tf.compat.v1.train.Server(server_or_cluster_def, job_name, task_index,
+        protocol, config, start)``; ``config`` may be a ``ConfigProto``."""
+
+        def __init__(self, server_or_cluster_def, job_name=None, task_index=None,
+                     protocol=None, config=None, start=True):
+            super().__init__(server_or_cluster_def, job_name, task_index, protocol,
+                             _session_config(config), start)
+
+    Server.__module__ = __name__
+    Server.__qualname__ = "train.Server"
+    return Server
+
+
 def _optimizers() -> dict:
     """The optimizers of :mod:`core.train`, by TensorFlow's names."""
     return {n: getattr(_core_train, n) for n in _core_train.__all__}
@@ -314,7 +330,7 @@ nn = _Module("nn", _nn())
 train = _Module("train", _only_tf_names("train", {
     "ClusterSpec": _ClusterSpec, "replica_device_setter": _placers.replica_device_setter,
     "write_graph": _write_graph, **_optimizers()}),
-    lazy={"Server": ("runtime.server", "Server")})  # gRPC, imported when first used
+    lazy={"Server": lambda: _server_class()})  # gRPC: imported when first used
 errors = _Module("errors", _only_tf_names("errors", _ERRORS))
 io = _Module("io", _only_tf_names("io", {"write_graph": _write_graph}))
 math = _Module("math", _only_tf_names("math", _builder_functions()))

@@ -366,3 +366,20 @@ def test_a_training_program_gives_tensorflows_losses():
         results[name] = scope["losses"]
     np.testing.assert_allclose(results["ours"], results["tensorflow"], rtol=1e-4)
     assert results["ours"][-1] < results["ours"][0]
+
+
+def test_server_takes_a_config_proto_and_interactive_session_is_the_default():
+    server = tf.train.Server.create_local_server(
+        config=tf.ConfigProto(inter_op_parallelism_threads=1))
+    try:
+        assert server.config.inter_op_parallelism_threads == 1
+        g = tf.Graph()
+        with g.as_default():
+            c = tf.constant(2.0) * 3.0
+        sess = tf.InteractiveSession(server.target, graph=g)
+        try:
+            assert c.eval() == 6.0
+        finally:
+            sess.close()
+    finally:
+        server.stop()
