@@ -223,8 +223,8 @@ TF_ATTRS: dict[str, TFAttrs] = {
     "Tile": _typed(T="data0", Tmultiples="in1"),
     "SplitV": _typed(T="data0", Tlen="in1"),
     "StridedSlice": _typed(T="data0", Index="in1"),
-    "StridedSliceGrad": _typed(T="data0", Index="in0"),
-    "Fill": _typed(T="data0", index_type="in0"),
+    "StridedSliceGrad": _typed(T="in4", Index="in1"),  # (input 0 may be a run-time shape)
+    "Fill": _typed(T="in1", index_type="in0"),
     "RandomStandardNormal": _RANDOM,
     "TruncatedNormal": _RANDOM,
     "RandomUniform": _RANDOM,

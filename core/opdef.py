@@ -139,6 +139,14 @@ def infer_matmul(ins, attrs):
 
 def infer_reduce(ins, attrs):
     x = ins[0]
+    if "axis" not in attrs and len(ins) == 2:  # TF's axis input, known at run time
+        if not attrs.get("keepdims"):
+            raise ShapeError("a reduction over axes known only at run time needs "
+                             "keepdims=True (its rank would be unknown)")
+        if not ins[1].dtype.is_integer or len(ins[1].shape) > 1:
+            raise ShapeError(f"reduction axes must be an int vector, got {ins[1].dtype.name} "
+                             f"{ins[1].shape}")
+        return [TensorSpec(x.dtype, (None,) * len(x.shape))]
     axes = normalize_axis(attrs.get("axis"), len(x.shape))
     if attrs.get("keepdims"):
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))

@@ -35,12 +35,13 @@ from typing import Mapping
 import numpy as np
 
 from core.opdef import ShapeError, TensorSpec, UnknownDimension
+from core.ops_math import broadcast_reduction_axes, strided_slice_index
 
 __all__ = ["ShapeHints", "UnknownDimension", "concrete_spec"]
 
 #: Ops whose (small, integer) output values shape propagation computes.
 _VALUE_OPS = {"Const", "Shape", "Size", "Add", "Sub", "Mul", "Maximum", "Minimum", "Cast",
-              "Reshape", "Concat", "Identity", "Fill"}
+              "Reshape", "Concat", "Identity", "Fill", "StridedSlice", "BroadcastGradientArgs"}
 #: Largest integer tensor whose value is tracked (shape vectors are short).
 _MAX_VALUE_ELEMENTS = 64
 
@@ -121,12 +122,15 @@ class ShapeHints:
                 outs = [TensorSpec(t.dtype, self._placeholder_shape(t)) for t in op.outputs]
             elif any(None in s.shape for s in outs):
                 outs = self._infer(op, ins, values) or outs
-            for t, s in zip(op.outputs, outs):
-                specs[t.name] = s
-            if op.type in _VALUE_OPS and len(op.outputs) == 1:
+            if op.type in _VALUE_OPS:
                 value = _evaluate(op, [values.get(t.name) for t in op.inputs], ins)
                 if value is not None:
-                    values[op.outputs[0].name] = value
+                    value = value if isinstance(value, tuple) else (value,)
+                    for k, (t, v) in enumerate(zip(op.outputs, value)):
+                        values[t.name] = v
+                        outs[k] = TensorSpec(t.dtype, v.shape)  # a value's shape is known
+            for t, s in zip(op.outputs, outs):
+                specs[t.name] = s
         return specs
 
     @staticmethod
@@ -172,6 +176,12 @@ def _evaluate(op, inputs: list, specs: list) -> np.ndarray | None:
         return value if value.dtype.kind in "iu" and value.size <= _MAX_VALUE_ELEMENTS else None
     if any(v is None for v in inputs) or not op.outputs[0].dtype.is_integer:
         return None
+    if kind == "BroadcastGradientArgs":
+        r0, r1 = broadcast_reduction_axes(inputs[0].tolist(), inputs[1].tolist())
+        dtype = op.outputs[0].dtype.np
+        return np.array(r0, dtype), np.array(r1, dtype)
+    if kind == "StridedSlice":
+        return np.asarray(inputs[0][strided_slice_index(inputs[0].shape, op.attrs)[0]])
     if kind == "Cast":
         return inputs[0].astype(op.outputs[0].dtype.np)
     if kind == "Identity":

@@ -873,18 +873,29 @@ def _reduce_sum(ctx, x: np.ndarray, attrs) -> tuple[np.ndarray, np.ndarray, int]
     return acc.reshape(out_shape), r
 
 
+def _run_time_axis(inputs, attrs):
+    """``attrs`` with TensorFlow's axis input (a run-time int vector) as its ``axis``."""
+    if len(inputs) == 2 and "axis" not in attrs:
+        return dict(attrs, axis=tuple(int(a) for a in np.asarray(inputs[1]).reshape(-1)))
+    return attrs
+
+
 @register("Sum", CPU, NUMERIC)
 def sum_(ctx, inputs, attrs):
-    """Sum over ``attrs["axis"]`` (None: all), keeping reduced axes if ``keepdims``."""
+    """Sum over ``attrs["axis"]`` (None: all; or the axis tensor input 1), keeping
+    reduced axes if ``keepdims``."""
     x = inputs[0]
+    attrs = _run_time_axis(inputs, attrs)
     acc, _ = _reduce_sum(ctx, x, attrs)
     return (acc.astype(x.dtype),)
 
 
 @register("Mean", CPU, NUMERIC)
 def mean(ctx, inputs, attrs):
-    """Mean over ``attrs["axis"]``; integers truncate toward zero, as TensorFlow's."""
+    """Mean over ``attrs["axis"]`` (or the axis tensor input 1); integers truncate
+    toward zero, as TensorFlow's."""
     x = inputs[0]
+    attrs = _run_time_axis(inputs, attrs)
     acc, count = _reduce_sum(ctx, x, attrs)
     if x.dtype.kind == "f":
         return ((acc / count).astype(x.dtype),)

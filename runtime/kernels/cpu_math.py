@@ -26,7 +26,7 @@ import functools
 import numpy as np
 from numba import njit, prange
 
-from core.ops_math import strided_slice_index
+from core.ops_math import broadcast_reduction_axes, pad_pairs, strided_slice_index
 
 from . import cpu
 from .cpu import _binary, _pool_threads, _readonly, _unary
@@ -195,6 +195,14 @@ def size(ctx, inputs, attrs):
     return (np.array(np.size(inputs[0]), dtype=np.dtype(attrs.get("out_type", "int32"))),)
 
 
+@register("BroadcastGradientArgs", CPU, frozenset({"int32", "int64"}))
+def broadcast_gradient_args(ctx, inputs, attrs):
+    """For two shapes, the axes each one's gradient is summed over (TF's op)."""
+    s0, s1 = inputs
+    r0, r1 = broadcast_reduction_axes(s0.tolist(), s1.tolist())
+    return (np.array(r0, dtype=s0.dtype), np.array(r1, dtype=s0.dtype))
+
+
 @register("StopGradient", CPU, NUMERIC)
 def stop_gradient(ctx, inputs, attrs):
     """A copy of x (the op only matters to :func:`core.gradients`)."""
@@ -215,7 +223,7 @@ def squeeze(ctx, inputs, attrs):
 def pad(ctx, inputs, attrs):
     """x zero-padded by ``attrs["paddings"]`` ((before, after) per axis)."""
     x = inputs[0]
-    paddings = [tuple(int(v) for v in p) for p in attrs["paddings"]]
+    paddings = pad_pairs(attrs["paddings"])
     out = np.zeros(tuple(d + a + b for d, (a, b) in zip(x.shape, paddings)), dtype=x.dtype)
     out[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, paddings))] = x
     return (out,)
