@@ -70,7 +70,8 @@ def test_transformer_sizes_are_the_papers():
     ("resnet50", dict(blocks=(3, 0, 6, 3)), r"blocks\[1\]"), ("resnet50", dict(image_size=16), "image_size"),
     ("inception_v3", dict(image_size=64), "image_size"), ("inception_v3", dict(blocks=0), "blocks"),
     ("transformer", dict(size="huge"), "size"), ("transformer", dict(layers=0), "layers"),
-    ("transformer", dict(d_model=10, heads=3), "heads"), ("transformer", dict(optimizer="lbfgs"), "optimizer"),
+    ("transformer", dict(d_model=10, heads=3), "heads"),
+    ("transformer", dict(optimizer="lbfgs"), "optimizer"),
 ])
 def test_bad_options_name_themselves(name, options, culprit):
     small = {k: v for k, v in SMALL[name].items() if k not in options}
