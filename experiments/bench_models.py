@@ -30,8 +30,20 @@ __all__ = ["MODELS", "KERAS_PARAMETERS", "SMALL", "build_row", "bench", "main"]
 MODELS = ("resnet50", "inception_v3", "gnmt", "transformer")
 
 #: tf.keras.applications (tensorflow 2.21, weights=None, 1000 classes): all weights,
-#: trainable weights.
+#: trainable weights, as :func:`keras_parameters` counts them (``--keras`` recounts).
 KERAS_PARAMETERS = {"resnet50": (25_636_712, 25_583_592), "inception_v3": (23_851_784, 23_817_352)}
+
+_KERAS_MODELS = {"resnet50": "ResNet50", "inception_v3": "InceptionV3"}
+
+
+def keras_parameters(name: str) -> tuple[int, int]:
+    """(all, trainable) weights of Keras' model ``name`` (``weights=None``, 1000 classes),
+    counted with TensorFlow itself (imported here: the ``tensorflow`` extra)."""
+    import numpy as np
+    import tensorflow as tf_keras  # noqa: F401  (the real TensorFlow, not core)
+    model = getattr(tf_keras.keras.applications, _KERAS_MODELS[name])(weights=None, classes=1000)
+    count = lambda weights: int(sum(np.prod(v.shape) for v in weights))  # noqa: E731
+    return count(model.weights), count(model.trainable_weights)
 
 #: Small sizes for a quick run (``--small``): graphs of the same structure.
 SMALL = {
@@ -56,8 +68,9 @@ def forward_flops(w) -> float:
     return total
 
 
-def build_row(name: str, options: dict) -> tuple[dict, object]:
-    """Build model ``name`` twice (timed, then under tracemalloc); its table row."""
+def build_row(name: str, options: dict, references=KERAS_PARAMETERS) -> tuple[dict, object]:
+    """Build model ``name`` twice (timed, then under tracemalloc); its table row, with
+    the Keras parameter counts of ``references`` at full size."""
     t0 = time.perf_counter()
     w = workloads.get(name, **options)
     build_s = time.perf_counter() - t0
@@ -68,7 +81,7 @@ def build_row(name: str, options: dict) -> tuple[dict, object]:
     tracemalloc.stop()
     batch = options.get("batch", 32)
     full_size = not options.keys() - {"batch"}
-    keras_all, keras_trainable = (KERAS_PARAMETERS.get(name, (math.nan, math.nan)) if full_size
+    keras_all, keras_trainable = (references.get(name, (math.nan, math.nan)) if full_size
                                   else (math.nan, math.nan))
     row = {"model": name, "ops": len(w.graph.get_operations()), "parameters": w.parameters(),
            "keras_parameters": keras_all, "trainable": w.parameters(trainable_only=True),
@@ -86,13 +99,17 @@ def _simulate_ms(w, placement, cluster) -> float | str:
         return "OOM"
 
 
-def bench(models, batch: int, presets: list[str], placer_names: list[str], small: bool = False):
-    """(per-model table, per model x preset x placement simulated step table)."""
+def bench(models, batch: int, presets: list[str], placer_names: list[str], small: bool = False,
+          keras: bool = False):
+    """(per-model table, per model x preset x placement simulated step table); with
+    ``keras``, the Keras references are counted now with TensorFlow."""
     rows, sims = [], []
+    references = ({name: keras_parameters(name) for name in models if name in _KERAS_MODELS}
+                  if keras else KERAS_PARAMETERS)
     place_cluster = Cluster.preset("dgx1-v100")
     for name in models:
         options = {"batch": batch, **(SMALL[name] if small else {})}
-        row, w = build_row(name, options)
+        row, w = build_row(name, options, references)
         for placer_name in placer_names + ["expert"]:
             t0 = time.perf_counter()
             if placer_name == "expert":
@@ -121,8 +138,11 @@ def main(argv=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     parser.add_argument("--placers", nargs="+", default=_placer_names(), choices=_placer_names())
     parser.add_argument("--small", action="store_true",
                         help="small sizes of each model (a quick check of the script)")
+    parser.add_argument("--keras", action="store_true",
+                        help="count Keras' parameters with TensorFlow now (the tensorflow extra)")
     args = parser.parse_args(argv)
-    models, sims = bench(args.models, args.batch, args.presets, args.placers, args.small)
+    models, sims = bench(args.models, args.batch, args.presets, args.placers, args.small,
+                         args.keras)
     size = "small sizes" if args.small else "full size"
     print_table(models, f"models at {size}, batch {args.batch}: build, parameters, placement time "
                         f"on dgx1-v100")
