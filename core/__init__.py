@@ -20,6 +20,7 @@ from core.autodiff import gradients
 from core.graph import (Graph, GraphCycleError, GraphError, Operation, Tensor,
                         get_default_graph, get_default_session, reset_default_graph)
 from core.ops import OPS, ShapeError
+from core.version import __version__
 
 __all__ = list(_builders_all) + [
     "Variable", "DeviceSpec", "InvalidDeviceSpec", "DType", "as_dtype", "bool_", "float16",

@@ -41,7 +41,8 @@ import sim
 from core.cluster import Cluster
 from core.placement import Placement
 from experiments.machine_load import OtherLoad
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, print_table
 from experiments.workloads import random_layered_dag
 
 WIDTH = 32
@@ -172,20 +173,28 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool,
 
 
 def main(argv=None) -> pd.DataFrame:
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000],
-                        help="graph sizes in ops (default: 1000 10000 100000)")
-    parser.add_argument("--devices", type=int, nargs="+", default=[4, 16],
-                        help="device counts (default: 4 16)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="timed calls per case: the first (cold) one, then warm ones (best kept)")
+    parser = cli.make_parser("python -m experiments.bench_sim", __doc__.split("\n\n")[0],
+                             "repeats", defaults={"repeats": 1},
+                             helps={"repeats": "timed calls per case: the first (cold) one, "
+                                               "then warm ones (best kept)"})
+    parser.add_argument("--sizes", type=cli.positive_int, nargs="+",
+                        default=[1000, 10000, 100000], help="graph sizes in ops")
+    parser.add_argument("--devices", type=cli.positive_int, nargs="+", default=[4, 16],
+                        help="device counts")
     parser.add_argument("--no-memory", action="store_true",
                         help="skip the tracemalloc run (peak_MiB is then NaN)")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the naive process-per-op model and SimPy's own rate")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv)
     baselines = not args.no_baselines
-    frame = bench(args.sizes, args.devices, args.repeat, not args.no_memory, baselines)
+    with Run("bench_sim", args, out=args.out, argv=argv) as run:
+        frame = _report(args, baselines)
+        print(f"saved {run.save_table(frame, 'bench_sim')}")
+    return finish(run, frame)
+
+
+def _report(args, baselines: bool) -> pd.DataFrame:
+    frame = bench(args.sizes, args.devices, args.repeats, not args.no_memory, baselines)
     frame["target_scaled"] = (TARGET_OPS_PER_S * frame.simpy_timeouts_per_s
                               / SIMPY_TIMEOUTS_REFERENCE)
     print_table(frame, "simulate() speed (random layered DAGs, round-robin by layer)")
@@ -195,7 +204,6 @@ def main(argv=None) -> pd.DataFrame:
               f"{TARGET_OPS_PER_S / 1e3:.0f}k ops/s as the target); target_scaled: that "
               "target at SimPy's speed then; naive_ops_per_s: a SimPy process per op, no "
               "transfers, on the same graph")
-    print(f"saved {save_table(frame, 'bench_sim', args.out)}")
     return frame
 
 

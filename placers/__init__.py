@@ -19,6 +19,7 @@ from placers.function import FunctionPlacer
 from placers.round_robin import (GreedyLoadBalancingStrategy, RoundRobinPlacer,
                                  RoundRobinStrategy, byte_size_load_fn, replica_device_setter)
 from placers.simple import SimplePlacer
+from core.version import __version__
 
 __all__ = [
     "Placement", "PlacementError", "BasePlacer", "Placer", "UnknownPlacer", "get", "names",

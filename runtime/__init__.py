@@ -23,6 +23,7 @@ from runtime.config import SessionConfig
 from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
                             LabRuntimeError, NotFound, OpError, Unavailable)
 from runtime.variables import VariableStore
+from core.version import __version__
 
 __all__ = ["Session", "InteractiveSession", "SessionConfig", "Executor", "StepResult",
            "LocalDevices", "VariableStore", "calibrate", "LabRuntimeError", "OpError",

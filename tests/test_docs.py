@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC_PACKAGES = ["core", "placers", "sim"]
+DOC_PACKAGES = ["core", "placers", "sim", "runtime", "experiments"]
 
 
 def _modules():
+    """Every module of every package, subpackages' included."""
     for package in DOC_PACKAGES:
         pkg = importlib.import_module(package)
         yield package
-        for info in pkgutil.iter_modules(pkg.__path__):
-            yield f"{package}.{info.name}"
+        for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}."):
+            yield info.name
 
 
 @pytest.mark.parametrize("module_name", sorted(_modules()))
