@@ -20,11 +20,14 @@ from core.autodiff import gradients
 from core.graph import (Graph, GraphCycleError, GraphError, Operation, Tensor,
                         get_default_graph, get_default_session, reset_default_graph)
 from core.ops import OPS, ShapeError
+from core.graph_def import GraphDefError, UnsupportedOpError, import_graph_def, write_graph
 from core.version import __version__
 
 __all__ = list(_builders_all) + [
     "Variable", "DeviceSpec", "InvalidDeviceSpec", "DType", "as_dtype", "bool_", "float16",
     "float32", "float64", "int32", "int64", "gradients", "Graph", "GraphCycleError",
     "GraphError", "Operation", "Tensor", "get_default_graph", "get_default_session",
-    "reset_default_graph", "OPS", "ShapeError",
+    "reset_default_graph", "OPS", "ShapeError", "import_graph_def", "write_graph",
+    "GraphDefError", "UnsupportedOpError",
 ]
+from core import train  # noqa: E402  (tf.train: the optimizers)

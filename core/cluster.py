@@ -40,6 +40,7 @@ from typing import Iterable, Mapping
 # One rule for job names, shared with device names.
 from core.devices import _JOB_NAME as JOB_NAME_RE
 from core.devices import DeviceSpec, InvalidDeviceSpec, full_name
+from core.runtime_model import RuntimeModel, get_runtime_model
 
 __all__ = [
     "ClusterSpec", "InvalidClusterSpec", "UnknownTask", "split_address",
@@ -305,10 +306,16 @@ class Device:
     (the largest input or output of at least that many elements): there the entry
     ``"<type>|parallel"`` holds the kernel's cost, if calibrated
     (:meth:`kernel_cost` with ``parallel=True``).  See :class:`core.costs.StaticCostModel`.
+    ``dtype_flops`` holds the peak rate per dtype where it differs from ``peak_flops``
+    (a GPU's float16 tensor cores, its float64 units), ``{dtype name: FLOP/s}``;
+    :meth:`flops_for` reads it, falling back to ``peak_flops``.
 
     >>> d = Cluster.single_host().devices[0].replace_kernel_costs({"Add": (2e-6, 1.5)})
     >>> d.kernel_cost("Add"), d.kernel_cost("Mul")
     ((2e-06, 1.5), (0.0, 1.0))
+    >>> d = replace(d, dtype_flops={"float16": 1e12})
+    >>> d.flops_for("float16"), d.flops_for("float32") == d.peak_flops
+    (1000000000000.0, True)
     >>> d = Cluster.single_host(gpus=1).device("/job:localhost/replica:0/task:0/gpu:0")
     >>> d.name, d.task_name, d.spec.device_type
     ('/job:localhost/replica:0/task:0/device:GPU:0', '/job:localhost/replica:0/task:0', 'GPU')
@@ -329,6 +336,7 @@ class Device:
     op_overhead: float
     kernel_costs: tuple = ()
     parallel_min_elements: int = 0
+    dtype_flops: tuple = ()
 
     def __post_init__(self):
         if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
@@ -342,6 +350,26 @@ class Device:
             raise InvalidCluster(f"kernel_costs must map op types to (fixed seconds, roofline "
                                  f"factor), not {self.kernel_costs!r}", self.name) from None
         object.__setattr__(self, "kernel_costs", items)
+        rates = self.dtype_flops
+        try:
+            if isinstance(rates, Mapping):
+                rates = rates.items()
+            rates = tuple(sorted((str(k), v) for k, v in rates))
+        except (TypeError, ValueError):
+            raise InvalidCluster(f"dtype_flops must map dtype names to FLOP/s, not "
+                                 f"{self.dtype_flops!r}", self.name) from None
+        object.__setattr__(self, "dtype_flops", rates)
+
+    def flops_for(self, dtype: "str | None") -> float:
+        """The peak FLOP/s of a kernel on ``dtype`` (a dtype name, or anything with a
+        ``name``): its ``dtype_flops`` entry, else ``peak_flops``."""
+        if dtype is None or not self.dtype_flops:
+            return self.peak_flops
+        name = getattr(dtype, "name", dtype)
+        for key, rate in self.dtype_flops:
+            if key == name:
+                return rate
+        return self.peak_flops
 
     def kernel_cost(self, op_type: str, parallel: bool = False) -> tuple[float, float]:
         """``(fixed seconds, roofline factor)`` of ``op_type``'s kernel here; with
@@ -527,7 +555,8 @@ class Cluster:
     """
 
     def __init__(self, hosts: Iterable[Host], tasks: Iterable[Task], devices: Iterable[Device],
-                 links: "Mapping[str, Link] | Iterable[Link]", master=None, nvlink: bool = False):
+                 links: "Mapping[str, Link] | Iterable[Link]", master=None, nvlink: bool = False,
+                 runtime_model: "RuntimeModel | str | None" = None):
         self._hosts = tuple(sorted(hosts, key=lambda h: h.name))
         self._tasks = tuple(sorted(tasks, key=lambda t: (t.job, t.index)))
         self._devices = tuple(sorted(devices, key=device_sort_key))
@@ -535,6 +564,7 @@ class Cluster:
         self._links = {link.name: link for link in sorted(link_list, key=lambda l: l.name)}
         self._link_count = len(link_list)  # to catch two links with one name
         self._nvlink = bool(nvlink)
+        self._runtime_model = get_runtime_model(runtime_model)
         self._master = tuple(master) if master is not None else _default_master(self._tasks)
         # Lookups; validate() reports the duplicates these would hide.
         self._host_by_name = {h.name: h for h in self._hosts}
@@ -546,6 +576,22 @@ class Cluster:
     @property
     def hosts(self) -> tuple[Host, ...]:
         return self._hosts
+
+    @property
+    def runtime_model(self) -> RuntimeModel:
+        """The runtime the cluster's figures describe (:mod:`core.runtime_model`): what
+        ``sim.simulate`` predicts by default.  A preset's is :data:`~core.runtime_model.IDEAL`;
+        a calibration records the runtime it measured."""
+        return self._runtime_model
+
+    def with_runtime_model(self, model: "RuntimeModel | str") -> "Cluster":
+        """The same cluster with another runtime model.
+
+        >>> Cluster.single_host().with_runtime_model("interpreter").runtime_model.name
+        'interpreter'
+        """
+        return Cluster(self._hosts, self._tasks, self._devices, self._links, self._master,
+                       self._nvlink, model)
 
     @property
     def tasks(self) -> tuple[Task, ...]:
@@ -772,6 +818,8 @@ class Cluster:
         for op_type, fixed, factor in d.kernel_costs:
             _non_negative(d.name, f"kernel_costs[{op_type!r}] fixed seconds", fixed)
             _positive(d.name, f"kernel_costs[{op_type!r}] factor", factor)
+        for dtype, rate in d.dtype_flops:
+            _positive(d.name, f"dtype_flops[{dtype!r}]", rate)
 
     # -- copies with changes ------------------------------------------------------------------
     def replace_device(self, name: "str | Device", **changes) -> "Cluster":
@@ -783,14 +831,16 @@ class Cluster:
         """
         old = self.device(name)
         devices = [replace(d, **changes) if d.name == old.name else d for d in self._devices]
-        return Cluster(self._hosts, self._tasks, devices, self._links, self._master, self._nvlink)
+        return Cluster(self._hosts, self._tasks, devices, self._links, self._master, self._nvlink,
+                       self._runtime_model)
 
     def replace_link(self, name: str, **changes) -> "Cluster":
         """A new cluster where one link has some fields changed (validated)."""
         if name not in self._links:
             raise KeyError(f"unknown link {name!r}; the cluster has {list(self._links)}")
         links = [replace(l, **changes) if l.name == name else l for l in self._links.values()]
-        return Cluster(self._hosts, self._tasks, self._devices, links, self._master, self._nvlink)
+        return Cluster(self._hosts, self._tasks, self._devices, links, self._master, self._nvlink,
+                       self._runtime_model)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -802,9 +852,11 @@ class Cluster:
             "hosts": [asdict(h) for h in self._hosts],
             "tasks": [asdict(t) for t in self._tasks],
             "devices": [{**asdict(d), "kernel_costs": {k: [fixed, factor] for k, fixed, factor
-                                                       in d.kernel_costs}}
+                                                       in d.kernel_costs},
+                         "dtype_flops": dict(d.dtype_flops)}
                         for d in self._devices],
             "links": [asdict(l) for l in self._links.values()],
+            "runtime_model": self._runtime_model.to_dict(),
         }
 
     @classmethod
@@ -816,7 +868,8 @@ class Cluster:
         if data.get("format") != FORMAT:
             raise InvalidCluster(f"\"format\" must be {FORMAT!r}, not {data.get('format')!r}")
         keys = {"format", "master", "nvlink", "hosts", "tasks", "devices", "links"}
-        if set(data) != keys:
+        optional = {"runtime_model"}  # clusters saved before it was recorded: the ideal one
+        if not keys <= set(data) <= keys | optional:
             raise InvalidCluster(f"expected the keys {sorted(keys)}; missing "
                                  f"{sorted(keys - set(data))}, unexpected {sorted(set(data) - keys)}")
         master = data["master"]
@@ -828,8 +881,12 @@ class Cluster:
         records = {key: [_record(kind, item, f"{key}[{i}]") for i, item in enumerate(_list(data, key))]
                    for key, kind in (("hosts", Host), ("tasks", Task), ("devices", Device),
                                      ("links", Link))}
+        try:
+            runtime_model = RuntimeModel.from_dict(data.get("runtime_model", "ideal"))
+        except (TypeError, ValueError) as e:
+            raise InvalidCluster(f"\"runtime_model\": {e}") from None
         return cls(records["hosts"], records["tasks"], records["devices"], records["links"],
-                   master=tuple(master), nvlink=data["nvlink"])
+                   master=tuple(master), nvlink=data["nvlink"], runtime_model=runtime_model)
 
     def save(self, path: "str | os.PathLike") -> None:
         """Write the cluster as JSON (see :meth:`to_dict`)."""
@@ -851,7 +908,7 @@ class Cluster:
     # -- value semantics ------------------------------------------------------------------------
     def _key(self) -> tuple:
         return (self._hosts, self._tasks, self._devices, tuple(self._links.values()),
-                self._master, self._nvlink)
+                self._master, self._nvlink, self._runtime_model)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Cluster) and self._key() == other._key()
@@ -911,6 +968,30 @@ class Cluster:
             gpus[(job, index)] = (gpus_per_task if isinstance(gpus_per_task, int)
                                   else gpus_per_task.get(job, 0))
         return _build(tasks, gpus, cpu_cores, figures, nvlink)
+
+    @classmethod
+    def preset(cls, name: str, hosts: int = 1, gpu_memory_fraction: float | None = None,
+               network: str | None = None) -> "Cluster":
+        """A real machine with its published figures (``hosts`` of them, joined by
+        ``network``); ``gpu_memory_fraction`` keeps that share of each GPU's memory.  See
+        :func:`core.presets.build` for the machines, their sources and the errors.
+
+        >>> c = Cluster.preset("dgx-a100", hosts=2)
+        >>> len(c.devices), c.devices[1].flops_for("float16") / 1e12
+        (18, 312.0)
+        """
+        from core import presets  # core.presets builds on this module
+        return presets.build(name, hosts, gpu_memory_fraction, network)
+
+    @classmethod
+    def presets(cls) -> list[str]:
+        """The names :meth:`preset` knows, sorted.
+
+        >>> Cluster.presets()
+        ['dgx-a100', 'dgx1-v100', 'pcie-1080ti-x4']
+        """
+        from core import presets
+        return presets.names()
 
     @classmethod
     def this_machine(cls, job: str = "localhost", gpus: int | None = None, **overrides) -> "Cluster":
@@ -1067,7 +1148,7 @@ def _list(data: Mapping, key: str) -> list:
 
 # Record fields a cluster file may leave out (added after the format's first version).
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs", "parallel_min_elements",
-                 "size_costs"}
+                 "size_costs", "dtype_flops"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

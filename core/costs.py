@@ -74,7 +74,8 @@ class StaticCostModel(CostModel):
     are large beside its batch, ``[32, 1024] @ [1024, 1024]``, ran at 64% of a square
     product's rate per flop on this machine (a ``max`` predicts it at the square's);
     for elementwise ops the bytes dominate either way.  ``rate`` is the device's
-    single-thread ``peak_flops``, times its
+    single-thread peak rate for the op's dtype (:meth:`core.cluster.Device.flops_for`:
+    its ``dtype_flops`` entry, else ``peak_flops``), times its
     ``intra_op_speedup`` when the op's kernel is multithreaded, and ``(fixed, factor)``
     is the device's calibrated cost of the op type's kernel
     (:meth:`core.cluster.Device.kernel_cost`; ``(0, 1)`` when not calibrated), on its
@@ -91,7 +92,8 @@ class StaticCostModel(CostModel):
         outs = [t.spec for t in op.outputs]
         flops = op_def.flops(ins, outs, op.attrs)
         moved = op_def.bytes_read(ins, op.attrs) + op_def.bytes_written(outs, op.attrs)
-        rate = device.peak_flops * (device.intra_op_speedup if op_def.multithreaded else 1.0)
+        peak = device.flops_for(op_def.kernel_dtype(ins, outs)) if device.dtype_flops else device.peak_flops
+        rate = peak * (device.intra_op_speedup if op_def.multithreaded else 1.0)
         bandwidth = device.mem_bandwidth
         roofline = flops / rate + moved / bandwidth
         if device.kernel_costs:

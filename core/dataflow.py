@@ -248,10 +248,13 @@ class _OpArrays:
             self.n_ctrl, self.ctrl_op = np.zeros(n, np.int64), np.zeros(0, np.int64)
         type_id = self.type_ids
         persistent, aliasing = np.zeros(n, bool), np.zeros(n, bool)
+        forwarding = np.zeros(n, bool)
         for i in first_positions(type_id).tolist():  # the op table is read once per type
             op_def = get_op_def(types[i])
             persistent[i], aliasing[i] = op_def.persistent, bool(op_def.ref_inputs)
+            forwarding[i] = op_def.forwards_input
         self.persistent, self.aliasing = persistent[type_id], aliasing[type_id]
+        self.forwarding = forwarding[type_id]
         self.parent, self.attr_ids = None, None
 
     def attribute_ids(self) -> np.ndarray:
@@ -311,6 +314,7 @@ class _OpArrays:
         ctrl_base = np.concatenate([[0], np.cumsum(self.n_ctrl)[:-1]]).astype(np.int64)
         out.ctrl_op = new_pos[self.ctrl_op[_ranges(ctrl_base[sel], out.n_ctrl)]]
         out.persistent, out.aliasing = self.persistent[sel], self.aliasing[sel]
+        out.forwarding = self.forwarding[sel]
         out.type_ids = first_ids(out.types)
         out.parent, out.attr_ids = (self, sel), None
         return out
@@ -485,13 +489,13 @@ _KEPT_ARRAYS = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                 "csr_transfer_consumers", "csr_op_succ", "csr_op_sends",
                 "tensor_base", "tensor_op", "tensor_bytes", "tensor_spec", "transfer_tensor",
                 "transfer_dst", "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs",
-                "csr_op_releases", "initial_pending")
+                "buffer_parent", "csr_op_releases", "initial_pending")
 _ARRAY_ONLY = ("csr_op_pred_ops", "csr_op_pred_transfers", "csr_op_outputs",
                "csr_op_input_tensors", "csr_op_inputs", "csr_op_dead_outputs",
                "csr_op_releases", "csr_transfer_consumers", "csr_op_sends", "initial_pending",
                "tensor_spec",
                "tensor_base", "tensor_op", "tensor_bytes", "transfer_tensor", "transfer_dst",
-               "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs")
+               "transfer_src", "buffer_bytes", "buffer_device", "buffer_refs", "buffer_parent")
 
 
 class StepPlan:
@@ -518,7 +522,8 @@ class StepPlan:
     ``op_inputs`` (distinct buffers it reads), ``tensor_op``, ``tensor_bytes``,
     ``transfer_tensor``, ``transfer_src``, ``transfer_dst`` (device indices),
     ``transfer_consumers``, ``buffer_device``, ``buffer_bytes`` (memory: 0 for an output
-    that aliases its input, as an ``Assign``'s), ``resident`` (buffers held from the
+    that aliases its input, as an ``Assign``'s, or forwards it, as a variable's read),
+    ``buffer_parent`` (the buffer a forwarded output keeps alive, -1: none), ``resident`` (buffers held from the
     start: outputs of persistent ops), ``held`` (fetched tensors' buffers), and for
     cost models ``op_types``, ``tensor_spec`` (an id per distinct (dtype, shape)),
     ``op_attr_ids`` (see there, made on first use).
@@ -567,6 +572,7 @@ class StepPlan:
     buffer_bytes = _FromArray()
     buffer_device = _FromArray()
     buffer_refs = _FromArray()
+    buffer_parent = _FromArray()
 
     @classmethod
     def build(cls, graph_ops: Sequence[Operation], placement, fetches: Iterable | None = None,
@@ -658,6 +664,17 @@ class StepPlan:
         transfer_dst = keys[found] % n_dev
         n_transfers = len(transfer_tensor)
 
+        # Forwarded outputs (a variable's read, Identity, Reshape): on their input's
+        # device they are that input's buffer, so they allocate nothing and keep it
+        # alive (buffer_parent: the buffer each one keeps; -1 for the others).
+        buffer_parent = np.full(n_tensors, -1, np.int64)
+        first_edge = np.concatenate([[0], np.cumsum(n_in)[:-1]]).astype(np.int64)
+        fwd = np.flatnonzero(arrays.forwarding & (n_in > 0) & (n_out > 0))
+        if len(fwd):
+            fwd = fwd[~cross[first_edge[fwd]]]
+            buffer_parent[tensor_base[fwd]] = tid[first_edge[fwd]]
+            own_bytes[tensor_base[fwd]] = 0
+
         # Control edges.
         n_ctrl, ctrl_prod = arrays.n_ctrl, arrays.ctrl_op
         if len(ctrl_prod) and ctrl_prod.min() < 0:
@@ -730,6 +747,7 @@ class StepPlan:
             "buffer_refs": refs,
             "buffer_device": np.concatenate([dev[tensor_op], transfer_dst]),
             "buffer_bytes": np.concatenate([own_bytes, tbytes[transfer_tensor]]),
+            "buffer_parent": np.concatenate([buffer_parent, np.full(n_transfers, -1, np.int64)]),
             "initial_pending": (np.bincount(pred_cons, minlength=n)
                                 + np.bincount(xpred_cons, minlength=n)),
         }

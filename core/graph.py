@@ -554,6 +554,13 @@ class Graph:
             raise GraphError("invalid graph: " + "; ".join(problems))
         topological_order(self._ops)
 
+    def as_graph_def(self, add_shapes: bool = False):
+        """This graph as a TensorFlow GraphDef message (:mod:`core.graph_def`): what
+        ``tf.import_graph_def`` reads, with the requested devices and colocation; with
+        ``add_shapes``, each node's ``_output_shapes``."""
+        from core.graph_def import graph_to_graph_def
+        return graph_to_graph_def(self, add_shapes=add_shapes)
+
     def __repr__(self) -> str:
         return f"<Graph with {len(self._ops)} ops>"
 

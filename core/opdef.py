@@ -260,6 +260,9 @@ class OpDef:
         colocated with the producer of each and its output aliases input 0.
     persistent : the output is resident state (a variable's buffer), not a per-step tensor.
     gradient : ``(op, grads of outputs) -> grads of inputs``; None when not differentiable.
+    forwards_input : output 0 is input 0's buffer, as TensorFlow forwards it (a
+        variable's read, Identity, Reshape, StopGradient): on the input's device it
+        allocates nothing, and the input's buffer lives as long as either is read.
     tf_type : TensorFlow's op type name when it differs from ours (``"AddV2"`` for
         ``"Add"``): a GraphDef export writes it, and :func:`core.ops.get_op_def` and the
         builders accept it as another spelling.  Ops added since take TensorFlow's name
@@ -282,6 +285,7 @@ class OpDef:
     gradient: Callable | None = None
     min_inputs: int = 0
     max_inputs: int | None = 0
+    forwards_input: bool = False
     tf_type: str | None = None
     const_inputs: tuple[tuple[int, str], ...] = ()
 

@@ -42,7 +42,7 @@ OPS: dict[str, OpDef] = table(
     OpDef("AssignSub", infer_assign, flops_per_output(1), kernels=kernels_for(gpu=GPU_NO_INT32),
           stateful=True, ref_inputs=(0,), min_inputs=2, max_inputs=2),
     # Elementwise.
-    OpDef("Identity", infer_unary, gradient=lazy_gradient("identity_grad"), min_inputs=1, max_inputs=1),
+    OpDef("Identity", infer_unary, forwards_input=True, gradient=lazy_gradient("identity_grad"), min_inputs=1, max_inputs=1),
     OpDef("Neg", infer_unary, flops_per_output(1), gradient=lazy_gradient("neg_grad"),
           min_inputs=1, max_inputs=1),
     OpDef("Add", infer_binary, flops_per_output(1), tf_type="AddV2", multithreaded=True,
@@ -77,7 +77,7 @@ OPS: dict[str, OpDef] = table(
     # Data movement.
     OpDef("BroadcastTo", infer_broadcast_to, const_inputs=((1, "shape"),), gradient=lazy_gradient("broadcast_to_grad"),
           min_inputs=1, max_inputs=1),
-    OpDef("Reshape", infer_reshape, const_inputs=((1, "shape"),), gradient=lazy_gradient("reshape_grad"), min_inputs=1, max_inputs=1),
+    OpDef("Reshape", infer_reshape, forwards_input=True, const_inputs=((1, "shape"),), gradient=lazy_gradient("reshape_grad"), min_inputs=1, max_inputs=1),
     OpDef("Transpose", infer_transpose, const_inputs=((1, "perm"),), gradient=lazy_gradient("transpose_grad"),
           min_inputs=1, max_inputs=1),
     OpDef("Concat", infer_concat, tf_type="ConcatV2", const_inputs=((-1, "axis"),), gradient=lazy_gradient("concat_grad"), min_inputs=1, max_inputs=None),
@@ -89,7 +89,8 @@ def _merge_families() -> None:
     """Add the op families' tables to ``OPS``; an op type defined twice is an error."""
     from core.ops_math import MATH_OPS
     from core.ops_nn import NN_OPS
-    for family in (MATH_OPS, NN_OPS):
+    from core.ops_train import TRAIN_OPS
+    for family in (MATH_OPS, NN_OPS, TRAIN_OPS):
         twice = sorted(set(family) & set(OPS))
         if twice:
             raise ValueError(f"op types defined twice in the op table: {twice}")

@@ -17,6 +17,7 @@ from typing import Mapping
 
 import runtime
 import sim
+from core.runtime_model import INTERPRETER
 from core.cluster import Cluster, ClusterSpec, usable_cpu_cores
 from core.costs import CostModel
 from core.graph import Graph
@@ -26,27 +27,18 @@ from core.trace import Trace
 from experiments.machine_load import OtherLoad
 from experiments.workloads.mlp import Workload
 from runtime.calibrate import calibrate, calibrate_distributed
-from runtime.executor import _CHEAP_ELEMENTS  # the executor's limit for ops run inline
 
 __all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure", "measure_placements",
            "prepared_session",
            "runtime_cluster_spec", "server_env", "this_host_cluster", "calibrate_this_host",
            "describe_calibration", "RUNTIME_SIM"]
 
-#: The simulator's settings for predicting the runtime's executor: it dispatches ops in
-#: Python, one at a time per server process (``serial_dispatch``), and the thread that
-#: ends an op goes on with the ops it made ready, its cheap ones and one other, taking
-#: the freed cores before a waiting thread of its process can (``inline_elements``, the
-#: executor's own limit for cheap ops): how the executor's threads share one interpreter
-#: lock.  The interpreters of the server processes share the host's cores, with each
-#: other and with the kernels (``dispatch_cores``: three processes on two cores do not
-#: all run Python at once, nor while two kernels hold both cores).  Those cores also copy
-#: the tensors crossing processes (``copies_on_cores``) and do the step's fixed work, the
-#: client's and master's calls and each task's taking its call (``step_costs_on_cores``):
-#: with both, the model books as much CPU per step and server process as /proc measured.
-RUNTIME_SIM = sim.SimConfig(serial_dispatch=True, inline_elements=_CHEAP_ELEMENTS,
-                            dispatch_cores=True, copies_on_cores=True,
-                            step_costs_on_cores=True)
+#: The simulator's settings for predicting the runtime's executor: its runtime model
+#: (:data:`core.runtime_model.INTERPRETER`: ops dispatched in Python, one at a time per
+#: server process, cheap ops run inline, the host's cores shared by the interpreters, the
+#: kernels, the copies between processes and the step's fixed work).  A calibrated
+#: cluster records that model itself; this names it for the clusters that are not.
+RUNTIME_SIM = sim.SimConfig(runtime=INTERPRETER)
 
 
 def this_host_cluster(threads: int = 0) -> Cluster:

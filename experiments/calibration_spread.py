@@ -119,7 +119,8 @@ def with_figures_of(base: Cluster, source: Cluster, group: str) -> Cluster:
     else:
         links = {name: taken(link, source.links[name]) if link.kind == "memcpy" else link
                  for name, link in links.items()}
-    return Cluster(base.hosts, tasks, devices, links, base.master, base.nvlink)
+    return Cluster(base.hosts, tasks, devices, links, base.master, base.nvlink,
+                   base.runtime_model)
 
 
 def spread_by_figure(workloads: list[str], placer_names: list[str], clusters: list[Cluster]

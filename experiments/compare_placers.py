@@ -88,9 +88,9 @@ def placers_to_compare() -> dict[str, placers.Placer]:
         "round_robin": placers.RoundRobinPlacer(),
         "round_robin_vars": placers.RoundRobinPlacer(variables_only=True),
         # The runtime's executor dispatches one op at a time per task (see
-        # CostModelPlacer's serial_dispatch): its placements are judged on that.  A split
+        # CostModelPlacer's runtime model): its placements are judged on that.  A split
         # must be estimated SPLIT_MARGIN faster than one device to be taken.
-        "cost_model": placers.CostModelPlacer(serial_dispatch=True, split_margin=SPLIT_MARGIN),
+        "cost_model": placers.CostModelPlacer(runtime="interpreter", split_margin=SPLIT_MARGIN),
     }
 
 

@@ -274,14 +274,14 @@ def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
     """Place with static costs, run, measure a cost model from that run, place again;
     then time both placements side by side."""
     static_p = first["placements"].get("cost_model") or placers.CostModelPlacer(
-        serial_dispatch=True, split_margin=SPLIT_MARGIN).place(w.graph, cluster)
+        runtime="interpreter", split_margin=SPLIT_MARGIN).place(w.graph, cluster)
     profile = first["measured"].get("cost_model")
     if profile is None:
         profile = measure_placements(w, {"static": static_p}, local, repeats=1, traced=3,
                                      config=config)["static"]
     measured_cost = profile_cost_model(profile.traces, w.graph)
     profiled = measured_cost.with_overheads(cluster)
-    proposed = placers.CostModelPlacer(cost_model=measured_cost, serial_dispatch=True,
+    proposed = placers.CostModelPlacer(cost_model=measured_cost, runtime="interpreter",
                                        split_margin=SPLIT_MARGIN).place(
         w.graph, profiled)
     # The placer proposes, the simulator with the measured costs decides: the placer's

@@ -47,6 +47,7 @@ from typing import Iterable, Sequence
 from core.costs import CostModel, StaticCostModel, tensor_bytes
 from core.graph import Graph, Operation, Tensor, ops_needed, topological_order
 from core.placement import Placement, PlacementError
+from core.runtime_model import RuntimeModel, get_runtime_model
 from placers.base import BasePlacer, register
 
 __all__ = ["CostModelPlacer", "estimate_step_time"]
@@ -57,11 +58,13 @@ class _Model:
     the estimates (so both use one model)."""
 
     def __init__(self, ops: Sequence[Operation], cluster, cost_model: CostModel,
-                 serial_dispatch: bool = False):
+                 runtime: "RuntimeModel | str | None" = None):
         self.ops = list(ops)
         self.cluster = cluster
         self.cost_model = cost_model
-        self.serial_dispatch = serial_dispatch
+        # The runtime estimated for: the one given, else the cluster's (sim.simulate's rule).
+        self.runtime = get_runtime_model(runtime if runtime is not None else cluster.runtime_model)
+        self.serial_dispatch = self.runtime.serial_dispatch
         self.devices = list(cluster.devices)
         tasks: dict[tuple, int] = {}
         self.device_task = [tasks.setdefault((d.job, d.task), len(tasks)) for d in self.devices]
@@ -192,7 +195,7 @@ class _Model:
                     begin = finish[j]
                     duration = self.transfer_time(tensor_bytes_cached(t), src, k)
                     if serial:  # the route's latency is the two ends' work, half each
-                        # (sim.SimConfig.serial_dispatch): the sender's dispatcher
+                        # (RuntimeModel.serial_dispatch): the sender's dispatcher
                         # sends it, the links carry the rest of its time
                         half = sum(link.latency for link in self.route(src, k)) / 2
                         sender = device_task[src]
@@ -273,20 +276,21 @@ def _signature(op: Operation):
 
 
 def estimate_step_time(graph: Graph, placement: Placement, cluster, cost_model: CostModel | None = None,
-                       fetches: Iterable | None = None, serial_dispatch: bool = False) -> float:
+                       fetches: Iterable | None = None,
+                       runtime: "RuntimeModel | str | None" = None) -> float:
     """The step time the cost-model placer's model predicts for ``placement``.
 
     A quick list-scheduling estimate (links carry one transfer at a time, in the order
     the schedule books them; no memory), not the simulator:
-    use :func:`sim.simulate` for a faithful prediction.  ``serial_dispatch``: as the
-    placer's option.
+    use :func:`sim.simulate` for a faithful prediction.  ``runtime``: as the placer's
+    option.
     """
     cost_model = cost_model or StaticCostModel()
     if fetches is None:
         ops = graph.get_operations()
     else:
         ops = ops_needed([f.op if isinstance(f, Tensor) else f for f in fetches])
-    model = _Model(topological_order(ops), cluster, cost_model, serial_dispatch)
+    model = _Model(topological_order(ops), cluster, cost_model, runtime)
     return _estimate(model, [model.dev_index[placement[op.name]] for op in model.ops])
 
 
@@ -322,12 +326,13 @@ class CostModelPlacer(BasePlacer):
     scope_candidates : also run the earliest-finish pass seeded by the graph's name scopes
         (layers, towers spread over the devices) on graphs of at most this many ops, and
         keep the best (0: never).
-    serial_dispatch : each task dispatches one op at a time, as :class:`sim.SimConfig`'s
-        option of that name models the runtime's Python executor: an op's ``op_overhead``
-        and kernel fixed cost wait for and hold its task's dispatcher, and each end of a
-        transfer holds its task's dispatcher for half the route's latency.  So a split
-        pays only when the work it spreads outweighs the CPU its crossings cost both
-        tasks.
+    runtime : the runtime placed for, a :class:`core.runtime_model.RuntimeModel` or its
+        name (None: the cluster's ``runtime_model``, as :func:`sim.simulate` takes it).
+        The estimate follows its ``serial_dispatch``: each task dispatches one op at a
+        time, as the runtime's Python executor does: an op's ``op_overhead`` and kernel
+        fixed cost wait for and hold its task's dispatcher, and each end of a transfer
+        holds its task's dispatcher for half the route's latency.  So a split pays only
+        when the work it spreads outweighs the CPU its crossings cost both tasks.
     split_margin : with ``single_device_guard``, a placement over more tasks must be
         estimated faster than the best one-device placement by more than this fraction,
         else the one-device placement wins (default 0: the estimate alone decides).  A
@@ -341,12 +346,13 @@ class CostModelPlacer(BasePlacer):
 
     def __init__(self, cost_model: CostModel | None = None, check_memory: bool = True,
                  single_device_guard: bool = True, scope_candidates: int = 20_000,
-                 serial_dispatch: bool = False, split_margin: float = 0.0, **options):
+                 runtime: "RuntimeModel | str | None" = None, split_margin: float = 0.0,
+                 **options):
         super().__init__(**options)
         if not split_margin >= 0:
             raise ValueError(f"split_margin must be a non-negative fraction, not {split_margin!r}")
         self.split_margin = split_margin
-        self.serial_dispatch = serial_dispatch
+        self.runtime = None if runtime is None else get_runtime_model(runtime)
         self.cost_model = cost_model or StaticCostModel()
         self.check_memory = check_memory
         self.single_device_guard = single_device_guard
@@ -354,8 +360,7 @@ class CostModelPlacer(BasePlacer):
         self.estimated_step_time: float | None = None
 
     def choose(self, constraints):
-        model = _Model(constraints.order, constraints.cluster, self.cost_model,
-                       self.serial_dispatch)
+        model = _Model(constraints.order, constraints.cluster, self.cost_model, self.runtime)
         group_of = [constraints.op_group[op.name] for op in model.ops]
         fixed_groups = {g.index: model.dev_index[g.fixed]
                         for g in constraints.groups if g.fixed is not None}

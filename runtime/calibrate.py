@@ -68,6 +68,7 @@ from typing import Iterable
 import numpy as np
 
 from core.cluster import Cluster
+from core.runtime_model import INTERPRETER
 
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
@@ -245,6 +246,8 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
         link = f"memcpy:{host.name}"
         if link in cluster.links:
             cluster = cluster.replace_link(link, bandwidth=memcpy[0], latency=memcpy[1])
+    # The figures describe this lab's executor: simulate() predicts it by default.
+    cluster = cluster.with_runtime_model(INTERPRETER)
     if path is not None:
         cluster.save(path)
     return cluster
@@ -578,7 +581,8 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     # the kernels of a realistic graph; a chain of Identity ops shows less).
     devices = [replace(d, op_overhead=dispatch) if d.is_cpu and not d.kernel_costs else d
                for d in cluster.devices]
-    out = Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink)
+    out = Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink,
+                  INTERPRETER)
     if path is not None:
         out.save(path)
     figures = {"step_overhead": step, "part_overhead": part, "step_samples": step_samples,

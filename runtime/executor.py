@@ -91,7 +91,6 @@ array(12., dtype=float32)
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -105,6 +104,7 @@ from core.dataflow import FINISHED, StepPlan, StepState
 from core.devices import DeviceSpec
 from core.graph import Operation, topological_order
 from core.ops import get_op_def
+from core.runtime_model import INTERPRETER
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
                             LabRuntimeError, OpError, Unavailable)
@@ -119,9 +119,6 @@ KERNEL, VARIABLE, FED, REMOTE, SINK = range(5)
 LOCAL_COPY, RECV, SEND = range(3)
 
 _CONTROL_VALUE = np.zeros(0, np.float32)
-#: A kernel whose every input and output has at most this many elements is cheap
-#: (a 64x64 matmul at most: the kernels run it serially).
-_CHEAP_ELEMENTS = 4096
 
 
 @dataclass
@@ -429,14 +426,15 @@ class _ExecPlan:
                             and m.real.inputs[0].op.name not in written
                             and m.real.inputs[0].op.name in plan.op_index)
         # Cheap ops may run inline on a thread that would only wait (Step._run_ready):
-        # variable reads, and CPU kernels on small tensors of known shape (which run
-        # serially: below the kernels' parallel thresholds).
+        # by the runtime model the simulator predicts this executor with (variables,
+        # CPU kernels on small tensors of known shape), and forwarded variable reads,
+        # which do no kernel work.
+        is_cheap = INTERPRETER.is_cheap
         for node, m in zip(nodes, plan.ops):
             node.cheap = node.kind == VARIABLE or node.forward or (
-                node.kind == KERNEL and node.device.is_cpu and all(
-                    t.shape is not None and None not in tuple(t.shape)
-                    and math.prod(t.shape) <= _CHEAP_ELEMENTS
-                    for t in (*m.real.inputs, *m.real.outputs)))
+                node.kind == KERNEL and is_cheap(
+                    m.type, [t.shape for t in (*m.real.inputs, *m.real.outputs)],
+                    node.device.is_cpu))
         self.nodes = nodes
         # One sink per destination device of sends; it finishes once its sends are done.
         self.n_sinks = sum(1 for n in nodes if n.kind == SINK)

@@ -461,7 +461,6 @@ class MasterService(master_pb2_grpc.MasterServicer):
         # wakes on either.
         changed = threading.Event()
         answered: list = []    # parts whose answer (or failure) was handled
-        restarted: list = []   # (part, request) of workers that forgot the partition
 
         def fail(err: BaseException) -> None:
             with lock:
@@ -471,6 +470,20 @@ class MasterService(master_pb2_grpc.MasterServicer):
             changed.set()
             self._abort(step_id, involved, err)
 
+        def run_again(p: _TaskPart, request) -> None:
+            # At once, on its own thread: the other parts may be waiting for this one's
+            # tensors (a producer that restarted), so it cannot wait for their answers.
+            try:
+                reply = self._run_again(sess, p, sig, request, deadline)
+                with lock:
+                    results[p.task] = reply
+            except BaseException as err:  # noqa: BLE001
+                fail(err)
+            finally:
+                with lock:
+                    answered.append(p)
+                changed.set()
+
         def on_answer(p: _TaskPart, client, request, reply, error) -> None:
             # On the stream's reader thread: must not raise.
             try:
@@ -479,8 +492,11 @@ class MasterService(master_pb2_grpc.MasterServicer):
                         self.peers.reset(client.address, client)
                     fail(transport_error(error, task_name(*p.task)))
                 elif reply.error.type == UNKNOWN_PARTITION:
-                    with lock:
-                        restarted.append((p, request))
+                    # The worker restarted: register the part with it again and rerun
+                    # it in this step; answered when that ends.
+                    threading.Thread(target=run_again, args=(p, request), daemon=True,
+                                     name="run-again").start()
+                    return
                 elif reply.error.type:
                     fail(error_from_proto(reply.error))
                 else:
@@ -489,10 +505,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
                         results[p.task] = reply
             except BaseException as err:  # noqa: BLE001
                 fail(err)
-            finally:
-                with lock:
-                    answered.append(p)
-                changed.set()
+            with lock:
+                answered.append(p)
+            changed.set()
 
         # Remote parts first (messages on open streams), then this task's part in this
         # thread.
@@ -555,13 +570,6 @@ class MasterService(master_pb2_grpc.MasterServicer):
             while not first_error and len(answered) < len(calls) - len(late):
                 changed.clear()
                 changed.wait(1.0)
-        for p, request in restarted:
-            if first_error:
-                break
-            try:
-                results[p.task] = self._run_again(sess, p, sig, request, deadline)
-            except BaseException as err:  # noqa: BLE001
-                fail(err)
         if not first_error and any(p.task not in results for p in sig.parts):
             fail(errors.DeadlineExceeded(f"step {step_id} ran past its deadline of {timeout} s"))
         if first_error:

@@ -104,6 +104,9 @@ class Server:
             tensors of processes of this host on Unix sockets too (``False``: gRPC
             only, as from another host).
         max_workers: gRPC handler threads (each open stream holds one).
+        max_receive_bytes: the largest message (gRPC) or frame (local socket) taken;
+            larger ones are refused before they are read (``RESOURCE_EXHAUSTED``).
+        max_local_connections: local-socket connections held at once, per listener.
 
     Attributes: ``target`` (``grpc://host:port``), ``cluster_spec``, ``job_name``,
     ``task_index``, ``cluster`` (the hardware view), ``worker``, ``master``.
@@ -114,7 +117,8 @@ class Server:
                  start: bool = True, *, bind_host: str = wire.LOCALHOST,
                  hardware: "Cluster | str | os.PathLike | None" = None,
                  shm_min_bytes: int | None = SHM_MIN_BYTES, local_sockets: bool = True,
-                 max_workers: int = 256):
+                 max_workers: int = 256, max_receive_bytes: int = wire.MAX_RECEIVE_BYTES,
+                 max_local_connections: int = wire.MAX_LOCAL_CONNECTIONS):
         if protocol not in (None, "grpc"):
             raise InvalidArgument(f"unknown protocol {protocol!r}; only 'grpc' is supported")
         spec = ClusterSpec(server_or_cluster_def)
@@ -137,7 +141,9 @@ class Server:
                                     peers=self._peers, shm_min_bytes=shm_min_bytes)
         self.master = MasterService(self.cluster, self.worker, self._peers)
         try:
-            self._server, self.port = wire.create_server(bind_host, port, max_workers=max_workers)
+            self._server, self.port = wire.create_server(
+                bind_host, port, max_workers=max_workers,
+                options=wire.server_options(max_receive_bytes))
         except BaseException:
             self.worker.close()
             self.master.close()
@@ -147,6 +153,8 @@ class Server:
         self._started = False
         self._local_calls: wire.LocalCallListener | None = None
         self._local_sockets = local_sockets
+        self._local_limits = {"max_frame_bytes": max_receive_bytes,
+                              "max_connections": max_local_connections}
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
         if start:
@@ -176,7 +184,7 @@ class Server:
             self._server.start()
             # Only once the gRPC port is ours: the local sockets are named after it.
             if self._local_sockets:
-                self.worker.listen_local()
+                self.worker.listen_local(**self._local_limits)
                 self._listen_local_calls()
             self._started = True
 
@@ -192,7 +200,8 @@ class Server:
                 master_pb2.RunStepRequest.FromString(data)).SerializeToString(),
         }
         try:
-            self._local_calls = wire.LocalCallListener(self.address, handlers)
+            self._local_calls = wire.LocalCallListener(self.address, handlers,
+                                                       **self._local_limits)
         except (OSError, TypeError):
             self._local_calls = None
 

@@ -82,6 +82,7 @@ from runtime.protos import tensor_pb2, tensor_pb2_grpc
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES", "DEFAULT_DEADLINE", "LOCALHOST", "MAX_MESSAGE_BYTES", "WIRE_DTYPES",
+    "MAX_RECEIVE_BYTES", "MAX_LOCAL_FRAME_BYTES", "MAX_LOCAL_CONNECTIONS", "same_user",
     "WireError", "TransportError", "PeerUnavailable", "DeadlineExceeded", "RemoteError",
     "BindError",
     "RendezvousKey", "rendezvous_key", "parse_rendezvous_key",
@@ -117,6 +118,15 @@ LOCALHOST = "127.0.0.1"
 #: it is raised from gRPC's 4 MiB default so that one-message (unary) transfers of
 #: large tensors work too. Protobuf cannot serialize messages of 2 GiB or more.
 MAX_MESSAGE_BYTES = (1 << 31) - 1
+
+#: Largest message a server of the runtime takes unless told otherwise (gRPC's receive
+#: limit, and a local socket's frame limit). Tensors between tasks travel in chunks of
+#: :data:`DEFAULT_CHUNK_BYTES` (or as shared-memory references), so only feeds and
+#: fetches, which travel whole in a step's request and answer, come near it: a 64 MiB
+#: one fits with room for the message around it. A larger message is refused with
+#: ``RESOURCE_EXHAUSTED`` before it is read: a peer cannot make a server hold (and
+#: glibc keep) hundreds of MiB with one message.
+MAX_RECEIVE_BYTES = 65 << 20
 
 #: Element types that may cross the wire, by numpy name. Bytes are little-endian.
 WIRE_DTYPES: dict[str, np.dtype] = {
@@ -623,11 +633,13 @@ def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[st
     ]
 
 
-def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
-    """Options for servers: raised size limits, accept the clients' keepalive pings."""
+def server_options(max_receive_bytes: int = MAX_RECEIVE_BYTES) -> list[tuple[str, Any]]:
+    """Options for servers: messages up to ``max_receive_bytes`` taken (larger ones are
+    refused with ``RESOURCE_EXHAUSTED`` before they are read), any size sent; accept
+    the clients' keepalive pings."""
     return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", max_receive_bytes),
         ("grpc.http2.max_frame_size", _MAX_HTTP2_FRAME),  # see channel_options
         # Without these the server answers our clients' idle pings with GOAWAY
         # ("too_many_pings") and drops the connection.
@@ -1220,7 +1232,9 @@ def start_tensor_store(host: str = LOCALHOST, port: int = 0, *,
         [1.0, 1.0, 1.0]
     """
     servicer = TensorStoreServicer()
-    server, bound = create_server(host, port, max_workers=max_workers)
+    # The demo measures one-message (unary) transfers of large tensors too.
+    server, bound = create_server(host, port, max_workers=max_workers,
+                                  options=server_options(MAX_MESSAGE_BYTES))
     add_tensor_store_to_server(servicer, server)
     server.start()
     return TensorStoreServer(server, servicer, host, bound)
@@ -1402,6 +1416,18 @@ class TensorStoreProcess:
 
 _FRAME_LENGTH_BYTES = 8
 
+#: Largest frame a local listener takes unless told otherwise (a server passes its
+#: ``max_receive_bytes``): a longer announced length closes the connection.
+MAX_LOCAL_FRAME_BYTES = MAX_RECEIVE_BYTES
+
+#: Connections a local listener holds at once unless told otherwise; beyond it a new
+#: connection is closed at once (each holds a reader thread).
+MAX_LOCAL_CONNECTIONS = 64
+
+#: Bytes a frame's buffer starts at; it doubles as the bytes arrive, so the memory a
+#: peer makes us hold is at most twice what it sent, never what it announced.
+_FIRST_PIECE_BYTES = 1 << 20
+
 #: Socket buffer bytes asked for on local connections (the kernel caps it at its
 #: ``net.core.wmem_max``/``rmem_max``). With the default ~200 KiB a 4 MiB answer (an MLP's
 #: fetched output) crosses in ~20 pieces, each waking the reader and then the writer.
@@ -1427,6 +1453,48 @@ def _widen(sock) -> None:
             pass
 
 
+def peer_uid(sock) -> int | None:
+    """The user id of the process at the other end of Unix socket ``sock`` (Linux's
+    ``SO_PEERCRED``); None where the platform does not say."""
+    import socket
+    import struct
+
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    try:
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option,
+                                                              struct.calcsize("3i")))
+    except OSError:
+        return None
+    return uid
+
+
+def same_user(sock) -> bool:
+    """True when the peer of ``sock`` runs as this process's user. Abstract Unix
+    sockets carry no file permissions, so this check is what keeps other local users
+    out (and, on the connecting side, what tells a squatter of the name from our
+    server)."""
+    uid = peer_uid(sock)
+    return uid is None or uid == os.getuid()
+
+
+def _connect_local(name: str, timeout: float = 2.0):
+    """A connected Unix socket to ``name``, whose listener runs as this user; raises
+    ``PermissionError`` (an ``OSError``: treated as no listener) when it does not."""
+    sock = _unix_socket()
+    sock.settimeout(timeout)
+    try:
+        sock.connect(name)
+        if not same_user(sock):
+            raise PermissionError(f"the local socket {name[1:]!r} belongs to another user")
+    except OSError:
+        sock.close()
+        raise
+    sock.settimeout(None)
+    return sock
+
+
 def local_push_name(address: str) -> str:
     """The abstract Unix socket name of the task serving ``address`` (Linux)."""
     return "\0placement-lab-push/" + address
@@ -1448,14 +1516,20 @@ def _close_listening(sock) -> None:
 class _UnixListener:
     """A Unix-socket server for processes of this host: accepts connections at
     ``path`` and reads length-prefixed frames on one thread per connection, handing
-    each to :meth:`_handle` in order.  A connection ends on EOF, an error, or a frame
-    ``_handle`` refuses (it raised, or returned False)."""
+    each to :meth:`_handle` in order.  A connection ends on EOF, an error, a frame
+    longer than ``max_frame_bytes``, or a frame ``_handle`` refuses (it raised, or
+    returned False). Only processes of this user may connect (:func:`same_user`), at
+    most ``max_connections`` at once; a frame's buffer grows as its bytes arrive."""
 
     _kind = "local"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, *, max_frame_bytes: int = MAX_LOCAL_FRAME_BYTES,
+                 max_connections: int = MAX_LOCAL_CONNECTIONS):
         import socket
 
+        self.max_frame_bytes = max_frame_bytes
+        self.max_connections = max_connections
+        self.refused = 0  # connections refused (another user, too many): for tests
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.bind(path)
@@ -1477,12 +1551,16 @@ class _UnixListener:
                 conn, _ = self._sock.accept()
             except OSError:  # closed
                 return
-            _widen(conn)
             with self._lock:
                 if self._closed:
                     conn.close()
                     return
+                if len(self._conns) >= self.max_connections or not same_user(conn):
+                    self.refused += 1
+                    conn.close()
+                    continue
                 self._conns.add(conn)
+            _widen(conn)
             threading.Thread(target=self._read, args=(conn,), daemon=True,
                              name=f"{self._kind} read").start()
 
@@ -1492,7 +1570,10 @@ class _UnixListener:
                 head = _recv_exact(conn, _FRAME_LENGTH_BYTES)
                 if head is None:
                     return
-                frame = _recv_exact(conn, int.from_bytes(head, "little"))
+                length = int.from_bytes(head, "little")
+                if length > self.max_frame_bytes:
+                    return  # refused before a byte of it is held
+                frame = _recv_exact(conn, length)
                 if frame is None or self._handle(conn, frame) is False:
                     return
         except Exception:  # noqa: BLE001 - a broken or bad connection: drop it
@@ -1523,9 +1604,9 @@ class LocalPushListener(_UnixListener):
 
     _kind = "local-push"
 
-    def __init__(self, address: str, deliver: Callable[[memoryview], None]):
+    def __init__(self, address: str, deliver: Callable[[memoryview], None], **limits):
         self._deliver = deliver
-        super().__init__(local_push_name(address))
+        super().__init__(local_push_name(address), **limits)
 
     def _handle(self, conn, frame: memoryview) -> bool:
         self._deliver(frame)
@@ -1534,11 +1615,19 @@ class LocalPushListener(_UnixListener):
 
 def _recv_exact(conn, n: int) -> memoryview | None:
     """``n`` bytes from ``conn``; None at EOF before the first byte. Raises
-    ``ConnectionError`` on EOF in the middle."""
-    buf = bytearray(n)
+    ``ConnectionError`` on EOF in the middle. The buffer starts at
+    :data:`_FIRST_PIECE_BYTES` and doubles as it fills: a peer that announces much and
+    sends little holds little of our memory."""
+    buf = bytearray(min(n, _FIRST_PIECE_BYTES))
     view = memoryview(buf)
     got = 0
     while got < n:
+        if got == len(buf):
+            grown = bytearray(min(n, 2 * len(buf)))
+            grown[:got] = view
+            view.release()
+            buf = grown
+            view = memoryview(buf)
         k = conn.recv_into(view[got:])
         if k == 0:
             if got == 0:
@@ -1556,14 +1645,7 @@ class LocalPushSender:
     ``ConnectionError`` once the connection broke (the peer died)."""
 
     def __init__(self, address: str, timeout: float = 2.0):
-        self._sock = _unix_socket()
-        self._sock.settimeout(timeout)
-        try:
-            self._sock.connect(local_push_name(address))
-        except OSError:
-            self._sock.close()
-            raise
-        self._sock.settimeout(None)
+        self._sock = _connect_local(local_push_name(address), timeout)
         self._lock = threading.Lock()
         self._backlog: list = []
         self._writing = False  # the writer thread owns the socket until the backlog drained
@@ -1677,9 +1759,10 @@ class LocalCallListener(_UnixListener):
 
     _kind = "local-call"
 
-    def __init__(self, address: str, handlers: dict[str, Callable[[memoryview], bytes]]):
+    def __init__(self, address: str, handlers: dict[str, Callable[[memoryview], bytes]],
+                 **limits):
         self._handlers = handlers
-        super().__init__(local_call_name(address))
+        super().__init__(local_call_name(address), **limits)
 
     def _handle(self, conn, frame: memoryview) -> bool:
         name_end = 1 + frame[0]
@@ -1702,14 +1785,7 @@ class _LocalConnection:
 
     def __init__(self, caller: "LocalCaller"):
         self._caller = caller
-        self._sock = _unix_socket()
-        self._sock.settimeout(2.0)
-        try:
-            self._sock.connect(local_call_name(caller.address))
-        except OSError:
-            self._sock.close()
-            raise
-        self._sock.settimeout(None)
+        self._sock = _connect_local(local_call_name(caller.address))
         self._lock = threading.Lock()
         self._callback: Callable | None = None
         self._started = 0.0
@@ -1887,14 +1963,7 @@ class LocalCaller(StreamCaller):
                                       0.0)
             if self._blocking_idle:
                 return self._blocking_idle.pop()
-        sock = _unix_socket()
-        sock.settimeout(2.0)
-        try:
-            sock.connect(local_call_name(self.address))
-        except OSError:
-            sock.close()
-            raise
-        return sock
+        return _connect_local(local_call_name(self.address))
 
     def _release_blocking(self, sock) -> None:
         with self._lock:

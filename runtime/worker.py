@@ -1185,15 +1185,16 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         return worker_pb2.CloseSessionResponse()
 
     # -- lifecycle -----------------------------------------------------------------------
-    def listen_local(self) -> bool:
+    def listen_local(self, **limits) -> bool:
         """Take pushes from tasks of this host on a Unix socket too (see
-        :class:`runtime.wire.LocalPushListener`); False where that is not possible."""
+        :class:`runtime.wire.LocalPushListener`; ``limits``: its ``max_frame_bytes``,
+        ``max_connections``); False where that is not possible."""
         if self._local_listener is not None:
             return True
 
         try:
             self._local_listener = wire.LocalPushListener(
-                self._address_of[(self.job, self.task)], self._take_frame)
+                self._address_of[(self.job, self.task)], self._take_frame, **limits)
         except (OSError, KeyError, TypeError):  # no abstract sockets here, no address
             return False
         return True

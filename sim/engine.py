@@ -42,18 +42,18 @@ of servers"):
   (:meth:`_Simulation._setup_control_crossings`); with serial dispatch the latency is
   work of each end's dispatcher, half each, as for a transfer (``SimConfig.
   serial_dispatch``).
-- With ``SimConfig.serial_dispatch`` each task's dispatcher serves one op's first part
-  (and each end of a crossing) at a time (with ``SimConfig.dispatch_cores``, on a core of
+- With ``RuntimeModel.serial_dispatch`` each task's dispatcher serves one op's first part
+  (and each end of a crossing) at a time (with ``RuntimeModel.dispatch_cores``, on a core of
   its host booked in :class:`sim.pools.DispatchCalendar`, where the host's running
-  kernels hold theirs); with ``SimConfig.inline_elements`` too, the
+  kernels hold theirs); with ``RuntimeModel.inline_elements`` too, the
   thread that finished an op goes on with the ops it made ready on its device (cheap
   ones and one other, the last made ready first, :meth:`_Simulation.inline_ops`),
   taking the freed cores first; ops of its task waiting for cores wait on (they would
   need the interpreter lock it holds), those of other tasks take what is left.  The
   ops ready at a part's start: the others queue for the pool, one thread runs the
-  cheap ones.  With ``SimConfig.copies_on_cores`` a crossing within a host is its
+  cheap ones.  With ``RuntimeModel.copies_on_cores`` a crossing within a host is its
   ends' dispatcher work for its whole time (the cores copy the bytes; the link carries
-  none); with ``SimConfig.step_costs_on_cores`` the step's fixed costs are dispatcher
+  none); with ``RuntimeModel.step_costs_on_cores`` the step's fixed costs are dispatcher
   work too (:meth:`_Simulation.step_cost_work`): on a busy host parts start later.
 - Ties: events at one instant are handled in the order they were scheduled (SimPy's
   rule); inside one event, freed resources are handed out before newly ready ops queue,
@@ -211,6 +211,8 @@ class _Environment(simpy.Environment):
 class _Simulation:
     def __init__(self, graph, placement, cluster, fetches, cost_model, config):
         self.graph, self.cluster, self.cost_model, self.config = graph, cluster, cost_model, config
+        # The runtime predicted: the config's, else the one the cluster was calibrated for.
+        self.runtime = config.runtime if config.runtime is not None else cluster.runtime_model
         fetch_list = _resolve_fetches(graph, fetches)
         self.plan = StepPlan.build(graph.get_operations(), placement, fetch_list,
                                    tensor_bytes=_tensor_bytes_of(cost_model))
@@ -291,7 +293,7 @@ class _Simulation:
         self.track_memory = bool((most > np.array(self.capacity, dtype=np.int64)).any())
 
     def step_cost_work(self) -> list[tuple[float, float]]:
-        """SimConfig.step_costs_on_cores: per task, ``(earliest, work)``, the work its
+        """RuntimeModel.step_costs_on_cores: per task, ``(earliest, work)``, the work its
         dispatcher does for the step's fixed costs (:func:`step_start_times`): the
         master's from time 0 until its part starts (the client's call, its own
         overhead, its calls to the others), each other task's during its
@@ -310,7 +312,7 @@ class _Simulation:
 
     def dispatch_calendars(self) -> list:
         """Per task, its host's :class:`sim.pools.DispatchCalendar` (one per host, sized
-        by the host's CPU cores; SimConfig.dispatch_cores)."""
+        by the host's CPU cores; RuntimeModel.dispatch_cores)."""
         calendars: dict[str, DispatchCalendar] = {}
         out = [None] * (max(self.task_of) + 1 if self.task_of else 0)
         for dev, t in zip(self.devices, self.task_of):
@@ -340,22 +342,11 @@ class _Simulation:
         return parts
 
     def inline_ops(self) -> list[bool]:
-        """Per op, whether the runtime's executor counts it cheap (``SimConfig.
-        inline_elements``): a CPU op that is a ``Variable`` or whose every input and
-        output has a known shape of at most ``inline_elements`` elements."""
-        limit = self.config.inline_elements
+        """Per op, whether the runtime's executor counts it cheap
+        (:meth:`core.runtime_model.RuntimeModel.is_cheap`, the executor's own rule)."""
         cpu = [dev.is_cpu for dev in self.devices]
-
-        def small(tensor) -> bool:
-            n = 1
-            for dim in tensor.shape:
-                if dim is None:
-                    return False
-                n *= dim
-            return n <= limit
-
-        return [cpu[d] and (op.type == "Variable" or (all(map(small, op.inputs))
-                                                      and all(map(small, op.outputs))))
+        is_cheap = self.runtime.is_cheap
+        return [is_cheap(op.type, [t.shape for t in (*op.inputs, *op.outputs)], cpu[d])
                 for op, d in zip(self.plan.ops, self.plan.op_device)]
 
     def _setup_transfers(self):
@@ -381,14 +372,14 @@ class _Simulation:
         # Each transfer's route is route_ids[pair_of[k]] (a list of them is made only
         # where needed: the "ready" link order, the trace's records).
         self.route_ids, self.pair_of = route_ids, pair_of = route_ids, pair_of.reshape(-1)
-        if self.config.serial_dispatch:
+        if self.runtime.serial_dispatch:
             # What each end's dispatcher spends on a transfer: half its route's latency
             # (sending and taking a tensor is Python work on both tasks, under their GIL).
             half = [sum(link.latency for link in routes[divmod(int(keys[p]), n_dev)]) / 2
                     for p in range(len(keys))]
             self.transfer_cpu = list(map(half.__getitem__, pair_of.tolist()))
         self.transfer_durations = transfer_durations(plan, routes, self.cost_model)
-        if self.config.serial_dispatch and self.config.copies_on_cores:
+        if self.runtime.serial_dispatch and self.runtime.copies_on_cores:
             # A crossing within a host is the two ends' work for its whole time (the
             # host's cores copy the bytes): half of its transfer time each.
             on_cores = np.array([all(link.kind == "memcpy" for link in
@@ -397,7 +388,7 @@ class _Simulation:
             self.transfer_cpu = np.where(on_cores[pair_of],
                                          np.asarray(self.transfer_durations) / 2,
                                          self.transfer_cpu).tolist()
-        if self.config.serial_dispatch:
+        if self.runtime.serial_dispatch:
             # The route's latency is the two ends' work (transfer_cpu, on their
             # dispatchers): the links carry the rest, so crossings pipeline on them.
             self.transfer_durations = [max(0.0, t - 2 * h) for t, h in
@@ -481,7 +472,7 @@ class _Simulation:
         reference counts were a fifth of the run); bytes in use are kept only when a
         device could run out (:class:`sim.memory.TrackedLog`).
         """
-        plan, config = self.plan, self.config
+        plan, config, runtime = self.plan, self.config, self.runtime
         self.env = env = _Environment()
         # (ids by next(ids): calling the bound __next__, a method-wrapper, cost a third more)
         queue, ids = env._queue, env._eid
@@ -516,8 +507,8 @@ class _Simulation:
         has_succ = (self.succ_count > 0).tolist()
         sole_consumer, consumer_ptr, consumers = _sole(*plan.array("csr_transfer_consumers"))
         op_device = plan.op_device
-        transfer_dst = plan.transfer_dst if self.config.serial_dispatch else None
-        transfer_src = plan.transfer_src if self.config.serial_dispatch else None
+        transfer_dst = plan.transfer_dst if self.runtime.serial_dispatch else None
+        transfer_src = plan.transfer_src if self.runtime.serial_dispatch else None
         all_bytes = plan.array("buffer_bytes")
         # The log codes of allocations, made once (0: no bytes): per op, of its
         # outputs; per transfer, of its received copy.
@@ -606,15 +597,15 @@ class _Simulation:
             else:
                 heappush(host.waiting, (env._now, i, slot))
 
-        serial = self.config.serial_dispatch
+        serial = self.runtime.serial_dispatch
         task_of = self.task_of
         serial_part = self.serial_parts() if serial else None
         dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
         # The host CPU each task's work takes (serial dispatch): its dispatcher's work
         # and its CPU kernels' core-seconds (Trace.meta["cpu_booked"]).
         self.cpu_booked = booked = [0.0] * len(dispatch_free)
-        calendar_of = self.dispatch_calendars() if serial and config.dispatch_cores else None
-        if serial and config.step_costs_on_cores:
+        calendar_of = self.dispatch_calendars() if serial and runtime.dispatch_cores else None
+        if serial and runtime.step_costs_on_cores:
             for t, (earliest, work) in enumerate(self.step_cost_work()):
                 begin = calendar_of[t].book(earliest, 0.0, work) if calendar_of and work \
                     else earliest
@@ -623,21 +614,21 @@ class _Simulation:
 
         def reserve(t, now, work):
             """Task ``t``'s dispatcher does ``work`` seconds from when it is free (and,
-            with SimConfig.dispatch_cores, a core of its host is): when it begins."""
+            with RuntimeModel.dispatch_cores, a core of its host is): when it begins."""
             begin = dispatch_free[t] if dispatch_free[t] > now else now
             if calendar_of is not None and work > 0:
                 begin = calendar_of[t].book(begin, now, work)
             dispatch_free[t] = begin + work
             booked[t] += work
             return begin
-        # SimConfig.inline_elements: the ops each thread (device, slot) runs itself next.
-        cheap = self.inline_ops() if serial and config.inline_elements is not None else None
+        # RuntimeModel.inline_elements: the ops each thread (device, slot) runs itself next.
+        cheap = self.inline_ops() if serial and runtime.inline_elements is not None else None
         stacks = [[[] for _ in range(pool.threads)] for pool in self.pools] if cheap else None
 
         def dispatched(i, duration, cores):
-            """SimConfig.serial_dispatch: the time op ``i`` takes from now, when its first
+            """RuntimeModel.serial_dispatch: the time op ``i`` takes from now, when its first
             part waits for its task's dispatcher, which serves one op at a time (its
-            GIL), and holds it.  With SimConfig.dispatch_cores, its kernel's ``cores``
+            GIL), and holds it.  With RuntimeModel.dispatch_cores, its kernel's ``cores``
             are booked on its host's calendar for the rest of the op: the
             interpreters' work then finds those cores taken."""
             now = env._now
@@ -668,7 +659,7 @@ class _Simulation:
             heappush(queue, (now + duration, next(ids), op_done, i))
 
         def finish_inline(i, d):
-            """op_done's hand-out under SimConfig.inline_elements: the thread that ran
+            """op_done's hand-out under RuntimeModel.inline_elements: the thread that ran
             ``i`` goes on with an op it made ready on its device (cheap ones first, the
             last made ready first), taking the freed cores first; ops of its task
             waiting for cores wait on (they would need the interpreter lock it holds);
@@ -883,7 +874,7 @@ class _Simulation:
             heappush(queue, (now + transfer_time[k], next(ids), transfer_done, k))
 
         def dispatch_send(k):
-            """SimConfig.serial_dispatch: the sender's dispatcher sends transfer ``k``
+            """RuntimeModel.serial_dispatch: the sender's dispatcher sends transfer ``k``
             (half its route's latency of work, from when the dispatcher is free); then
             the transfer is sent and goes on its links (handed_over)."""
             now, t = env._now, task_of[transfer_src[k]]
@@ -961,14 +952,14 @@ class _Simulation:
         transfer_done = _process(transfer_done_process)
 
         def take_in(k):
-            """SimConfig.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
+            """RuntimeModel.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
             takes it in (half its route's latency of work, from when it is free)."""
             now, t = env._now, task_of[transfer_dst[k]]
             reserve(t, now, transfer_cpu[k])
             schedule(dispatch_free[t], taken_in, k)
 
         def taken_in(k):
-            """SimConfig.serial_dispatch: the receiver's dispatcher took transfer
+            """RuntimeModel.serial_dispatch: the receiver's dispatcher took transfer
             ``k`` in (half its route's latency of work): its consumers' counts
             drop."""
             j = sole_consumer[k]  # (see _sole)
@@ -1002,7 +993,7 @@ class _Simulation:
                     ready(j)
 
         def begin_on_device(ops):
-            """SimConfig.inline_elements: a device's ops ready at its part's start, as
+            """RuntimeModel.inline_elements: a device's ops ready at its part's start, as
             the runtime's executor starts them: the others queue for the pool first,
             then one thread runs the cheap ones itself, one after another (each with
             what it makes ready on the device)."""
@@ -1103,12 +1094,12 @@ class _Simulation:
         """The trace's ``meta``; with serial dispatch, ``"cpu_booked"``: per task
         (``/job:j/replica:0/task:i``), the seconds of host CPU the model gave its work in
         this step, its dispatcher's (ops' first parts, crossing ends, the step's fixed
-        costs with SimConfig.step_costs_on_cores) and its CPU kernels' (seconds times
+        costs with RuntimeModel.step_costs_on_cores) and its CPU kernels' (seconds times
         cores): what the task's process would spend, to check against the CPU time a
         real run's processes used (``experiments.cpu_accounting``)."""
         meta = {"backend": "sim", "cost_model": type(self.cost_model).__name__,
-                "link_order": self.config.link_order}
-        if self.config.serial_dispatch:
+                "link_order": self.config.link_order, "runtime_model": self.runtime.name}
+        if self.runtime.serial_dispatch:
             meta["cpu_booked"] = {self.cluster.task(*key).name: seconds
                                   for key, seconds in zip(self.task_keys, self.cpu_booked)}
         return meta

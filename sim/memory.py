@@ -11,6 +11,10 @@ Rules (the semantics page, "GPU memory"):
   as ``Assign``'s, takes nothing) and freed when their last reader on that device and
   their last outgoing transfer have finished; an output nobody reads is freed when
   the op ends; a fetched tensor is held to the end of the step.
+- An op that forwards its input (``OpDef.forwards_input``: a variable's read,
+  Identity, Reshape, StopGradient), on its input's device, allocates nothing: its
+  output is the input's buffer, which is freed only once both have been let go of (so
+  a variable's weights count once, not once more per read).
 - A received tensor occupies its destination from the start of its transfer until its
   last reader there has finished.
 - An allocation that would exceed the capacity records an :class:`core.trace.OOMEvent`
@@ -68,6 +72,24 @@ class TrackedLog:
         refs = list(plan.buffer_refs)
         for b in plan.array("csr_op_dead_outputs")[1].tolist():
             refs[b] = 1
+        parent = plan.array("buffer_parent")
+        forwarded = np.flatnonzero(parent >= 0)
+        for b in parent[forwarded].tolist():  # a forwarded buffer holds its input's
+            refs[b] += 1
+        parent = parent.tolist()
+
+        def let_go(b: int) -> None:
+            """Buffer ``b`` lost its last reference: its bytes, then its parent's
+            reference (a forwarded output's input), and so on up."""
+            while True:
+                in_use[buffer_device[b]] -= buffer_bytes[b]
+                b = parent[b]
+                if b < 0:
+                    return
+                left = refs[b] - 1
+                refs[b] = left
+                if left:
+                    return
         release_ptr, releases = plan.csr_op_releases
         buffer_bytes, buffer_device = plan.buffer_bytes, plan.buffer_device
         tensor_op, transfer_tensor = plan.tensor_op, plan.transfer_tensor
@@ -83,13 +105,13 @@ class TrackedLog:
                         left = refs[b] - 1
                         refs[b] = left
                         if not left:
-                            in_use[buffer_device[b]] -= buffer_bytes[b]
+                            let_go(b)
                 else:  # (a transfer's source buffer: the same, without a loop)
                     b = transfer_tensor[code - n]
                     left = refs[b] - 1
                     refs[b] = left
                     if not left:
-                        in_use[buffer_device[b]] -= buffer_bytes[b]
+                        let_go(b)
                 return
             # An allocation (memory_records' numbering): an op's outputs, a transfer's
             # received copy, a resident buffer; checked before it is noted.
@@ -147,10 +169,19 @@ def memory_records(plan, log, op_alloc, times, begin=0) -> tuple[list, list, lis
     last = np.full(len(nbytes), -1, np.int64)
     np.maximum.at(last, buffer, at)
     missing = np.bincount(buffer[at < 0], minlength=len(nbytes))
-    freed = (last >= 0) & (missing == 0) & (nbytes > 0)
+    done = (last >= 0) & (missing == 0)
     for held in (plan.resident, plan.held):  # to the end: variables, fetched tensors
-        freed[np.asarray(held, dtype=np.int64)] = False
-    freed = np.flatnonzero(freed)
+        done[np.asarray(held, dtype=np.int64)] = False
+    # A forwarded output's input lives as long as it: freed at the later of the two
+    # (children before parents: a forwarded output comes after its input).
+    parent = plan.array("buffer_parent")
+    for child in np.flatnonzero(parent >= 0)[::-1].tolist():
+        p = int(parent[child])
+        if done[child]:
+            last[p] = max(last[p], last[child])
+        else:
+            done[p] = False
+    freed = np.flatnonzero(done & (nbytes > 0))
     # Allocations, by what allocated: an op, a transfer, a resident buffer.
     made = ~log[~is_end]
     alloc_device = np.concatenate([plan.array("op_device"), plan.array("transfer_dst"),

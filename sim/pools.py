@@ -4,7 +4,7 @@
   wait in a heap keyed ``(ready time, topological index)``, so among ops waiting for a
   thread the one ready first, then the one earlier in topological order, goes first.
 - :class:`DispatchCalendar` — a host's cores as its tasks' dispatchers book them
-  (``SimConfig.dispatch_cores``): Python work of several server processes on one host
+  (``RuntimeModel.dispatch_cores``): Python work of several server processes on one host
   runs on at most its cores at once.
 - :class:`HostCores` — a host's CPU cores, shared by the CPU ops of every task on it.
   A single-threaded CPU kernel holds one core; a multithreaded one holds the device's

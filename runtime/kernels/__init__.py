@@ -31,9 +31,11 @@ from .registry import Kernel, NoKernel, get_kernel, registered, supported_dtypes
 from . import cpu as _cpu  # noqa: F401  (registers the CPU kernels)
 from . import cpu_math as _cpu_math  # noqa: F401  (the math family's CPU kernels)
 from . import cpu_nn as _cpu_nn  # noqa: F401  (the nn family's CPU kernels)
+from . import cpu_train as _cpu_train  # noqa: F401  (the training ops' CPU kernels)
 from . import cuda as _cuda  # noqa: F401  (registers the GPU kernels; imports no CUDA yet)
 from . import cuda_math as _cuda_math  # noqa: F401  (the math family's GPU kernels)
 from . import cuda_nn as _cuda_nn  # noqa: F401  (the nn family's GPU kernels)
+from . import cuda_train as _cuda_train  # noqa: F401  (the training ops' GPU kernels)
 from .cuda import cuda_available
 
 __all__ = ["Kernel", "KernelContext", "NoKernel", "THREADING_LAYER", "cuda_available",

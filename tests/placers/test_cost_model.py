@@ -119,16 +119,16 @@ def test_serial_dispatch_serves_one_task_one_op_at_a_time_and_crossings_cost_bot
     model = _Fixed(1e-3)
     together = placers.Placement({"a": w0, "b": w0, "c": w0})
     assert estimate_step_time(g, together, cluster, model) == pytest.approx(2e-3)
-    assert estimate_step_time(g, together, cluster, model, serial_dispatch=True) == pytest.approx(3e-3)
+    assert estimate_step_time(g, together, cluster, model, runtime="interpreter") == pytest.approx(3e-3)
     # c on the other task: the crossing's 4 ms of latency arrive at 5 ms.  Dispatched
     # serially they are the two ends' work, 2 ms each: w0's dispatcher sends it once b
     # freed it (2 to 4 ms), w1's takes it in (4 to 6 ms), and c runs 6 to 7 ms.
     split = placers.Placement({"a": w0, "b": w0, "c": w1})
     assert estimate_step_time(g, split, cluster, model) == pytest.approx(6e-3)
-    assert estimate_step_time(g, split, cluster, model, serial_dispatch=True) == pytest.approx(7e-3)
+    assert estimate_step_time(g, split, cluster, model, runtime="interpreter") == pytest.approx(7e-3)
     # The placer then moves the independent b to the other task (it frees w0's
     # dispatcher) and keeps c with a (its crossing would cost both dispatchers).
-    placed = placers.CostModelPlacer(cost_model=model, serial_dispatch=True).place(g, cluster)
+    placed = placers.CostModelPlacer(cost_model=model, runtime="interpreter").place(g, cluster)
     assert placed["c"] == placed["a"] != placed["b"]
 
 

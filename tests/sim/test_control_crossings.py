@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import core as tf
+from core.runtime_model import RuntimeModel
 from core.cluster import Cluster, ClusterSpec
 from core.placement import Placement
 from sim import SimConfig, simulate
@@ -34,7 +35,7 @@ def graph(consumer_device):
     return g, Placement({op.name: op.device for op in g.get_operations()})
 
 
-@pytest.mark.parametrize("config", [SimConfig(), SimConfig(serial_dispatch=True)])
+@pytest.mark.parametrize("config", [SimConfig(), SimConfig(runtime=RuntimeModel(serial_dispatch=True))])
 def test_a_control_edge_to_another_task_waits_for_the_routes_latency(config):
     g, p = graph(W1)
     trace = simulate(g, p, cluster(2e-3), cost_model=FixedCost(default=1e-3), config=config)

@@ -21,9 +21,39 @@ def chain_graph():
     g = tf.Graph()
     with g.as_default():
         x = tf.constant(np.ones((16, 16), np.float32), name="a")
-        x = tf.identity(x, name="b")
-        tf.identity(x, name="c")
+        x = tf.negative(x, name="b")
+        tf.negative(x, name="c")
     return g
+
+
+def test_a_forwarded_output_allocates_nothing_and_keeps_its_input_alive():
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.ones((16, 16), np.float32), name="a")
+        b = tf.reshape(tf.identity(a, name="i"), [256], name="b")  # both forward a's buffer
+        tf.negative(b, name="c")
+    cluster = Cluster.single_host(gpus=1)
+    gpu = cluster.devices[1].name
+    trace = simulate(g, place_all(g, gpu), cluster, cost_model=FixedCost())
+    # a at 0; i and b (1, 2) take nothing; c allocates at 3; a is let go of with b, at 4.
+    assert trace.memory_timeline(gpu) == [(0.0, KB), (3.0, 2 * KB), (4.0, KB), (4.0, 0)]
+    trace.validate(g, cluster)
+    # Across devices the forwarding op reads a received copy, which it forwards.
+    cpu = cluster.devices[0].name
+    split = simulate(g, Placement({"a": cpu, "i": gpu, "b": gpu, "c": gpu}), cluster,
+                     cost_model=FixedCost())
+    assert max(use for _, use in split.memory_timeline(gpu)) == 2 * KB
+
+
+def test_a_variables_read_does_not_count_its_weights_twice():
+    g = tf.Graph()
+    with g.as_default():
+        w = tf.Variable(np.ones((16, 16), np.float32), name="w")
+        tf.matmul(w, w, name="y")  # through w's read, an Identity
+    cluster = Cluster.single_host()
+    cpu = cluster.devices[0].name
+    trace = simulate(g, place_all(g, cpu), cluster, fetches="y", cost_model=FixedCost())
+    assert trace.peak_memory == {cpu: 2 * KB}  # w and y, not a third copy for the read
 
 
 def test_outputs_live_from_start_to_their_last_reader():

@@ -7,6 +7,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.runtime_model import RuntimeModel
 from core.cluster import Cluster
 from core.costs import StaticCostModel
 from core.placement import transfers
@@ -88,8 +89,8 @@ def test_a_faster_link_never_makes_a_step_slower(placed):
 
 #: How experiments predict the runtime (experiments.backends.RUNTIME_SIM), every host's
 #: cores booked by the interpreters, the copies and the step's fixed costs too.
-CPU_BOOKED = SimConfig(serial_dispatch=True, dispatch_cores=True, copies_on_cores=True,
-                       step_costs_on_cores=True, inline_elements=16)
+CPU_BOOKED = SimConfig(runtime=RuntimeModel(serial_dispatch=True, dispatch_cores=True, copies_on_cores=True,
+                       step_costs_on_cores=True, inline_elements=16))
 
 
 @given(placed_graphs(), st.sampled_from([0.0, 1e-4, 1e-3]), st.sampled_from([0.0, 2e-4]))

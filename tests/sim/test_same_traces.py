@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import core as tf
+from core.runtime_model import RuntimeModel
 from core.cluster import Cluster
 from core.costs import CostModel, StaticCostModel
 from core.placement import Placement
@@ -161,7 +162,7 @@ def _config(rng: random.Random) -> SimConfig:
         inter_op_threads=rng.choice([None, None, 1, 2]),
         intra_op_threads=rng.choice([None, None, 1, 3]),
         link_order=rng.choice(["static", "ready"]),
-        serial_dispatch=rng.random() < 0.3)
+        runtime=RuntimeModel(serial_dispatch=rng.random() < 0.3))
 
 
 def case(seed: int):

@@ -1,4 +1,4 @@
-"""SimConfig.serial_dispatch: each task's Python dispatcher serves one op (and one end
+"""RuntimeModel.serial_dispatch: each task's Python dispatcher serves one op (and one end
 of a transfer) at a time, as the runtime's executor does under its interpreter's GIL."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import core as tf
+from core.runtime_model import RuntimeModel
 from core.cluster import Cluster, ClusterSpec
 from core.placement import Placement
 from sim import SimConfig, simulate
@@ -17,7 +18,7 @@ from strategies import FixedCost
 SPEC = ClusterSpec({"worker": ["127.0.0.1:0", "127.0.0.1:0"]})
 HOSTS = {("worker", 0): "h", ("worker", 1): "h"}
 W0, W1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
-SERIAL = SimConfig(serial_dispatch=True)
+SERIAL = SimConfig(runtime=RuntimeModel(serial_dispatch=True))
 
 
 def cluster(overhead=1e-3, latency=0.0, kernel_costs=()):
@@ -135,13 +136,13 @@ def test_dispatchers_of_more_tasks_than_cores_take_turns(cores, step):
     p = Placement({op.name: op.device for op in g.get_operations()})
     costs = FixedCost(default=0.0)
     assert simulate(g, p, c, cost_model=costs, config=SERIAL).step_time == pytest.approx(2e-3)
-    booked = SimConfig(serial_dispatch=True, dispatch_cores=True)
+    booked = SimConfig(runtime=RuntimeModel(serial_dispatch=True, dispatch_cores=True))
     assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(step)
 
 
-# -- SimConfig.inline_elements: the thread that ended an op goes on with what it readied --
+# -- RuntimeModel.inline_elements: the thread that ended an op goes on with what it readied --
 
-INLINE = SimConfig(serial_dispatch=True, inline_elements=16)
+INLINE = SimConfig(runtime=RuntimeModel(serial_dispatch=True, inline_elements=16))
 
 
 def two_core_task():
@@ -206,7 +207,7 @@ def test_ops_of_another_task_still_take_the_cores_left_free():
 
 def test_inline_elements_is_checked():
     with pytest.raises(ValueError, match="inline_elements"):
-        SimConfig(inline_elements=-1)
+        RuntimeModel(serial_dispatch=True, inline_elements=-1)
 
 
 def test_a_dispatcher_waits_for_a_core_its_hosts_kernels_hold():
@@ -233,12 +234,12 @@ def test_a_dispatcher_waits_for_a_core_its_hosts_kernels_hold():
             tf.identity(a, name="b")
     p = Placement({op.name: op.device for op in g.get_operations()})
     costs = FixedCost({"a": 0.0, "x": 0.0, "k": 5e-3, "b": 1e-3})
-    booked = SimConfig(serial_dispatch=True, dispatch_cores=True)
+    booked = SimConfig(runtime=RuntimeModel(serial_dispatch=True, dispatch_cores=True))
     assert simulate(g, p, c, cost_model=costs, config=SERIAL).step_time == pytest.approx(6e-3)
     assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(7e-3)
 
 
-# -- SimConfig.copies_on_cores and step_costs_on_cores: the host's cores do that work too --
+# -- RuntimeModel.copies_on_cores and step_costs_on_cores: the host's cores do that work too --
 
 def four_tasks_on_one_host(cores):
     spec = ClusterSpec({"worker": ["127.0.0.1:0"] * 4})
@@ -269,9 +270,9 @@ def test_with_copies_on_cores_crossings_of_one_host_contend_for_its_cores_not_it
                 tf.identity(a, name=f"b{i}")
     p = Placement({op.name: op.device for op in g.get_operations()})
     costs = FixedCost(default=0.0)
-    booked = SimConfig(serial_dispatch=True, dispatch_cores=True)
+    booked = SimConfig(runtime=RuntimeModel(serial_dispatch=True, dispatch_cores=True))
     assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(5e-3)
-    copying = replace(booked, copies_on_cores=True)
+    copying = SimConfig(runtime=replace(booked.runtime, copies_on_cores=True))
     trace = simulate(g, p, c, cost_model=costs, config=copying)
     assert trace.step_time == pytest.approx(step)
     assert all(x.end == x.start for x in trace.transfers)  # no time on the link itself
@@ -281,7 +282,7 @@ def test_copies_on_cores_leaves_a_crossing_alone_as_long_as_before():
     g, p = crossing(np.ones(1024, np.float32))  # 1 ms of latency, 2 ms of bytes
     c = cluster(overhead=0.0, latency=1e-3).replace_link("memcpy:h", bandwidth=4096 / 2e-3)
     steps = [simulate(g, p, c, cost_model=FixedCost(default=0.0),
-                      config=replace(SERIAL, copies_on_cores=on)).step_time for on in (False, True)]
+                      config=SimConfig(runtime=replace(SERIAL.runtime, copies_on_cores=on))).step_time for on in (False, True)]
     assert steps == pytest.approx([3e-3, 3e-3])
 
 
@@ -297,9 +298,9 @@ def test_with_step_costs_on_cores_the_calls_of_a_step_need_cores(cores, step):
                 c.devices, c.links.values(), master=("worker", 0), nvlink=c.nvlink)
     g, p = independent([f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(3)])
     costs = FixedCost(default=0.0)
-    booked = SimConfig(serial_dispatch=True, dispatch_cores=True)
+    booked = SimConfig(runtime=RuntimeModel(serial_dispatch=True, dispatch_cores=True))
     assert simulate(g, p, c, cost_model=costs, config=booked).step_time == pytest.approx(3e-3)
-    trace = simulate(g, p, c, cost_model=costs, config=replace(booked, step_costs_on_cores=True))
+    trace = simulate(g, p, c, cost_model=costs, config=SimConfig(runtime=replace(booked.runtime, step_costs_on_cores=True)))
     assert trace.step_time == pytest.approx(step)
 
 

@@ -1,0 +1,157 @@
+"""How a runtime dispatches ops: one definition that the simulator, the placers' step
+estimate and the executor share.
+
+A runtime is more than its devices' rates.  TensorFlow's C++ executor dispatches an op
+in about a microsecond and runs many at once; this lab's own executor dispatches each op
+from a Python interpreter, one at a time per server process, and the interpreters share
+the host's cores with the kernels.  A :class:`RuntimeModel` names which of those
+behaviours a prediction includes.  Its parts mean something only together, so the
+model is one value with named instances (:data:`IDEAL`, :data:`INTERPRETER`), checked
+when it is made, rather than loose flags that are silently ignored alone.  A calibrated
+:class:`core.cluster.Cluster` records the model it was calibrated for
+(``Cluster.runtime_model``), so ``sim.simulate(graph, placement, cluster)`` predicts
+that runtime with nothing else set.
+
+>>> INTERPRETER.serial_dispatch, IDEAL.serial_dispatch
+(True, False)
+>>> get_runtime_model("interpreter") is INTERPRETER
+True
+>>> RuntimeModel(dispatch_cores=True)
+Traceback (most recent call last):
+...
+ValueError: RuntimeModel: dispatch_cores needs serial_dispatch (it describes how a serial dispatcher shares the host's cores)
+>>> INTERPRETER.is_cheap("Mul", [(64, 64), (64, 64)], on_cpu=True)
+True
+>>> INTERPRETER.is_cheap("Mul", [(None, 64)], on_cpu=True)
+False
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Iterable, Mapping
+
+__all__ = ["RuntimeModel", "IDEAL", "INTERPRETER", "RUNTIME_MODELS", "get_runtime_model",
+           "CHEAP_ELEMENTS"]
+
+#: The interpreter runtime's cheap-op limit: a CPU kernel whose every input and output
+#: has at most this many elements (a 64x64 matmul at most) runs serially, below the
+#: kernels' parallel thresholds, so a thread that would only wait may run it inline.
+CHEAP_ELEMENTS = 4096
+
+_NEEDS_SERIAL = {
+    "dispatch_cores": "it describes how a serial dispatcher shares the host's cores",
+    "copies_on_cores": "a crossing's copy is work of the serial dispatchers at its ends",
+    "step_costs_on_cores": "a step's fixed costs are work of the serial dispatchers",
+    "inline_elements": "running cheap ops inline is how a serial dispatcher's thread goes on",
+}
+
+
+@dataclass(frozen=True)
+class RuntimeModel:
+    """What the simulator assumes of the runtime that runs a step.
+
+    Attributes
+    ----------
+    name : what the model is called in a saved cluster and in reports.
+    serial_dispatch : each task dispatches one op at a time, as a runtime whose executor
+        runs in one Python interpreter does (its GIL): an op's first part, the device's
+        ``op_overhead`` plus its kernel type's fixed cost, waits for the task's
+        dispatcher and holds it; the kernel's work runs in parallel.  A crossing between
+        tasks costs its route's latency as work on its two ends' dispatchers, half each.
+        False: dispatch costs nothing beyond each op's overhead, as in TensorFlow's C++
+        executor.
+    dispatch_cores : the dispatchers' work also needs one of its host's cores, shared
+        with the kernels (three server processes on two cores do not all run at once).
+    copies_on_cores : a crossing between two tasks of one host is work of its two ends'
+        dispatchers for its whole transfer time (the runtime copies with the host's
+        cores, no DMA engine), not bytes on a link.
+    step_costs_on_cores : a step's fixed costs (the tasks' ``step_overhead`` and
+        ``part_overhead``) are dispatcher work, not only a delay.
+    inline_elements : the thread that finished an op goes on with the cheap ops it made
+        ready on its device (see :meth:`is_cheap`) and one other, as the runtime's
+        executor does; None: every ready op queues for the pool.
+
+    Every part but ``serial_dispatch`` refines a serial dispatcher, so each needs it;
+    a model that sets one without it raises ValueError.  See :mod:`sim.engine` for how
+    the simulator carries each part out.
+    """
+
+    name: str = "custom"
+    serial_dispatch: bool = False
+    dispatch_cores: bool = False
+    copies_on_cores: bool = False
+    step_costs_on_cores: bool = False
+    inline_elements: int | None = None
+
+    def __post_init__(self):
+        if self.inline_elements is not None and (
+                not isinstance(self.inline_elements, int) or isinstance(self.inline_elements, bool)
+                or self.inline_elements < 0):
+            raise ValueError("RuntimeModel: inline_elements must be a non-negative integer or "
+                             f"None, not {self.inline_elements!r}")
+        if not self.serial_dispatch:
+            for part, why in _NEEDS_SERIAL.items():
+                value = getattr(self, part)
+                if value not in (False, None):
+                    raise ValueError(f"RuntimeModel: {part} needs serial_dispatch ({why})")
+
+    def is_cheap(self, op_type: str, shapes: Iterable, on_cpu: bool) -> bool:
+        """Whether the runtime counts an op cheap enough to run inline: a ``Variable``
+        on a CPU, or a CPU kernel whose every input and output shape (``shapes``) is
+        fully known with at most ``inline_elements`` elements.  Always False when the
+        model runs nothing inline."""
+        limit = self.inline_elements
+        if limit is None or not on_cpu:
+            return False
+        if op_type == "Variable":
+            return True
+        for shape in shapes:
+            if shape is None or any(d is None for d in shape) or math.prod(shape) > limit:
+                return False
+        return True
+
+    def to_dict(self) -> dict:
+        """The model as plain data (a cluster's JSON keeps it)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: "Mapping | str") -> "RuntimeModel":
+        """A model from :meth:`to_dict`'s output or from a known model's name."""
+        if isinstance(data, str):
+            return get_runtime_model(data)
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"RuntimeModel: unknown field(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+#: A runtime whose dispatch costs nothing beyond each op's overhead and that runs ops
+#: on every free inter-op thread at once: TensorFlow's C++ executor, nearly.
+IDEAL = RuntimeModel("ideal")
+
+#: This lab's executor: ops dispatched from a Python interpreter per server process,
+#: sharing the host's cores with the kernels and the copies between processes, cheap
+#: ops run inline by the thread that made them ready.
+INTERPRETER = RuntimeModel("interpreter", serial_dispatch=True, dispatch_cores=True,
+                           copies_on_cores=True, step_costs_on_cores=True,
+                           inline_elements=CHEAP_ELEMENTS)
+
+#: The named models, by name.
+RUNTIME_MODELS: dict[str, RuntimeModel] = {m.name: m for m in (IDEAL, INTERPRETER)}
+
+
+def get_runtime_model(model: "str | RuntimeModel | None") -> RuntimeModel:
+    """``model`` itself, the named model, or :data:`IDEAL` for None; an unknown name
+    raises ValueError listing the known ones."""
+    if model is None:
+        return IDEAL
+    if isinstance(model, RuntimeModel):
+        return model
+    try:
+        return RUNTIME_MODELS[model]
+    except KeyError:
+        raise ValueError(f"unknown runtime model {model!r}; known: {sorted(RUNTIME_MODELS)}"
+                         ) from None
