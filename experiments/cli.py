@@ -27,7 +27,7 @@ import logging
 import sys
 from typing import Any, Sequence
 
-__all__ = ["LabArgumentParser", "SHARED", "COMMANDS", "BENCHMARKS", "make_parser",
+__all__ = ["LabArgumentParser", "SHARED", "COMMANDS", "BENCHMARKS", "TOOLS", "make_parser",
            "parse", "log_level", "setup_logging", "positive_int", "main"]
 
 _log = logging.getLogger(__name__)
@@ -121,9 +121,11 @@ SHARED: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
 
 
 def make_parser(prog: str, description: str, *shared: str, defaults: dict | None = None,
-                choices: dict | None = None, helps: dict | None = None) -> LabArgumentParser:
+                choices: dict | None = None, helps: dict | None = None,
+                types: dict | None = None) -> LabArgumentParser:
     """A script's parser: the common options, then the :data:`SHARED` ones named in
-    ``shared`` with the script's ``defaults``, ``choices`` and ``helps`` (by name).
+    ``shared`` with the script's ``defaults``, ``choices``, ``helps`` and ``types`` (a
+    function checking and converting each value, e.g. a placer name) by name.
 
     ``prog`` is how the script is run (``python -m experiments.<name>``); under
     ``placement-lab <command>`` that name shows instead.
@@ -133,8 +135,8 @@ def make_parser(prog: str, description: str, *shared: str, defaults: dict | None
     >>> p.parse_args([]).workloads
     ['mlp']
     """
-    defaults, choices, helps = defaults or {}, choices or {}, helps or {}
-    unknown = (set(shared) | set(defaults) | set(choices) | set(helps)) - set(SHARED)
+    defaults, choices, helps, types = defaults or {}, choices or {}, helps or {}, types or {}
+    unknown = (set(shared) | set(defaults) | set(choices) | set(helps) | set(types)) - set(SHARED)
     if unknown:
         raise ValueError(f"not shared options: {sorted(unknown)}; known: {sorted(SHARED)}")
     parser = LabArgumentParser(prog=_PROG.get() or prog, description=description,
@@ -148,6 +150,8 @@ def make_parser(prog: str, description: str, *shared: str, defaults: dict | None
             settings["choices"] = list(choices[name])
         if name in helps:
             settings["help"] = helps[name]
+        if name in types:
+            settings["type"] = types[name]
         if settings.get("choices") and settings.get("nargs") == "+":
             # A list of names: NAME in the usage, the names in the help.
             settings["help"] += f"; any of: {', '.join(map(str, settings['choices']))}"
@@ -204,6 +208,10 @@ BENCHMARKS = {
 }
 
 
+#: ``placement-lab <command>``: tools over the runs' records (not experiments).
+TOOLS = {"summary": "results_summary"}
+
+
 def _usage() -> str:
     lines = ["usage: placement-lab <command> [options]   (placement-lab <command> --help)",
              "", "commands:"]
@@ -211,6 +219,8 @@ def _usage() -> str:
         lines.append(f"  {name:<20} python -m experiments.{module}")
     lines.append(f"  {'benchmark <name>':<20} one of: {', '.join(BENCHMARKS)} "
                  "(python -m experiments.bench_<name>)")
+    for name, module in TOOLS.items():
+        lines.append(f"  {name:<20} python -m experiments.{module}")
     return "\n".join(lines)
 
 
@@ -229,11 +239,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{', '.join(BENCHMARKS)}", file=sys.stderr)
             return 2
         module, prog, rest = BENCHMARKS[rest[0]], f"{prog} {rest[0]}", rest[1:]
-    elif command in COMMANDS:
-        module = COMMANDS[command]
+    elif command in COMMANDS or command in TOOLS:
+        module = COMMANDS.get(command) or TOOLS[command]
     else:
         print(f"placement-lab: error: unknown command {command!r}; choose from "
-              f"{', '.join([*COMMANDS, 'benchmark'])}", file=sys.stderr)
+              f"{', '.join([*COMMANDS, 'benchmark', *TOOLS])}", file=sys.stderr)
         return 2
     script = importlib.import_module(f"experiments.{module}")
     token = _PROG.set(prog)
