@@ -101,15 +101,16 @@ def bench(sizes: list[int], threads: int = 1, rounds: int = 7, seed: int = 0) ->
 
 def main(argv=None) -> pd.DataFrame:
     parser = cli.make_parser("python -m experiments.bench_kernels", __doc__.split("\n\n")[0],
-                             "repeats", "plot", defaults={"repeats": 7},
-                             helps={"repeats": "alternating rounds per case (ours, numpy)"})
+                             "repeats", "seed", "plot", defaults={"repeats": 7},
+                             helps={"repeats": "alternating rounds per case (ours, numpy)",
+                                    "seed": "seed of the random operands"})
     parser.add_argument("--sizes", type=cli.positive_int, nargs="+", default=[64, 1024],
                         help="n of the n x n float32 operands")
     parser.add_argument("--threads", type=cli.positive_int, default=1,
                         help="intra-op threads of the kernels")
     args = cli.parse(parser, argv)
     with Run("bench_kernels", args, out=args.out, argv=argv) as run:
-        frame = bench(args.sizes, args.threads, args.repeats)
+        frame = bench(args.sizes, args.threads, args.repeats, args.seed)
         print_table(frame, "CPU kernels vs numpy (microseconds per call; ratio = ours / numpy)")
         print(f"saved {run.save_table(frame, 'bench_kernels')}")
         if args.plot:
