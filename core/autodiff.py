@@ -21,6 +21,7 @@ import contextlib
 from typing import Sequence
 
 from core import builders as b
+from core import builders_math as m
 from core.graph import Graph, GraphError, Operation, Tensor, topological_order
 
 __all__ = ["gradients"]
@@ -59,9 +60,9 @@ def gradients(ys, xs, grad_ys=None, name: str = "gradients",
     with graph.name_scope(name):
         pending: dict[Tensor, list[Tensor]] = {}
         for y, gy in zip(ys, grad_ys):
-            if gy is None:
-                if any(d is None for d in y.shape):
-                    raise GraphError(f"gradients(): {y.name} has an unknown shape; pass grad_ys")
+            if gy is None and any(d is None for d in y.shape):
+                gy = m.ones_like(y, name=f"grad_ys_{ys.index(y)}")  # shaped at run time
+            elif gy is None:
                 gy = b.constant(1.0, dtype=y.dtype, shape=y.shape, name=f"grad_ys_{ys.index(y)}")
             pending.setdefault(y, []).append(b.convert_to_tensor(gy))
 
@@ -88,13 +89,13 @@ def _as_list(v) -> list:
 
 
 def _sum(grads: list[Tensor] | None) -> Tensor | None:
+    """The sum of a tensor's gradients, one ``AddN`` as TensorFlow builds it."""
     if not grads:
         return None
-    total = grads[0]
-    for g in grads[1:]:
-        total = b.add(total, g, name="AddN")
-    if len(grads) > 1:
-        grads[:] = [total]  # accumulate once even if asked again
+    if len(grads) == 1:
+        return grads[0]
+    total = m.add_n(grads, name="AddN")
+    grads[:] = [total]  # accumulate once even if asked again
     return total
 
 
@@ -123,15 +124,24 @@ def _ops_between(from_ops: Sequence[Operation], to_ops: Sequence[Operation]) -> 
 
 # --- helpers -----------------------------------------------------------------------------
 
-def _unbroadcast(grad: Tensor, shape: tuple) -> Tensor:
-    """Sum ``grad`` over the axes that broadcasting added or stretched, back to ``shape``."""
+def _unbroadcast(grad: Tensor, shape: tuple, like: Tensor | None = None) -> Tensor:
+    """Sum ``grad`` over the axes that broadcasting added or stretched, back to ``shape``
+    (the shape of ``like``, which gives it at run time when it has unknown dimensions).
+
+    An unknown dimension is taken not to have been stretched (as the shape inference of
+    broadcasting takes it): only a static 1 against a larger or unknown length is."""
     if tuple(grad.shape) == tuple(shape):
         return grad
     lead = len(grad.shape) - len(shape)
     axes = list(range(lead))
     axes += [lead + i for i, d in enumerate(shape) if d == 1 and grad.shape[lead + i] != 1]
     reduced = b.reduce_sum(grad, axis=axes, keepdims=True) if axes else grad
-    return b.reshape(reduced, shape)
+    if tuple(shape).count(None) > 1:
+        if like is None:
+            raise GraphError(f"cannot reshape the gradient {grad.name} to shape {tuple(shape)} "
+                             "with several unknown dimensions")
+        return m.reshape_like(reduced, like)
+    return b.reshape(reduced, [-1 if d is None else d for d in shape])
 
 
 # --- one function per differentiable op (named in core.ops) ---------------------------------
@@ -146,18 +156,20 @@ def neg_grad(op, grads):
 
 def add_grad(op, grads):
     x, y = op.inputs
-    return [_unbroadcast(grads[0], x.shape), _unbroadcast(grads[0], y.shape)]
+    return [_unbroadcast(grads[0], x.shape, like=x), _unbroadcast(grads[0], y.shape, like=y)]
 
 
 def sub_grad(op, grads):
     x, y = op.inputs
-    return [_unbroadcast(grads[0], x.shape), _unbroadcast(b.negative(grads[0]), y.shape)]
+    return [_unbroadcast(grads[0], x.shape, like=x),
+            _unbroadcast(b.negative(grads[0]), y.shape, like=y)]
 
 
 def mul_grad(op, grads):
     x, y = op.inputs
     g = grads[0]
-    return [_unbroadcast(b.multiply(g, y), x.shape), _unbroadcast(b.multiply(g, x), y.shape)]
+    return [_unbroadcast(b.multiply(g, y), x.shape, like=x),
+            _unbroadcast(b.multiply(g, x), y.shape, like=y)]
 
 
 def matmul_grad(op, grads):
@@ -202,27 +214,53 @@ def _reduced_shape(op) -> tuple:
     return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
 
 
-def sum_grad(op, grads):
+def _kept_shape_tensor(op) -> Tensor:
+    """``x``'s run-time shape with the reduced axes set to 1 (TF's reduced_shape)."""
     x = op.inputs[0]
-    kept = b.reshape(grads[0], _reduced_shape(op))
-    return [b.broadcast_to(kept, x.shape)]
+    kept = _reduced_shape(op)
+    shape = m.shape(x)
+    keep = b.constant([0 if d == 1 and full != 1 else 1 for d, full in zip(kept, x.shape)],
+                      dtype=shape.dtype)
+    return b.add(b.multiply(shape, keep), b.subtract(1, keep))
+
+
+def sum_grad(op, grads):
+    """The gradient broadcast back over the reduced axes (through ``Shape(x)`` when ``x``
+    has unknown dimensions)."""
+    x = op.inputs[0]
+    kept_shape = _reduced_shape(op)
+    g = grads[0]
+    if None not in x.shape:
+        return [b.broadcast_to(b.reshape(g, kept_shape), x.shape)]
+    if tuple(g.shape) != kept_shape:  # reduced axes were dropped: put them back as 1s
+        if kept_shape.count(None) <= 1:
+            g = b.reshape(g, [-1 if d is None else d for d in kept_shape])
+        else:
+            g = m.reshape_to(g, _kept_shape_tensor(op))
+    return [m.broadcast_like(g, x)]
 
 
 def mean_grad(op, grads):
-    x = op.inputs[0]
-    count = 1
-    for full, kept in zip(x.shape, _reduced_shape(op)):
-        count *= full // kept
+    x, y = op.inputs[0], op.outputs[0]
     (spread,) = sum_grad(op, grads)
-    return [b.multiply(spread, 1.0 / count)]
+    if None not in x.shape and None not in y.shape:
+        count = 1
+        for full, kept in zip(x.shape, _reduced_shape(op)):
+            count *= full // kept
+        return [b.multiply(spread, 1.0 / count)]
+    # Elements per mean at run time: Size(x) / max(Size(y), 1), as TensorFlow's _MeanGrad.
+    size_x = m.cast(m.size(x), x.dtype)
+    size_y = m.maximum(m.cast(m.size(y), x.dtype), b.constant(1, dtype=x.dtype))
+    return [m.realdiv(spread, m.realdiv(size_x, size_y))]
 
 
 def broadcast_to_grad(op, grads):
-    return [_unbroadcast(grads[0], op.inputs[0].shape)]
+    x = op.inputs[0]
+    return [_unbroadcast(grads[0], x.shape, like=x)] + [None] * (len(op.inputs) - 1)
 
 
 def reshape_grad(op, grads):
-    return [b.reshape(grads[0], op.inputs[0].shape)]
+    return [m.reshape_like(grads[0], op.inputs[0])] + [None] * (len(op.inputs) - 1)
 
 
 def transpose_grad(op, grads):
@@ -234,11 +272,25 @@ def transpose_grad(op, grads):
 
 
 def concat_grad(op, grads):
-    axis = op.attrs["axis"] % len(op.outputs[0].shape)
+    """Each input's part of the gradient, a StridedSlice along the axis (other axes may
+    be unknown; the parts' lengths along the axis must be known)."""
+    rank = len(op.outputs[0].shape)
+    axis = op.attrs["axis"] % rank
     out, offset = [], 0
+    if None not in op.outputs[0].shape:
+        for t in op.inputs:
+            begin = [0] * rank
+            begin[axis] = offset
+            out.append(b.slice(grads[0], begin, t.shape))
+            offset += t.shape[axis]
+        return out
     for t in op.inputs:
-        begin = [0] * len(t.shape)
-        begin[axis] = offset
-        out.append(b.slice(grads[0], begin, t.shape))
+        if t.shape[axis] is None:
+            raise GraphError(f"gradient of {op.name}: input {t.name} has an unknown length "
+                             f"along the concat axis {axis}")
+        begin, end = [0] * rank, [0] * rank
+        begin[axis], end[axis] = offset, offset + t.shape[axis]
+        mask = ((1 << rank) - 1) & ~(1 << axis)
+        out.append(m.strided_slice(grads[0], begin, end, begin_mask=mask, end_mask=mask))
         offset += t.shape[axis]
     return out

@@ -273,19 +273,28 @@ def negative(x, name: str | None = None) -> Tensor:
 
 
 def square(x, name: str | None = None) -> Tensor:
-    """``x * x`` (built from ``Mul``)."""
-    g = _graph_of(x)
-    with g.name_scope(name or "Square") as scope:
-        x = convert_to_tensor(x)
-        return g.create_op("Mul", [x, x], name=scope).outputs[0]
+    """``x * x`` elementwise (op type ``Square``)."""
+    return _op("Square", [x], name)
 
 
-def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False, name: str | None = None) -> Tensor:
-    """Matrix product of two 2-D tensors (op type ``MatMul``)."""
+def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False, adjoint_a: bool = False,
+           adjoint_b: bool = False, name: str | None = None) -> Tensor:
+    """Matrix product (op type ``MatMul``); operands of rank > 2 are batches of matrices
+    with broadcast batch axes (op type ``BatchMatMulV2``), as ``tf.matmul`` builds them.
+
+    >>> g = Graph()
+    >>> with g.as_default():
+    ...     matmul(constant(np.ones((4, 2, 3))), constant(np.ones((3, 5)))).shape
+    (4, 2, 5)
+    """
     g = _graph_of(a, b)
     a, b = convert_to_tensor(a), convert_to_tensor(b)
-    return g.create_op("MatMul", [a, b], {"transpose_a": bool(transpose_a),
-                                          "transpose_b": bool(transpose_b)}, name=name).outputs[0]
+    ta, tb = bool(transpose_a or adjoint_a), bool(transpose_b or adjoint_b)
+    if len(a.shape) > 2 or len(b.shape) > 2:
+        return g.create_op("BatchMatMulV2", [a, b], {"adj_x": ta, "adj_y": tb},
+                           name=name or "MatMul").outputs[0]
+    return g.create_op("MatMul", [a, b], {"transpose_a": ta, "transpose_b": tb},
+                       name=name).outputs[0]
 
 
 def relu(x, name: str | None = None) -> Tensor:
@@ -420,7 +429,10 @@ def _matmul_operator(reverse: bool):
         if not isinstance(other, (Tensor, Variable, np.ndarray, list)):
             return NotImplemented
         x, y = (other, self) if reverse else (self, other)
-        return _binary("MatMul", x, y, "matmul", {"transpose_a": False, "transpose_b": False})
+        g = _graph_of(x, y)
+        with g.name_scope("matmul") as scope:
+            x, y = _convert_pair(x, y)
+            return matmul(x, y, name=scope)
     return method
 
 
@@ -440,3 +452,7 @@ for _cls in (Tensor, Variable):
     _cls.__matmul__ = _matmul_operator(False)
     _cls.__rmatmul__ = _matmul_operator(True)
     _cls.__neg__ = _neg
+
+
+# The math family's builders attach the operators / ** abs() and indexing.
+from core import builders_math as _builders_math  # noqa: E402,F401

@@ -257,6 +257,8 @@ class Graph:
         self._consumers: dict[str, list[Operation]] = {}
         self._collections: dict[str, list] = {}
         self._version = 0
+        #: The graph-level random seed (``set_random_seed``); see ``core.get_seed``.
+        self.seed: int | None = None
         self._views: dict = {}  # cached_view's, made at version _views_version
         self._views_version = 0
         self._columns = OpColumns()  # what plans read of the ops, kept as they are created

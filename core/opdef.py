@@ -140,7 +140,36 @@ def infer_source(ins, attrs):
     return [TensorSpec(as_dtype(attrs["dtype"]), tuple(attrs["shape"]))]
 
 
+def _run_time_shape(ins, attrs, op: str) -> Shape | None:
+    """The output shape of an op that takes its ``shape`` as attr or, as TensorFlow does,
+    as an int vector input 1 known only at run time (then: that many unknown dims)."""
+    if "shape" in attrs:
+        return None
+    if len(ins) < 2:
+        raise ShapeError(f"{op} needs a 'shape' attr or a shape tensor as input 1")
+    return shape_from_tensor(ins[1], attrs, op)
+
+
+def shape_from_tensor(spec: TensorSpec, attrs, op: str) -> Shape:
+    """The static output shape of an op whose shape is the run-time int vector ``spec``:
+    unknown dimensions, except those that the op's ``_output_shapes`` attr states (the
+    attr TensorFlow writes into a GraphDef with the shapes it inferred; a builder that
+    knows ``Shape(x)``'s static part, ``x``'s known dimensions, records it there)."""
+    if not spec.dtype.is_integer or len(spec.shape) != 1 or spec.shape[0] is None:
+        raise ShapeError(f"{op}'s shape tensor must be an integer vector of known length, "
+                         f"got {spec.dtype.name} {spec.shape}")
+    stated = attrs.get("_output_shapes")
+    if stated and len(stated[0]) == spec.shape[0]:
+        return tuple(None if d is None or d < 0 else int(d) for d in stated[0])
+    return (None,) * spec.shape[0]
+
+
 def infer_broadcast_to(ins, attrs):
+    run_time = _run_time_shape(ins, attrs, "BroadcastTo")
+    if run_time is not None:
+        if len(run_time) < len(ins[0].shape):
+            raise ShapeError(f"cannot broadcast shape {ins[0].shape} to rank {len(run_time)}")
+        return [TensorSpec(ins[0].dtype, run_time)]
     shape = tuple(attrs["shape"])
     if broadcast_shapes(ins[0].shape, shape) != shape:
         raise ShapeError(f"cannot broadcast shape {ins[0].shape} to {shape}")
@@ -148,6 +177,9 @@ def infer_broadcast_to(ins, attrs):
 
 
 def infer_reshape(ins, attrs):
+    run_time = _run_time_shape(ins, attrs, "Reshape")
+    if run_time is not None:
+        return [TensorSpec(ins[0].dtype, run_time)]
     shape = list(attrs["shape"])
     n = num_elements(ins[0].shape)
     if shape.count(-1) > 1:

@@ -75,9 +75,12 @@ OPS: dict[str, OpDef] = table(
     OpDef("Mean", infer_reduce, flops_per_input(1), const_inputs=((1, "axis"),), multithreaded=True,
           gradient=lazy_gradient("mean_grad"), min_inputs=1, max_inputs=1),
     # Data movement.
+    # BroadcastTo and Reshape take their shape as an attr, or (TF's input 1) as an int
+    # vector tensor computed at run time (a Shape op's output: unknown dimensions).
     OpDef("BroadcastTo", infer_broadcast_to, const_inputs=((1, "shape"),), gradient=lazy_gradient("broadcast_to_grad"),
-          min_inputs=1, max_inputs=1),
-    OpDef("Reshape", infer_reshape, forwards_input=True, const_inputs=((1, "shape"),), gradient=lazy_gradient("reshape_grad"), min_inputs=1, max_inputs=1),
+          min_inputs=1, max_inputs=2),
+    OpDef("Reshape", infer_reshape, forwards_input=True, const_inputs=((1, "shape"),),
+          gradient=lazy_gradient("reshape_grad"), min_inputs=1, max_inputs=2),
     OpDef("Transpose", infer_transpose, const_inputs=((1, "perm"),), gradient=lazy_gradient("transpose_grad"),
           min_inputs=1, max_inputs=1),
     OpDef("Concat", infer_concat, tf_type="ConcatV2", const_inputs=((-1, "axis"),), gradient=lazy_gradient("concat_grad"), min_inputs=1, max_inputs=None),

@@ -58,7 +58,11 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",
     for device_type in device_types:
         if device_type.upper() == "CPU":
             _cpu.warmup(dtypes, parallel=parallel)
+            _cpu_math.warmup(dtypes, parallel=parallel)
+            _cpu_nn.warmup(dtypes, parallel=parallel)
         elif device_type.upper() == "GPU":
             _cuda.warmup(dtypes)
+            _cuda_math.warmup(dtypes)
+            _cuda_nn.warmup(dtypes)
         else:
             raise ValueError(f"unknown device type {device_type!r}; known: ['CPU', 'GPU']")

@@ -57,8 +57,9 @@ import numpy as np
 from numba import njit, prange
 
 from .layout import broadcast_layout, normalize_axes, reduce_layout
-from .opcodes import (ADD, ASSIGN, MUL, NEG, RELU, RELU_GRAD, SIGMOID, SIGMOID_GRAD, SUB, TANH,
-                      TANH_GRAD)
+from .opcodes import (ABS, ADD, ASSIGN, EXP, LOG, MAXIMUM, MINIMUM, MUL, NEG, POW, REAL_DIV, RELU,
+                      RELU_GRAD, RSQRT, RSQRT_GRAD, SIGMOID, SIGMOID_GRAD, SIGN, SQRT,
+                      SQRT_GRAD, SQUARE, SQUARED_DIFFERENCE, SUB, TANH, TANH_GRAD)
 from .registry import FLOATING, NUMERIC, register
 from .blas import set_blas_threads
 from .threading_layer import parallel_region
@@ -98,7 +99,7 @@ _NUMBA_THREADS = numba.config.NUMBA_NUM_THREADS
 
 # --- element functions ---------------------------------------------------------------------
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")  # a float x / 0 is inf, as numpy's
 def _binary_element(code, a, b):
     if code == ADD:
         return a + b
@@ -112,6 +113,20 @@ def _binary_element(code, a, b):
         return b * (1 - a * a)
     if code == SIGMOID_GRAD:  # SigmoidGrad(y, g)
         return b * a * (1 - a)
+    if code == REAL_DIV:
+        return a / b
+    if code == POW:
+        return a ** b
+    if code == MAXIMUM:
+        return a if a >= b else b
+    if code == MINIMUM:
+        return a if a <= b else b
+    if code == SQUARED_DIFFERENCE:
+        return (a - b) * (a - b)
+    if code == SQRT_GRAD:  # SqrtGrad(y, g) = g / (2 y)
+        return b * 0.5 / a
+    if code == RSQRT_GRAD:  # RsqrtGrad(y, g) = -g y^3 / 2
+        return b * a * a * a * -0.5
     return b  # ASSIGN
 
 
@@ -119,12 +134,18 @@ def _binary_element(code, a, b):
 def _unary_element(code, a):
     if code == NEG:
         return -a
+    if code == SQUARE:
+        return a * a
+    if code == ABS:
+        return a if a >= 0 else -a
+    if code == SIGN:
+        return (a > 0) - (a < 0)
     return a if a > 0 else 0  # RELU
 
 
 # --- elementwise drivers ------------------------------------------------------------------
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _binary_contiguous(code, x, xo, y, yo, out, oo, n):
     """The hot case: both operands contiguous along the run.  One loop per op, so the
     op branch sits outside the loop, and indices from 0 in slices, so numba's
@@ -144,12 +165,25 @@ def _binary_contiguous(code, x, xo, y, yo, out, oo, n):
     elif code == ASSIGN:
         for j in range(n):
             c[j] = b[j]
+    elif code == REAL_DIV:
+        for j in range(n):
+            c[j] = a[j] / b[j]
+    elif code == MAXIMUM:
+        for j in range(n):
+            c[j] = a[j] if a[j] >= b[j] else b[j]
+    elif code == MINIMUM:
+        for j in range(n):
+            c[j] = a[j] if a[j] <= b[j] else b[j]
+    elif code == SQUARED_DIFFERENCE:
+        for j in range(n):
+            d = a[j] - b[j]
+            c[j] = d * d
     else:
         for j in range(n):
             c[j] = _binary_element(code, a[j], b[j])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _binary_with_scalar(code, s, v, c, scalar_first):
     """``c[j] = f(v[j], s)`` (``f(s, v[j])`` when ``scalar_first``) along a contiguous
     run ``v`` and one element ``s`` of the other operand (a broadcast scalar: a learning
@@ -168,6 +202,18 @@ def _binary_with_scalar(code, s, v, c, scalar_first):
     elif code == SUB:
         for j in range(n):
             c[j] = v[j] - s
+    elif code == REAL_DIV and scalar_first:
+        for j in range(n):
+            c[j] = s / v[j]
+    elif code == REAL_DIV:
+        for j in range(n):
+            c[j] = v[j] / s
+    elif code == MAXIMUM:  # symmetric: the order only matters for a tie of equal values
+        for j in range(n):
+            c[j] = v[j] if v[j] >= s else s
+    elif code == MINIMUM:
+        for j in range(n):
+            c[j] = v[j] if v[j] <= s else s
     elif scalar_first:
         for j in range(n):
             c[j] = _binary_element(code, s, v[j])
@@ -229,6 +275,12 @@ def _unary_range(code, x, out, start, stop):
     if code == NEG:  # one loop per op: the branch stays out of the loop
         for i in range(stop - start):
             c[i] = -a[i]
+    elif code == SQUARE:
+        for i in range(stop - start):
+            c[i] = a[i] * a[i]
+    elif code == ABS:
+        for i in range(stop - start):
+            c[i] = a[i] if a[i] >= 0 else -a[i]
     else:
         for i in range(stop - start):
             c[i] = _unary_element(code, a[i])
@@ -259,6 +311,18 @@ def _unary_float_range(code, x, out, start, stop):
             e = math.exp(-abs(v))
             r = 1 / (1 + e)
             c[i] = r if v >= 0 else e * r
+    elif code == EXP:
+        for i in range(stop - start):
+            c[i] = math.exp(a[i])
+    elif code == LOG:
+        for i in range(stop - start):
+            c[i] = math.log(a[i]) if a[i] > 0 else (-math.inf if a[i] == 0 else math.nan)
+    elif code == SQRT:
+        for i in range(stop - start):
+            c[i] = math.sqrt(a[i]) if a[i] >= 0 else math.nan
+    elif code == RSQRT:
+        for i in range(stop - start):
+            c[i] = 1 / math.sqrt(a[i]) if a[i] >= 0 else math.nan
     else:  # TANH (float64; float32 has _tanh32_range)
         for i in range(stop - start):
             c[i] = math.tanh(a[i])
@@ -896,16 +960,24 @@ def matmul(ctx, inputs, attrs):
     return (out,)
 
 
+def _shape_arg(inputs, attrs) -> tuple:
+    """``attrs["shape"]``, or the run-time shape tensor TensorFlow passes as input 1."""
+    if "shape" in attrs:
+        return tuple(attrs["shape"])
+    return tuple(int(d) for d in np.asarray(inputs[1]))
+
+
 @register("BroadcastTo", CPU, NUMERIC)
 def broadcast_to(ctx, inputs, attrs):
-    """x broadcast to ``attrs["shape"]`` (materialised)."""
-    return (np.array(np.broadcast_to(inputs[0], tuple(attrs["shape"])), order="C"),)
+    """x broadcast to ``attrs["shape"]`` or to the shape tensor input 1 (materialised)."""
+    return (np.array(np.broadcast_to(inputs[0], _shape_arg(inputs, attrs)), order="C"),)
 
 
 @register("Reshape", CPU, NUMERIC)
 def reshape(ctx, inputs, attrs):
-    """x with ``attrs["shape"]`` (a copy: outputs never alias inputs)."""
-    return (np.array(inputs[0], order="C").reshape(tuple(attrs["shape"])),)
+    """x with ``attrs["shape"]`` or the shape tensor input 1 (a copy: outputs never
+    alias inputs)."""
+    return (np.array(inputs[0], order="C").reshape(_shape_arg(inputs, attrs)),)
 
 
 @register("Transpose", CPU, NUMERIC)

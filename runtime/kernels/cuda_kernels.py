@@ -14,7 +14,9 @@ import math
 import numpy as np
 from numba import cuda
 
-from .opcodes import ADD, MUL, NEG, RELU_GRAD, SIGMOID_GRAD, SUB, TANH, TANH_GRAD
+from .opcodes import (ABS, ADD, EXP, LOG, MAXIMUM, MINIMUM, MUL, NEG, POW, REAL_DIV, RELU_GRAD,
+                      RSQRT, RSQRT_GRAD, SIGMOID_GRAD, SIGN, SQRT, SQRT_GRAD, SQUARE,
+                      SQUARED_DIFFERENCE, SUB, TANH, TANH_GRAD)
 
 #: Side of a MatMul tile (threads per block: TILE * TILE).
 TILE = 16
@@ -34,6 +36,20 @@ def binary_element(code, a, b):
         return b * (1 - a * a)
     if code == SIGMOID_GRAD:  # SigmoidGrad(y, g)
         return b * a * (1 - a)
+    if code == REAL_DIV:
+        return a / b
+    if code == POW:
+        return a ** b
+    if code == MAXIMUM:
+        return a if a >= b else b
+    if code == MINIMUM:
+        return a if a <= b else b
+    if code == SQUARED_DIFFERENCE:
+        return (a - b) * (a - b)
+    if code == SQRT_GRAD:  # SqrtGrad(y, g) = g / (2 y)
+        return b * 0.5 / a
+    if code == RSQRT_GRAD:  # RsqrtGrad(y, g) = -g y^3 / 2
+        return b * a * a * a * -0.5
     return b  # ASSIGN
 
 
@@ -61,6 +77,12 @@ def unary(code, x, out):
         a = x[i]
         if code == NEG:
             out[i] = -a
+        elif code == SQUARE:
+            out[i] = a * a
+        elif code == ABS:
+            out[i] = a if a >= 0 else -a
+        elif code == SIGN:
+            out[i] = (a > 0) - (a < 0)
         else:  # RELU
             out[i] = a if a > 0 else 0
 
@@ -73,6 +95,14 @@ def unary_float(code, x, out):
         a = x[i]
         if code == TANH:
             out[i] = math.tanh(a)
+        elif code == EXP:
+            out[i] = math.exp(a)
+        elif code == LOG:
+            out[i] = math.log(a) if a > 0 else (-math.inf if a == 0 else math.nan)
+        elif code == SQRT:
+            out[i] = math.sqrt(a) if a >= 0 else math.nan
+        elif code == RSQRT:
+            out[i] = 1 / math.sqrt(a) if a >= 0 else math.nan
         elif a >= 0:  # Sigmoid, written so that exp never overflows
             out[i] = 1 / (1 + math.exp(-a))
         else:

@@ -7,7 +7,10 @@ compiled function per dtype serves every elementwise op.
 
 # Binary element ops f(a, b).
 ADD, SUB, MUL, RELU_GRAD, TANH_GRAD, SIGMOID_GRAD, ASSIGN = range(7)
+# ... of the math family (core.ops_math): RealDiv, Pow, Maximum, Minimum,
+# SquaredDifference, SqrtGrad(y, g), RsqrtGrad(y, g).
+REAL_DIV, POW, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE, SQRT_GRAD, RSQRT_GRAD = range(7, 14)
 # Unary element ops on any numeric type.
-NEG, RELU = range(2)
+NEG, RELU, SQUARE, ABS, SIGN = range(5)
 # Unary element ops on floating types.
-TANH, SIGMOID = range(2)
+TANH, SIGMOID, EXP, LOG, SQRT, RSQRT = range(6)
