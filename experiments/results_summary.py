@@ -210,7 +210,7 @@ def main(argv=None) -> int:
                         help="where results.md and the pictures go")
     parser.add_argument("--readme", default="README.md",
                         help="the README whose headline table is replaced")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv)
     latest = latest_runs(args.runs)
     if not latest:
         parser.error(f"no finished runs under {args.runs} (no */*/{RECORD_NAME})")
