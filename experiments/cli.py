@@ -212,6 +212,27 @@ BENCHMARKS = {
 TOOLS = {"summary": "results_summary"}
 
 
+#: Scripts that time kernels in their own process, and set its BLAS threads and OpenMP
+#: wait policy before numpy loads (as the servers run); ``python -m`` does it in the
+#: script, :func:`main` before importing it.
+_BLAS_BEFORE_NUMPY = {"sim_vs_real", "cpu_accounting", "calibration_spread", "bench_kernels"}
+
+
+def _option(argv: Sequence[str], flag: str, default: str) -> str:
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else default
+
+
+def _blas_env(argv: Sequence[str]) -> None:
+    import os
+
+    blas = _option(argv, "--blas-threads", "1")
+    if blas != "0":
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", blas)
+    omp = _option(argv, "--omp-wait-policy", "passive")
+    if omp:
+        os.environ.setdefault("OMP_WAIT_POLICY", omp)
+
+
 def _usage() -> str:
     lines = ["usage: placement-lab <command> [options]   (placement-lab <command> --help)",
              "", "commands:"]
@@ -245,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"placement-lab: error: unknown command {command!r}; choose from "
               f"{', '.join([*COMMANDS, 'benchmark', *TOOLS])}", file=sys.stderr)
         return 2
+    if module in _BLAS_BEFORE_NUMPY and "numpy" not in sys.modules:
+        _blas_env(rest)
     script = importlib.import_module(f"experiments.{module}")
     token = _PROG.set(prog)
     try:

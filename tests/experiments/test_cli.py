@@ -113,3 +113,12 @@ def test_log_levels():
     assert cli.log_level(parser.parse_args(["--log-level", "error"])) == "ERROR"
     with pytest.raises(SystemExit):
         parser.parse_args(["-v", "--log-level", "INFO"])
+
+
+def test_the_command_line_layer_leaves_numpy_unloaded():
+    """Scripts set their BLAS threads before numpy loads: importing the package and the
+    command-line layer must not load it."""
+    code = "import sys, experiments, experiments.cli; print('numpy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
