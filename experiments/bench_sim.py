@@ -48,8 +48,8 @@ from experiments.workloads import random_layered_dag
 WIDTH = 32
 
 
-def placed_dag(n: int, devices: int):
-    graph = random_layered_dag(n, width=WIDTH)
+def placed_dag(n: int, devices: int, seed: int = 0):
+    graph = random_layered_dag(n, width=WIDTH, seed=seed)
     cluster = Cluster.from_spec({"worker": [f"w{i}:2222" for i in range(devices)]})
     names = [d.name for d in cluster.devices]
     placement = Placement({op.name: names[(i // WIDTH) % devices]
@@ -115,11 +115,11 @@ def naive_ops_per_s(graph, placement, cluster) -> float:
 
 
 def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool,
-          baselines: bool = True) -> pd.DataFrame:
+          baselines: bool = True, seed: int = 0) -> pd.DataFrame:
     rows = []
     for n in sizes:
         for devices in device_counts:
-            graph, cluster, placement = placed_dag(n, devices)
+            graph, cluster, placement = placed_dag(n, devices, seed)
             times, loads, records = [], [], math.inf
             # SimPy's own speed at the moment of the first (reported) call.
             rate = simpy_timeouts_per_s() if baselines else math.nan
@@ -143,7 +143,7 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool,
             peak = math.nan
             if memory:
                 del graph
-                graph, cluster, placement = placed_dag(n, devices)  # cold again, untimed
+                graph, cluster, placement = placed_dag(n, devices, seed)  # cold again, untimed
                 gc.collect()
                 tracemalloc.start()
                 trace = sim.simulate(graph, placement, cluster)
@@ -174,7 +174,7 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool,
 
 def main(argv=None) -> pd.DataFrame:
     parser = cli.make_parser("python -m experiments.bench_sim", __doc__.split("\n\n")[0],
-                             "repeats", defaults={"repeats": 1},
+                             "repeats", "seed", defaults={"repeats": 1},
                              helps={"repeats": "timed calls per case: the first (cold) one, "
                                                "then warm ones (best kept)"})
     parser.add_argument("--sizes", type=cli.positive_int, nargs="+",
@@ -194,7 +194,8 @@ def main(argv=None) -> pd.DataFrame:
 
 
 def _report(args, baselines: bool) -> pd.DataFrame:
-    frame = bench(args.sizes, args.devices, args.repeats, not args.no_memory, baselines)
+    frame = bench(args.sizes, args.devices, args.repeats, not args.no_memory, baselines,
+                  args.seed)
     frame["target_scaled"] = (TARGET_OPS_PER_S * frame.simpy_timeouts_per_s
                               / SIMPY_TIMEOUTS_REFERENCE)
     print_table(frame, "simulate() speed (random layered DAGs, round-robin by layer)")
