@@ -120,7 +120,7 @@ SHARED: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
 }
 
 
-def make_parser(prog: str, description: str, *shared: str, defaults: dict | None = None,
+def make_parser(prog: str | None, description: str, *shared: str, defaults: dict | None = None,
                 choices: dict | None = None, helps: dict | None = None,
                 types: dict | None = None) -> LabArgumentParser:
     """A script's parser: the common options, then the :data:`SHARED` ones named in

@@ -29,7 +29,8 @@ from typing import Any, Mapping
 import pandas as pd
 
 __all__ = ["RESULTS_DIR", "RECORD_NAME", "Run", "finish", "load_record", "runs", "latest_run",
-           "save_table", "print_table", "short_device", "per_device_frame"]
+           "save_table", "print_table", "short_device", "per_device_frame", "per_device_MiB",
+           "results_parser"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def per_device_frame(keys: Mapping[str, Any], columns: Mapping[str, Mapping[str,
     entry of ``columns`` (``{column: {device: value}}``; missing values are NaN).
 
     >>> per_device_frame({"placer": "simple"}, {"ops": {"/job:w/task:0/device:CPU:0": 3}})
-       placer          device  ops
+       placer     device  ops
     0  simple  w:0/CPU:0    3
     """
     devices = sorted({d for values in columns.values() for d in values})
@@ -63,6 +64,23 @@ def per_device_frame(keys: Mapping[str, Any], columns: Mapping[str, Mapping[str,
                                                    for c, v in columns.items()}}
             for d in devices]
     return pd.DataFrame(rows, columns=[*keys, "device", *columns])
+
+
+def per_device_MiB(peaks: Mapping[str, int]) -> str:
+    """``{device: bytes}`` as ``"worker:0/CPU:0=1.5, ps:0/CPU:0=0.25"`` (MiB, by device):
+    for a printed line; tables take :func:`per_device_frame` instead.
+
+    >>> per_device_MiB({"/job:ps/replica:0/task:0/device:CPU:0": 2**20})
+    'ps:0/CPU:0=1'
+    """
+    return ", ".join(f"{short_device(d)}={b / 2**20:.3g}" for d, b in sorted(peaks.items()))
+
+
+def results_parser(description: str) -> argparse.ArgumentParser:
+    """The parser of a script not yet on :func:`experiments.cli.make_parser`: the common
+    options (``--out DIR``, ``-v``/``--log-level``) and defaults in ``--help``."""
+    from experiments import cli
+    return cli.make_parser(None, description)
 
 
 def _utc_now() -> dt.datetime:
