@@ -90,12 +90,12 @@ def _compare_placers(folder: Path, record: dict) -> list[dict]:
             "est_step_ms": "estimated"}[key]
     rows = []
     for workload, part in frame.groupby("workload", sort=False):
-        best = part.loc[part[key].idxmin()]
-        simple = part[part.placer == "simple"][key]
-        against = f" (simple: {simple.iloc[0]:.3g} ms)" if len(simple) else ""
-        rows.append({"what": f"compare_placers, {workload}",
-                     "figure": f"best: {best.placer}, {best[key]:.3g} ms {kind}{against}",
-                     "run": _run_label(record)})
+        best = part[key].min()
+        figures = ", ".join(f"{r.placer} {getattr(r, key):.3g}" + ("*" if getattr(r, key) == best
+                                                                    else "")
+                            for r in part.itertuples())
+        rows.append({"what": f"compare_placers, {workload}: step per placer",
+                     "figure": f"{figures} ms {kind} (* the best)", "run": _run_label(record)})
     return rows
 
 

@@ -35,7 +35,7 @@ def test_the_pages_come_from_the_latest_good_runs(tmp_path):
                                  "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert "old" not in text and text.endswith("\ntail\n")
-    assert "best: cost_model, 1.25 ms predicted (simple: 2 ms)" in text
+    assert "simple 2, cost_model 1.25* ms predicted (* the best)" in text
     page = (docs / "results.md").read_text()
     assert "## compare_placers" in page and "--backend sim" in page and "| 1.25 |" in page
     assert (docs / "gantt_mlp.png").read_bytes() == b"png"
