@@ -418,8 +418,8 @@ class Trace:
 
         and, when ``cluster`` is given: every device exists; no device runs more ops at
         once than its ``inter_op_threads`` (and no thread slot runs two at once); the
-        CPU ops of a host (of a task, in a trace of the runtime, ``meta["backend"] ==
-        "runtime"``: its processes share the cores by time slices) never hold more than
+        CPU ops of a host (of a task, in a measured trace, ``meta["backend"]`` ``"runtime"``
+        or ``"tensorflow"``: its processes share the cores by time slices) never hold more than
         its cores; memory never exceeds a
         device's capacity unless an out-of-memory event on that device came first.
         ``tolerance`` (seconds) forgives clock skew in measured traces.
@@ -499,7 +499,7 @@ class Trace:
         # A real run's server processes share a host's cores by the OS's time slices, so
         # ops of several processes may overlap beyond the cores; each process holds its
         # own ops to them (the runtime counts cores per process).
-        measured = self.meta.get("backend") == "runtime"
+        measured = self.meta.get("backend") in ("runtime", "tensorflow")
         by_host: dict[tuple, list[OpRecord]] = {}
         for r in self.ops:
             dev = devices.get(r.device)

@@ -48,9 +48,11 @@ def bench(sizes: list[int], repeat: int, names: list[str], seed: int = 0) -> pd.
 
 
 def main(argv=None) -> pd.DataFrame:
+    # (search and optimal simulate: they are timed only when named)
+    quick = [n for n in placers.names() if n not in ("search", "optimal")]
     parser = cli.make_parser("python -m experiments.bench_placers", __doc__.split("\n\n")[0],
                              "placers", "repeats", "seed", "plot",
-                             defaults={"placers": placers.names(), "repeats": 1},
+                             defaults={"placers": quick, "repeats": 1},
                              choices={"placers": placers.names()},
                              helps={"repeats": "timed placements per case (the best kept)"})
     parser.add_argument("--sizes", type=cli.positive_int, nargs="+",

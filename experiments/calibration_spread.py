@@ -46,8 +46,8 @@ from core.cluster import Cluster
 from core.costs import StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, predict, server_env,
                                   this_host_cluster)
-from experiments.compare_placers import WORKLOADS, placers_to_compare
 from experiments import cli
+from experiments.compare_placers import WORKLOADS, placer_name, placers_to_compare
 from experiments.report import Run, finish, print_table
 from experiments.sim_vs_real import DEFAULT_WORKLOADS, PLACERS, server_config
 
@@ -129,10 +129,10 @@ def spread_by_figure(workloads: list[str], placer_names: list[str], clusters: li
     min - 1) of its predicted step over ``clusters``, and per group of
     :data:`FIGURE_GROUPS` the spread when only that group's figures come from each
     cluster (the rest from the first)."""
-    chosen = placers_to_compare()
     rows = []
     for wname in workloads:
         w = WORKLOADS[wname]()
+        chosen = placers_to_compare(placer_names, w)
         for pname in placer_names:
             placement = chosen[pname].place(w.graph, clusters[0])
 
@@ -162,10 +162,10 @@ def run(calibrations: int, workloads: list[str], placer_names: list[str], *,
         clusters.append(cluster)
         rows.append({"calibration": str(i), "seconds": time.perf_counter() - t0,
                      **headline_figures(cluster, figures)})
-    chosen = placers_to_compare()
     predictions = []
     for wname in workloads:
         w = WORKLOADS[wname]()
+        chosen = placers_to_compare(placer_names, w)
         placements = {p: chosen[p].place(w.graph, clusters[0]) for p in placer_names}
         for pname, placement in placements.items():
             row = {"workload": wname, "placer": pname}
@@ -181,10 +181,12 @@ def main(argv=None):
         "python -m experiments.calibration_spread", __doc__.split("\n\n")[0], "workloads",
         "placers", "calibrate",
         defaults={"workloads": DEFAULT_WORKLOADS, "placers": list(PLACERS)},
-        choices={"workloads": list(WORKLOADS), "placers": list(PLACERS),
-                 "calibrate": ["full", "quick"]},
+        choices={"workloads": list(WORKLOADS), "calibrate": ["full", "quick"]},
+        types={"placers": placer_name},
         helps={"calibrate": "the calibrations' kind (quick: fewer and shorter "
-                            "micro-benchmarks)"})
+                            "micro-benchmarks)",
+               "placers": "placers to compare: any registered name (placers.names()) or "
+                          "round_robin_vars"})
     parser.add_argument("--calibrations", type=int, default=4,
                         help="calibrations in a row (at least 2)")
     parser.add_argument("--threads", type=int, default=0,

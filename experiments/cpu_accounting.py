@@ -41,7 +41,7 @@ from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_cal
                                   predict, prepared_session, runtime_cluster_spec, server_env,
                                   this_host_cluster)
 from experiments import cli
-from experiments.compare_placers import WORKLOADS, placers_to_compare
+from experiments.compare_placers import WORKLOADS, placer_name, placers_to_compare
 from experiments.machine_load import OtherLoad, cpu_seconds_of_tree
 from experiments.report import Run, finish, print_table
 from experiments.sim_vs_real import server_config
@@ -92,10 +92,10 @@ def run(workloads, placer_names, *, steps: int = 200, threads: int = 0,
     if cluster is None:
         cluster, figures = calibrate_this_host(this_host_cluster(threads), env=env,
                                                config=config)
-    placer_objs = placers_to_compare()
     rows = []
     for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
         w = WORKLOADS[wname]()
+        placer_objs = placers_to_compare(placer_names, w)
         # A fresh cluster per workload: variables outlive sessions and names repeat.
         with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env, config=config) as local:
             for pname in placer_names:
@@ -132,7 +132,9 @@ def main(argv=None):
     parser = cli.make_parser(
         "python -m experiments.cpu_accounting", __doc__.split("\n\n")[0], "workloads",
         "placers", defaults={"workloads": DEFAULT_WORKLOADS, "placers": DEFAULT_PLACERS},
-        choices={"workloads": list(WORKLOADS), "placers": list(placers_to_compare())})
+        choices={"workloads": list(WORKLOADS)}, types={"placers": placer_name},
+        helps={"placers": "placers to compare: any registered name (placers.names()) or "
+                          "round_robin_vars"})
     parser.add_argument("--steps", type=cli.positive_int, default=200,
                         help="measured steps per placement (the processes' CPU time is "
                              "counted in clock ticks, 10 ms each)")
