@@ -7,7 +7,7 @@ each (size, devices) the table gives the seconds of the first simulate() call on
 freshly built graph (everything simulate() does: plan, costs, SimPy run, trace
 building; graph building is not timed: the graph keeps the columns a plan reads as its
 ops are created, see ``core.graph.OpColumns``) and the simulated ops per second it
-makes; ``warm_s``, the best of the ``--repeat`` - 1 calls after it on the same graph
+makes; ``warm_s``, the best of the ``--repeats`` - 1 calls after it on the same graph
 (which reuse the arrays made from those columns, see ``Graph.cached_view``); the
 seconds to read the trace's record lists once (made on first access, so not in
 simulate()'s time), transfers, the predicted step time, the peak memory simulate()

@@ -201,6 +201,9 @@ COMMANDS = {
 #: ``placement-lab benchmark <name>``: the module of each benchmark.
 BENCHMARKS = {
     "kernels": "bench_kernels",
+    "load": "bench_load",
+    "models": "bench_models",
+    "placement": "bench_placement",
     "placers": "bench_placers",
     "runtime": "bench_runtime",
     "sim": "bench_sim",

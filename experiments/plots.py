@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["bars", "predicted_vs_measured"]
+__all__ = ["bars", "figure", "predicted_vs_measured"]
 
 
 def _figure(**kwargs):
@@ -25,13 +25,16 @@ def _figure(**kwargs):
 
 
 def bars(frame: pd.DataFrame, *, group: str, bar: str, value: str, ylabel: str,
-         title: str = "", log: bool = False):
+         title: str = "", log: bool = False, ax=None):
     """Grouped bars: one group per value of ``group``, one bar per value of ``bar`` (in
-    order of first appearance, with a legend), heights from ``value``."""
+    order of first appearance, with a legend), heights from ``value`` (a missing one:
+    no bar).  Drawn on ``ax`` when given; returns the figure."""
     groups = list(dict.fromkeys(frame[group]))
     kinds = list(dict.fromkeys(frame[bar]))
-    fig = _figure(figsize=(max(5.0, 1.2 * len(groups) * max(1, len(kinds)) / 2), 4))
-    ax = fig.add_subplot()
+    if ax is None:
+        fig = _figure(figsize=(max(5.0, 1.2 * len(groups) * max(1, len(kinds)) / 2), 4))
+        ax = fig.add_subplot()
+    fig = ax.figure
     width = 0.8 / max(1, len(kinds))
     for i, kind in enumerate(kinds):
         rows = frame[frame[bar] == kind].set_index(group)[value]
@@ -47,6 +50,12 @@ def bars(frame: pd.DataFrame, *, group: str, bar: str, value: str, ylabel: str,
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def figure(**kwargs):
+    """A new :class:`matplotlib.figure.Figure` (ImportError naming the extra without
+    matplotlib)."""
+    return _figure(**kwargs)
 
 
 def predicted_vs_measured(frame: pd.DataFrame, *, predicted: str, measured: str,

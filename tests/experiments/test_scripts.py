@@ -88,7 +88,10 @@ def test_bench_placement_table_csv_and_plot(tmp_path):
     assert not by.loc["m_topo", "oom"] and by.loc["m_topo", "devices"] >= 2
     assert by.loc["search", "sim_step_ms"] <= by.loc["cost_model", "sim_step_ms"]
     assert by.loc["search", "speedup_vs_cost_model"] >= 1
-    assert (tmp_path / "bench_placement.csv").exists() and (tmp_path / "bench_placement.png").exists()
+    folder = frame.attrs["run_folder"]
+    assert (folder / "bench_placement.csv").exists() and (folder / "bench_placement.png").exists()
+    devices = pd.read_csv(folder / "bench_placement_devices.csv")
+    assert set(devices.placer) == set(frame.placer) and (devices.peak_MiB >= 0).all()
 
 
 def test_rank_agreement_of_simulated_and_measured_steps():
