@@ -211,7 +211,8 @@ def _plot(frame: pd.DataFrame):
     fig = figure(figsize=(6 * len(clusters), 4))
     for i, cname in enumerate(clusters):
         bars(frame[frame.cluster == cname], group="model", bar="placer", value="sim_step_ms",
-             ylabel="simulated step (ms)", title=f"{cname} (missing: no placement)",
+             ylabel="simulated step (ms, log scale)", log=True,
+             title=f"{cname} (missing: no placement)",
              ax=fig.add_subplot(1, len(clusters), i + 1))
     return fig
 
