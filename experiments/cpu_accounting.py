@@ -79,7 +79,9 @@ def measure_cpu_per_step(workload, placement, local, *, steps: int, warmup: int 
     # The client's own count includes its server processes (its children): take them out.
     servers = [name for name in pids if name != CLIENT]
     used = {name: (after[name] - before[name]) / steps for name in servers}
-    used[CLIENT] = (after[CLIENT] - before[CLIENT]) / steps - sum(used.values())
+    # Rounded to a nanosecond: the counts are whole clock ticks, and a difference of float
+    # sums that should be 0 can come out a hair below it.
+    used[CLIENT] = round((after[CLIENT] - before[CLIENT]) / steps - sum(used.values()), 9)
     return used, fastest, load.other_cores
 
 
