@@ -25,7 +25,8 @@ import placers
 from core.cluster import Cluster
 from core.graph import ops_needed
 from experiments import workloads
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, print_table
 
 __all__ = ["MODELS", "KERAS_PARAMETERS", "SMALL", "build_row", "bench", "main"]
 
@@ -149,28 +150,33 @@ def bench(models, batch: int, presets: list[str], placer_names: list[str], small
 
 
 def main(argv=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=workloads.names())
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--presets", nargs="+", choices=Cluster.presets(),
-                        default=["dgx1-v100"] + [p for p in Cluster.presets() if p != "dgx1-v100"])
-    parser.add_argument("--placers", nargs="+", default=_placer_names(),
-                        choices=_placer_names(default=False))
+    parser = cli.make_parser("python -m experiments.bench_models", __doc__.split("\n\n")[0],
+                             "placers", defaults={"placers": _placer_names()},
+                             choices={"placers": _placer_names(default=False)})
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=workloads.names(),
+                        metavar="NAME", help=f"models; any of: {', '.join(workloads.names())}")
+    parser.add_argument("--batch", type=cli.positive_int, default=32, help="the models' batch")
+    presets = ["dgx1-v100"] + [p for p in Cluster.presets() if p != "dgx1-v100"]
+    parser.add_argument("--presets", nargs="+", default=presets, choices=Cluster.presets(),
+                        metavar="NAME", help=f"GPU presets (placement times on the first); any "
+                                             f"of: {', '.join(Cluster.presets())}")
     parser.add_argument("--small", action="store_true",
                         help="small sizes of each model (a quick check of the script)")
     parser.add_argument("--keras", action="store_true",
                         help="count Keras' parameters with TensorFlow now (the tensorflow extra)")
-    args = parser.parse_args(argv)
-    models, sims = bench(args.models, args.batch, args.presets, args.placers, args.small,
-                         args.keras)
-    size = "small sizes" if args.small else "full size"
-    print_table(models, f"models at {size}, batch {args.batch}: build, parameters, placement time "
-                        f"on {args.presets[0]}")
-    wide = sims.pivot_table(index=["model", "placement"], columns="preset", values="step_ms",
-                            aggfunc="first").reset_index()
-    print_table(wide, "simulated step (ms) per GPU preset and placement")
-    print(f"saved {save_table(models, 'bench_models', args.out)} and "
-          f"{save_table(sims, 'bench_models_sim', args.out)}")
+    args = cli.parse(parser, argv)
+    with Run("bench_models", args, out=args.out, argv=argv) as run:
+        models, sims = bench(args.models, args.batch, args.presets, args.placers, args.small,
+                             args.keras)
+        size = "small sizes" if args.small else "full size"
+        print_table(models, f"models at {size}, batch {args.batch}: build, parameters, "
+                            f"placement time on {args.presets[0]}")
+        wide = sims.pivot_table(index=["model", "placement"], columns="preset",
+                                values="step_ms", aggfunc="first").reset_index()
+        print_table(wide, "simulated step (ms) per GPU preset and placement")
+        print(f"saved {run.save_table(models, 'bench_models')} and "
+              f"{run.save_table(sims, 'bench_models_sim')}")
+    finish(run, models)
     return models, sims
 
 

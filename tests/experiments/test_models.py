@@ -158,7 +158,8 @@ def test_bench_models_small_run(tmp_path):
     assert set(sims["placement"]) == {"simple", "expert"}
     single = sims[sims["placement"] == "simple"]
     assert (single["gpus_used"] == 1).all() and (sims[sims["placement"] == "expert"]["gpus_used"] > 1).all()
-    assert (tmp_path / "bench_models.csv").exists() and (tmp_path / "bench_models_sim.csv").exists()
+    folder = models.attrs["run_folder"]
+    assert (folder / "bench_models.csv").exists() and (folder / "bench_models_sim.csv").exists()
 
 
 def test_rnn_expert_is_a_layer_per_gpu():
