@@ -32,7 +32,6 @@ import numpy as np
 
 from core import builders as b
 from core.autodiff import gradients
-from core.dtypes import int64
 from core.graph import Graph, GraphError, Operation, Tensor, get_default_graph
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",

@@ -27,7 +27,8 @@ if __name__ == "__main__":  # before numpy loads BLAS, as the servers run it
 import numpy as np
 import pandas as pd
 
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, print_table
 
 __all__ = ["cases", "math_cases", "nn_cases", "bench", "main"]
 
@@ -331,18 +332,29 @@ def bench(sizes: list[int], threads: int = 1, rounds: int = 7, seed: int = 0,
 
 
 def main(argv=None) -> pd.DataFrame:
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024],
+    parser = cli.make_parser("python -m experiments.bench_kernels", __doc__.split("\n\n")[0],
+                             "repeats", "seed", "plot", defaults={"repeats": 7},
+                             helps={"repeats": "alternating rounds per case (ours, numpy)",
+                                    "seed": "seed of the random operands"})
+    parser.add_argument("--sizes", type=cli.positive_int, nargs="+", default=[64, 1024],
                         help="n of the n x n float32 operands")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of the kernels")
-    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds per case")
+    parser.add_argument("--threads", type=cli.positive_int, default=1,
+                        help="intra-op threads of the kernels")
     parser.add_argument("--nn-batch", type=int, default=8,
                         help="batch of the nn ops' ResNet-50-sized cases (0: skip them)")
-    args = parser.parse_args(argv)
-    frame = bench(args.sizes, args.threads, args.rounds, nn_batch=args.nn_batch)
-    print_table(frame, "CPU kernels vs numpy (microseconds per call; ratio = ours / numpy)")
-    print(f"saved {save_table(frame, 'bench_kernels', args.out)}")
-    return frame
+    args = cli.parse(parser, argv)
+    with Run("bench_kernels", args, out=args.out, argv=argv) as run:
+        frame = bench(args.sizes, args.threads, args.repeats, args.seed, nn_batch=args.nn_batch)
+        print_table(frame, "CPU kernels vs numpy (microseconds per call; ratio = ours / numpy)")
+        print(f"saved {run.save_table(frame, 'bench_kernels')}")
+        if args.plot:
+            from experiments.plots import bars
+            cases = frame.assign(case=frame.op + " " + frame.variant.astype(str),
+                                 size=frame["n"].map(lambda n: f"{n} x {n}"))
+            figure = bars(cases, group="case", bar="size", value="ratio",
+                          ylabel="ours / numpy (time per call)", title="CPU kernels vs numpy")
+            print(f"saved {run.save_figure(figure, 'bench_kernels')}")
+    return finish(run, frame)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ from core.costs import tensor_bytes
 from core.graph import ops_needed
 from core.placement import Placement, transfers
 from experiments.compare_placers import WORKLOADS, placer_name
-from experiments.report import per_device_MiB, print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, per_device_frame, print_table
 
 __all__ = ["bench", "make_cluster", "load_model", "rank_agreement", "BAECHI"]
 
@@ -142,7 +143,7 @@ def _row(model, cname, pname, workload, cluster, placement, seconds, error=None)
     step_ops = ops_needed(workload.fetch_ops)
     row.update(sim_step_ms=trace.step_time * 1e3, oom=bool(trace.oom_events),
                peak_MiB=max(trace.peak_memory.values(), default=0) / 2**20,
-               peak_MiB_per_device=per_device_MiB(trace.peak_memory),
+               _peak_by_device=trace.peak_memory,
                bytes_across=sum(tensor_bytes(t.tensor) for t in transfers(step_ops, placement)),
                devices=len({placement[op.name] for op in step_ops}), error="")
     return row
@@ -202,48 +203,69 @@ def rank_agreement(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _plot(frame: pd.DataFrame, path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _plot(frame: pd.DataFrame):
+    """Per cluster, the simulated step of each model under each placer (bars)."""
+    from experiments.plots import bars, figure
+
     clusters = list(dict.fromkeys(frame["cluster"]))
-    fig, axes = plt.subplots(1, len(clusters), figsize=(6 * len(clusters), 4), squeeze=False)
-    for ax, cname in zip(axes[0], clusters):
-        table = frame[frame.cluster == cname].pivot_table(index="model", columns="placer",
-                                                          values="sim_step_ms")
-        table.plot.bar(ax=ax, rot=0)
-        ax.set_title(f"{cname}: simulated step (ms; missing: no placement)")
-        ax.set_ylabel("ms")
-    fig.tight_layout()
-    fig.savefig(path)
+    fig = figure(figsize=(6 * len(clusters), 4))
+    for i, cname in enumerate(clusters):
+        bars(frame[frame.cluster == cname], group="model", bar="placer", value="sim_step_ms",
+             ylabel="simulated step (ms, log scale)", log=True,
+             title=f"{cname} (missing: no placement)",
+             ax=fig.add_subplot(1, len(clusters), i + 1))
+    return fig
+
+
+def device_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows' peak memory per device, tidy: one row per (model, cluster, placer,
+    device)."""
+    parts = [per_device_frame({"model": r["model"], "cluster": r["cluster"],
+                               "placer": r["placer"]},
+                              {"peak_MiB": {d: b / 2**20 for d, b in r["_peak_by_device"].items()}})
+             for r in frame.to_dict("records") if isinstance(r.get("_peak_by_device"), dict)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def main(argv=None) -> pd.DataFrame:
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=None,
+    parser = cli.make_parser(
+        "python -m experiments.bench_placement", __doc__.split("\n\n")[0], "placers",
+        "repeats", "calibrate", "plot",
+        defaults={"placers": list(DEFAULT_PLACERS), "repeats": 3, "calibrate": "none"},
+        types={"placers": placer_name},
+        helps={"repeats": "timed steps per placement (--real)",
+               "calibrate": "--real: measure this machine first, so that the placers and "
+                            "the simulator see it (none: default figures)",
+               "plot": "also save bars of the simulated steps (PNG)"})
+    parser.add_argument("--models", nargs="+", default=None, metavar="NAME",
                         help=f"models (default: {', '.join(model_names())})")
-    parser.add_argument("--clusters", nargs="+", default=None,
+    parser.add_argument("--clusters", nargs="+", default=None, metavar="NAME",
                         help=f"clusters (default: {', '.join(cluster_names())})")
-    parser.add_argument("--batch", type=int, default=None,
+    parser.add_argument("--batch", type=cli.positive_int, default=None,
                         help="the models' batch (default: the registry's)")
-    parser.add_argument("--placers", nargs="+", type=placer_name, default=list(DEFAULT_PLACERS))
     parser.add_argument("--tight-fraction", type=float, default=0.6,
                         help="<cluster>:tight: each GPU's memory as a fraction of the model's step "
                              "on one GPU")
     parser.add_argument("--gpu-memory-fraction", type=float, default=None,
                         help="presets: the GPUs' per-process memory fraction")
-    parser.add_argument("--search-evals", type=int, default=200)
-    parser.add_argument("--search-seconds", type=float, default=None)
+    parser.add_argument("--search-evals", type=cli.positive_int, default=200,
+                        help="the search placer's simulated evaluations")
+    parser.add_argument("--search-seconds", type=float, default=None,
+                        help="the search placer's time limit")
     parser.add_argument("--dask", default=None, help="a Dask scheduler address for search")
-    parser.add_argument("--optimal-seconds", type=float, default=30.0)
-    parser.add_argument("--plot", action="store_true", help="bars of the simulated steps (PNG)")
+    parser.add_argument("--optimal-seconds", type=float, default=30.0,
+                        help="the optimal placer's time limit")
     parser.add_argument("--real", action="store_true",
                         help="also the model-parallel cases on this machine's real executor")
-    parser.add_argument("--real-workloads", nargs="+", default=["rnn_large", "inception_large"])
-    parser.add_argument("--real-calibrate", action="store_true",
-                        help="--real: measure this machine first (quick calibration)")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+    parser.add_argument("--real-workloads", nargs="+", default=["rnn_large", "inception_large"],
+                        metavar="NAME", help="the workloads of --real")
+    args = cli.parse(parser, argv)
+    with Run("bench_placement", args, out=args.out, argv=argv) as run:
+        frame = _report(run, args)
+    return finish(run, frame)
+
+
+def _report(run: Run, args) -> pd.DataFrame:
     options = {"search": {"evaluations": args.search_evals, "seconds": args.search_seconds,
                           "scheduler": args.dask},
                "optimal": {"time_limit": args.optimal_seconds}}
@@ -251,31 +273,32 @@ def main(argv=None) -> pd.DataFrame:
                   tight_fraction=args.tight_fraction,
                   gpu_memory_fraction=args.gpu_memory_fraction, options=options,
                   model_options={"batch": args.batch} if args.batch else None)
-    shown = frame.drop(columns=["peak_MiB_per_device"], errors="ignore")
-    print_table(shown, "placement benchmark (simulated; speed-ups: the reference's step over "
+    devices = device_frame(frame)
+    frame = frame.drop(columns=["_peak_by_device"], errors="ignore")
+    print_table(frame, "placement benchmark (simulated; speed-ups: the reference's step over "
                        f"this row's; published: {BAECHI['source']})")
-    print(f"saved {save_table(frame, 'bench_placement', args.out)}")
+    print(f"saved {run.save_table(frame, 'bench_placement')}")
+    print(f"saved {run.save_table(devices, 'bench_placement_devices')}")
     if args.plot:
-        from pathlib import Path
-        path = Path(args.out) / "bench_placement.png"
-        _plot(frame, path)
-        print(f"saved {path}")
+        print(f"saved {run.save_figure(_plot(frame), 'bench_placement')}")
     if args.real:
         from experiments.backends import (RUNTIME_SIM, calibrate_this_host, server_env,
                                           this_host_cluster)
         from experiments.compare_placers import compare
         cluster, config, figures = this_host_cluster(), None, "default figures"
-        if args.real_calibrate:  # so that the placers and the simulator see this machine
-            cluster, _ = calibrate_this_host(cluster, env=server_env(1), quick=True)
+        if args.calibrate != "none":  # so that the placers and the simulator see this machine
+            cluster, _ = calibrate_this_host(cluster, env=server_env(1),
+                                             quick=args.calibrate == "quick")
             config, figures = RUNTIME_SIM, "calibrated"
         real_placers = [p for p in args.placers if p not in ("optimal",)]
         measured = compare(args.real_workloads, cluster, ("sim", "runtime"),
                            repeats=args.repeats, sim_config=config, placer_names=real_placers)
+        measured = measured[[c for c in measured if not c.startswith("_")]]
         agreement = rank_agreement(measured)
         print_table(measured[["workload", "placer", "sim_step_ms", "real_step_ms"]],
                     f"model-parallel cases on this machine ({figures})")
         print_table(agreement, "does the measured ranking agree with the simulated one?")
-        print(f"saved {save_table(measured, 'bench_placement_real', args.out)}")
+        print(f"saved {run.save_table(measured, 'bench_placement_real')}")
     return frame
 
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import logging
 import time
+from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
@@ -37,16 +39,18 @@ from core.placement import transfers
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
                                   measure_placements, predict, runtime_cluster_spec,
                                   server_env, this_host_cluster)
+from experiments import cli
+from experiments.report import Run, finish, per_device_frame, print_table
 from experiments.tf_backend import TFLocalCluster, measure_on_tensorflow
-from experiments.report import (per_device_MiB, print_table, results_parser, save_table,
-                                short_device)
 from experiments.workloads import (data_parallel_step, inception_training_step,
                                    mlp_training_step, random_layered_dag, rnn_training_step,
                                    transformer_training_step)
 from experiments.workloads.mlp import Workload
 
 __all__ = ["CLUSTERS", "WORKLOADS", "compare", "placers_to_compare", "placer_name",
-           "DEFAULT_PLACERS"]
+           "DEFAULT_PLACERS", "device_frame"]
+
+_log = logging.getLogger(__name__)
 
 
 CLUSTERS = {
@@ -161,7 +165,7 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
             counts[p[op.name]] = counts.get(p[op.name], 0) + 1
         row = {
             "workload": wname, "placer": pname, "ops": len(step_ops),
-            "ops_per_device": ", ".join(f"{short_device(d)}={n}" for d, n in sorted(counts.items())),
+            "devices_used": len(counts), "_ops_by_device": counts,
             "bytes_across": moved, "place_ms": place_s * 1e3,
             "est_step_ms": placers.estimate_step_time(w.graph, p, cluster, cost_model,
                                                       fetches=fetch_ops) * 1e3,
@@ -170,7 +174,8 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
             trace = predict(w, p, cluster, cost_model, sim_config)
             row["sim_step_ms"] = trace.step_time * 1e3
             row["sim_peak_MiB"] = max(trace.peak_memory.values(), default=0) / 2**20
-            row["sim_peak_MiB_per_device"] = per_device_MiB(trace.peak_memory)
+            row["_sim_peak_by_device"] = trace.peak_memory
+            row["_sim_trace"] = trace
         rows.append(row)
     # Placers that chose the same placement share one measurement (``same_as``): timing
     # it twice would only rank the machine's noise.  Side by side, in rounds: a change in
@@ -191,7 +196,7 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
             # On a busy machine every real step is slower: say how busy it was.
             row["other_cores"] = m.other_cores
             row["real_peak_MiB"] = max(m.trace.peak_memory.values(), default=0) / 2**20
-            row["real_peak_MiB_per_device"] = per_device_MiB(m.trace.peak_memory)
+            row["_real_peak_by_device"] = m.trace.peak_memory
     if "tensorflow" in backends:
         timed = measure_on_tensorflow(w, distinct, cluster, tf_local, repeats=repeats)
         for row in rows:
@@ -203,10 +208,28 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
     return rows
 
 
+def device_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The per-device figures of :func:`compare`'s rows as a tidy frame: one row per
+    (workload, placer, device) with ``ops`` and the peak memory predicted and measured
+    (``sim_peak_MiB``, ``real_peak_MiB``; columns of the backends that ran)."""
+    parts = []
+    for row in frame.to_dict("records"):
+        columns = {"ops": row["_ops_by_device"]}
+        for side in ("sim", "real"):
+            peaks = row.get(f"_{side}_peak_by_device")
+            if isinstance(peaks, dict):
+                columns[f"{side}_peak_MiB"] = {d: b / 2**20 for d, b in peaks.items()}
+        parts.append(per_device_frame({"workload": row["workload"], "placer": row["placer"]},
+                                      columns))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: int = 5,
             blas_threads: int = 1, sim_config: sim.SimConfig | None = None,
             placer_names=DEFAULT_PLACERS) -> pd.DataFrame:
     """One row per (workload, placer); workloads the cluster cannot run are skipped.
+    Columns whose names start with ``_`` hold each row's per-device figures (dicts by
+    device name) and the simulator's trace: :func:`device_frame` makes them tidy.
     ``sim_config``: the simulator's settings (:data:`experiments.backends.RUNTIME_SIM`
     to model the runtime's executor; the default ones when None).
 
@@ -221,7 +244,7 @@ def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: 
     for wname in tqdm(workloads, desc="workloads", disable=len(workloads) < 2):
         w = WORKLOADS[wname]()
         if not _fits(w, cluster):
-            print(f"skipping {wname}: it needs the tasks {w.cluster_spec.tasks()}")
+            _log.warning("skipping %s: it needs the tasks %s", wname, w.cluster_spec.tasks())
             continue
         with contextlib.ExitStack() as stack:
             env = server_env(blas_threads)
@@ -244,30 +267,56 @@ def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: 
     return frame
 
 
+def _cluster_arg(text: str) -> str:
+    """``--cluster``: a preset name or an existing JSON file."""
+    if text in CLUSTERS or Path(text).is_file():
+        return text
+    raise argparse.ArgumentTypeError(f"neither a preset ({', '.join(CLUSTERS)}) nor a "
+                                     f"file: {text!r}")
+
+
+def _plot(run: Run, frame: pd.DataFrame, key: str, label: str) -> None:
+    """The step time of every placement (bars), and the Gantt chart of each workload's
+    best placement as the simulator predicts it."""
+    from experiments.plots import bars
+
+    figure = bars(frame, group="workload", bar="placer", value=key, ylabel=label,
+                  title="step time per placement")
+    print(f"saved {run.save_figure(figure, 'compare_placers_steps')}")
+    if "_sim_trace" not in frame:
+        return
+    for _, row in frame[frame.best == "*"].drop_duplicates("workload").iterrows():
+        ax = row["_sim_trace"].plot()
+        ax.set_title(f"{row.workload}, {row.placer} placement (predicted): "
+                     f"{row.sim_step_ms * 1e3:.0f} us")
+        print(f"saved {run.save_figure(ax.figure, f'gantt_{row.workload}_{row.placer}')}")
+
+
 def main(argv=None) -> pd.DataFrame:
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
+    parser = cli.make_parser(
+        "python -m experiments.compare_placers", __doc__.split("\n\n")[0],
+        "workloads", "placers", "repeats", "calibrate", "plot",
+        defaults={"workloads": DEFAULT_WORKLOADS, "placers": list(DEFAULT_PLACERS),
+                  "repeats": 5},
+        choices={"workloads": list(WORKLOADS)}, types={"placers": placer_name},
+        helps={"repeats": "timed steps per placement",
+               "placers": "placers to compare: any registered name (placers.names(), entry "
+                          f"points included) or {', '.join(DEFAULT_PLACERS)}",
+               "calibrate": "on the cluster of this machine (ps_workers): measure it first "
+                            "(full: about 10 s, quick: about 6 s) so that the placers and the "
+                            "simulator see this machine, or not (none: default figures)"})
     parser.add_argument("--backend", choices=["both", "sim", "runtime", "tensorflow", "none"],
                         default="both",
                         help="simulate (sim), really run on server processes here (runtime), "
                              "both, run on TensorFlow's own runtime (tensorflow: needs "
                              "tensorflow installed), or only the cost model's estimate (none)")
-    parser.add_argument("--placers", nargs="+", type=placer_name, default=list(DEFAULT_PLACERS),
-                        help="placers to compare: any registered name (placers.names(), entry "
-                             f"points included) or {', '.join(DEFAULT_PLACERS)}")
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps per placement")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OPENBLAS_NUM_THREADS of the server processes (0: the library's "
                              "default, a spinning thread per core in each process, which on a "
                              "small machine makes concurrent matmuls wait for each other)")
-    parser.add_argument("--cluster", default="ps_workers",
+    parser.add_argument("--cluster", default="ps_workers", type=_cluster_arg,
                         help=f"a preset ({', '.join(CLUSTERS)}) or a cluster JSON file")
-    parser.add_argument("--calibrate", choices=["full", "quick", "none"], default="full",
-                        help="on the cluster of this machine (ps_workers): measure it first "
-                             "(full: about 10 s, quick: about 6 s) so that the placers and "
-                             "the simulator see this machine, or not (none: default figures)")
-    args = parser.parse_args(argv)
-    cluster = CLUSTERS[args.cluster]() if args.cluster in CLUSTERS else Cluster.load(args.cluster)
+    args = cli.parse(parser, argv)
     backends = {"both": BACKENDS, "none": ()}.get(args.backend, (args.backend,))
     runnable = args.cluster in RUNNABLE_CLUSTERS
     if "tensorflow" in backends and args.cluster not in TF_RUNNABLE_CLUSTERS:
@@ -276,22 +325,42 @@ def main(argv=None) -> pd.DataFrame:
     if "runtime" in backends and not runnable:
         parser.error(f"--backend {args.backend} runs the cluster on this machine: use "
                      f"--cluster {' or '.join(RUNNABLE_CLUSTERS)}, or --backend sim")
-    sim_config = None
-    measured = "default hardware figures"
-    if runnable and args.calibrate != "none":
-        cluster, figures = calibrate_this_host(cluster, env=server_env(args.blas_threads),
-                                               quick=args.calibrate == "quick")
-        sim_config = RUNTIME_SIM
-        measured = "calibrated"
-        print(f"calibrated this machine: {describe_calibration(figures)}")
-    frame = compare(args.workloads, cluster, backends, args.repeats, args.blas_threads,
-                    sim_config, args.placers)
-    shown = frame.drop(columns=[c for c in frame if c.endswith("_per_device") and "MiB" in c])
-    print_table(shown, f"placers on {args.cluster} ({len(cluster.devices)} devices, {measured}); "
-                       "est: the cost model's estimate; sim: the simulator's; real: measured "
-                       "(the peak memory per device is in the CSV)")
-    print(f"saved {save_table(frame, 'compare_placers', args.out)}")
-    return frame
+    with Run("compare_placers", args, out=args.out, argv=argv) as run:
+        cluster = (CLUSTERS[args.cluster]() if args.cluster in CLUSTERS
+                   else Cluster.load(args.cluster))
+        sim_config = None
+        measured = "default hardware figures"
+        if runnable and args.calibrate != "none":
+            cluster, figures = calibrate_this_host(cluster, env=server_env(args.blas_threads),
+                                                   quick=args.calibrate == "quick")
+            sim_config = RUNTIME_SIM
+            measured = "calibrated"
+            print(f"calibrated this machine: {describe_calibration(figures)}")
+            cluster.save(run.path("cluster.json"))
+        frame = compare(args.workloads, cluster, backends, args.repeats, args.blas_threads,
+                        sim_config, args.placers)
+        devices = device_frame(frame)
+        shown = frame[[c for c in frame if not c.startswith("_")]]
+        print_table(shown, f"placers on {args.cluster} ({len(cluster.devices)} devices, "
+                           f"{measured}); est: the cost model's estimate; sim: the "
+                           "simulator's; real: measured; tf: TensorFlow's runtime (per "
+                           "device: compare_placers_devices.csv)")
+        print(f"saved {run.save_table(shown, 'compare_placers')}")
+        print(f"saved {run.save_table(devices, 'compare_placers_devices')}")
+        key = ("real_step_ms" if "runtime" in backends else "tf_step_ms"
+               if "tensorflow" in backends else "sim_step_ms" if "sim" in backends
+               else "est_step_ms")
+        if not shown.empty:
+            run.summary = {"step_ms_column": key, "best": {
+                w: {"placer": r.placer, key: r[key]}
+                for w, r in shown[shown.best == "*"].drop_duplicates("workload")
+                .set_index("workload").iterrows()}}
+        if args.plot and not shown.empty:
+            _plot(run, frame, key, {"real_step_ms": "measured step (ms)",
+                                    "tf_step_ms": "TensorFlow's step (ms)",
+                                    "sim_step_ms": "predicted step (ms)",
+                                    "est_step_ms": "estimated step (ms)"}[key])
+    return finish(run, shown)
 
 
 if __name__ == "__main__":

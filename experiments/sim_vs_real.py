@@ -91,7 +91,6 @@ if __name__ == "__main__":  # before numpy loads BLAS: this process calibrates t
 import contextlib
 import itertools
 import time
-from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
@@ -105,7 +104,8 @@ from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_cal
 from experiments.compare_placers import (SPLIT_MARGIN, WORKLOADS, placer_name,
                                          placers_to_compare)
 from experiments.machine_load import wait_until_quiet
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, print_table
 
 __all__ = ["main", "run", "summarise", "ranking_agreement", "keeps_proposal",
            "placement_quality"]
@@ -395,36 +395,23 @@ def _measuring_cluster(backend: str, cluster, env: dict, config):
         yield servers, measure
 
 
-def _plot(frame: pd.DataFrame, path: Path) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 6))
-    for cm, group in frame.groupby("cost_model"):
-        ax.scatter(group.measured_ms, group.predicted_ms, label=cm)
-    lo = min(frame.measured_ms.min(), frame.predicted_ms.min()) * 0.8
-    hi = max(frame.measured_ms.max(), frame.predicted_ms.max()) * 1.2
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="predicted = measured")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured step (ms)")
-    ax.set_ylabel("predicted step (ms)")
-    ax.legend()
-    ax.set_title("simulator vs runtime")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+def _plot(frame: pd.DataFrame):
+    from experiments.plots import predicted_vs_measured
+    return predicted_vs_measured(frame, predicted="predicted_ms", measured="measured_ms",
+                                 label="cost_model")
 
 
 def main(argv=None):
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
-    parser.add_argument("--placers", nargs="+", default=list(PLACERS), type=placer_name,
-                        help="any registered placer name (placers.names()) or round_robin_vars")
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                        help=f"timed steps per placement (default {DEFAULT_REPEATS})")
-    parser.add_argument("--quick", action="store_true",
-                        help="quick calibration, 3 repeats, no re-placement loop (for tests)")
+    parser = cli.make_parser(
+        "python -m experiments.sim_vs_real", __doc__.split("\n\n")[0], "workloads", "placers",
+        "repeats", "calibrate", "plot",
+        defaults={"workloads": DEFAULT_WORKLOADS, "placers": list(PLACERS),
+                  "repeats": DEFAULT_REPEATS},
+        choices={"workloads": list(WORKLOADS), "calibrate": ["full", "quick"]},
+        types={"placers": placer_name},
+        helps={"repeats": "timed steps per placement",
+               "placers": "any registered placer name (placers.names()) or round_robin_vars",
+               "plot": "also save a PNG of predicted vs measured"})
     parser.add_argument("--no-loop", action="store_true", help="skip the re-placement loop")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OPENBLAS_NUM_THREADS of the server processes (0: the library's "
@@ -442,18 +429,23 @@ def main(argv=None):
     parser.add_argument("--backend", choices=["runtime", "tensorflow"], default="runtime",
                         help="what measures: our runtime's server processes (runtime) or "
                              "TensorFlow's (tensorflow: needs tensorflow installed)")
-    parser.add_argument("--plot", action="store_true", help="save a PNG of predicted vs measured")
     parser.add_argument("--quiet-below", type=float, default=None, metavar="CORES",
                         help="before calibrating and before each workload, wait (up to 2 "
                              "minutes) until other programs keep fewer than CORES cores busy")
-    args = parser.parse_args(argv)
-    repeats = 3 if args.quick and args.repeats == DEFAULT_REPEATS else args.repeats
+    args = cli.parse(parser, argv)
+    with Run("sim_vs_real", args, out=args.out, argv=argv) as report:
+        frame = _report(report, args)
+    return finish(report, frame)
+
+
+def _report(report: Run, args) -> pd.DataFrame:
     t0 = time.perf_counter()
     frame, loop_frame, calibrations = run(
-        args.workloads, repeats=repeats, quick=args.quick, placer_names=args.placers,
+        args.workloads, repeats=args.repeats, quick=args.calibrate == "quick",
+        placer_names=args.placers,
         blas_threads=args.blas_threads, threads=args.threads,
         omp_wait_policy=args.omp_wait_policy, quiet_below=args.quiet_below,
-        loop=not (args.quick or args.no_loop), calibrate_each=not args.calibrate_once,
+        loop=not args.no_loop, calibrate_each=not args.calibrate_once,
         backend=args.backend)
     print()
     for i, (_, figures) in enumerate(calibrations):
@@ -469,24 +461,24 @@ def main(argv=None):
     if not loop_frame.empty:
         print_table(loop_frame, "re-placement loop: cost-model placer with static costs, then "
                                 "with costs measured from its run (measured step ms)")
-    out = save_table(frame, "sim_vs_real", args.out)
-    print(f"saved {out}")
+    print(f"saved {report.save_table(frame, 'sim_vs_real')}")
     if not loop_frame.empty:
-        print(f"saved {save_table(loop_frame, 'sim_vs_real_loop', args.out)}")
-    save_table(summary, "sim_vs_real_summary", args.out)
+        print(f"saved {report.save_table(loop_frame, 'sim_vs_real_loop')}")
+    report.save_table(summary, "sim_vs_real_summary")
     if not quality.empty:
-        save_table(quality, "sim_vs_real_quality", args.out)
+        report.save_table(quality, "sim_vs_real_quality")
+    report.summary = {"by_cost_model": summary.to_dict("records")}
     # The calibrated clusters, so that the measured rows can be predicted again later
     # (another cost model, another version of the simulator) without measuring again:
     # sim_vs_real_cluster.json for one, else sim_vs_real_cluster_<i>.json for the rows
     # whose ``calibration`` is i.
     for i, (cluster, _) in enumerate(calibrations):
         name = "sim_vs_real_cluster" + (f"_{i}" if len(calibrations) > 1 else "")
-        cluster_path = Path(args.out) / f"{name}.json"
+        cluster_path = report.path(f"{name}.json")
         cluster.save(cluster_path)
         print(f"saved {cluster_path}")
     if args.plot:
-        print(f"saved {_plot(frame, Path(args.out) / 'sim_vs_real.png')}")
+        print(f"saved {report.save_figure(_plot(frame), 'sim_vs_real')}")
     print(f"took {time.perf_counter() - t0:.0f} s")
     return frame
 

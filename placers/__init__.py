@@ -27,6 +27,7 @@ from placers.search import SearchError, SearchPlacer
 from placers.round_robin import (GreedyLoadBalancingStrategy, RoundRobinPlacer,
                                  RoundRobinStrategy, byte_size_load_fn, replica_device_setter)
 from placers.simple import SimplePlacer
+from core.version import __version__
 
 __all__ = [
     "Placement", "PlacementError", "ENTRY_POINT_GROUP", "PlacerPluginError", "BasePlacer",

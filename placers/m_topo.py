@@ -87,10 +87,10 @@ class MTopoPlacer(SimulatorChecked):
                 group_device[g] = k
                 if k in targets:
                     current = targets.index(k)
+                filled[k] += ledger.group_bytes.get(g, 0)  # the whole group, at once
             elif not ledger.fits(i, k):
                 raise ledger.fail(i, [k], constraints.groups[g].ops)
             ledger.commit(i, k)
-            filled[k] += ledger.out_bytes[i]
         return {g.index: model.devices[group_device[g.index]] for g in constraints.to_place()}
 
     @staticmethod

@@ -93,16 +93,20 @@ class MemoryLedger:
         self._group = group_of
         self._group_resident: dict = {}
         self._group_largest: dict = {}  # the group's largest output, checked up front
+        self.group_bytes: dict = {}  # the group's outputs, all counted (m-TOPO's share)
         for i in range(n):
             g = self._group_key(i)
             if model.persistent[i]:
                 self._group_resident[g] = self._group_resident.get(g, 0) + self.out_bytes[i]
             elif self.out_bytes[i] > self._group_largest.get(g, 0):
                 self._group_largest[g] = self.out_bytes[i]
+            self.group_bytes[g] = self.group_bytes.get(g, 0) + self.out_bytes[i]
         self._reserved: set = set()
         self._placed: set = set()  # groups with a device
         # Room promised to the groups of variables placed but not yet read (their
-        # largest output), so that other groups do not take it meanwhile.
+        # largest output), so that other groups do not take it meanwhile.  (Promising
+        # every open group its largest output, a forward op's gradients included,
+        # holds back about the whole model's activations: too much.)
         self.promised = [0] * len(capacity)
         self._promise_of: dict = {}
         # Each op's distinct input tensors as (producer, tensor id, bytes), sized once;
@@ -162,8 +166,9 @@ class MemoryLedger:
     def fits(self, i: int, k: int) -> bool:
         """Whether op ``i`` fits on device ``k`` now, beside what the groups placed on
         ``k`` are promised; for the first op of a group, also its group's variables
-        (for good: against the device's peak so far too) with the group's largest
-        output beside them (as a variable's read)."""
+        (for good: against the device's peak so far too) with room for all the
+        group's outputs beside them (its later ops, as a variable's read or an op's
+        colocated gradients, are held to this device)."""
         resident, transient = self.need(i, k)
         cap = self.capacity[k]
         g = self._group_key(i)
@@ -172,9 +177,12 @@ class MemoryLedger:
         if own is not None and own[0] == k:
             promised -= own[1]
         if g not in self._placed:
-            largest = self._group_largest.get(g, 0)
+            # Room for the whole group's outputs now (its later ops, a read or the
+            # gradients colocated with it, will be held to this device).
+            ahead = max(self._group_largest.get(g, 0),
+                        self.group_bytes.get(g, 0) - self._group_resident.get(g, 0))
             if self.peak[k] + resident > cap or \
-                    self.in_use[k] + promised + resident + largest > cap:
+                    self.in_use[k] + promised + resident + ahead > cap:
                 return False
         return self.in_use[k] + promised + resident + transient <= cap
 

@@ -6,6 +6,10 @@ either order. A step that fails anywhere is aborted here too (``abort``: its tak
 wake with the error, its executor stops through ``watch``), and a step that ended is
 forgotten (``finish_step``: late pushes for it are dropped). Tensors pushed for steps
 that do not run here are bounded by bytes and age (see :class:`Rendezvous`).
+
+:class:`StepIO` is the other side: the one object through which the executor's part of
+a step receives and sends (the worker's implementation takes from and pushes into
+rendezvous like this one).
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from typing import Any, Callable
 import numpy as np  # noqa: F401 - the doctests' arrays
 
 from runtime import errors
+from runtime.errors import NotFound
 from runtime.tensor_codec import parse_rendezvous_key
 
-__all__ = ["Rendezvous", "StepAborted", "MAX_UNCLAIMED_BYTES", "MAX_UNCLAIMED_AGE"]
+__all__ = ["Rendezvous", "StepAborted", "StepIO", "MAX_UNCLAIMED_BYTES", "MAX_UNCLAIMED_AGE"]
 
 #: Bytes of pushed tensors a worker holds for steps that do not run on it (yet): the
 #: oldest such steps are dropped beyond it (their parts fail at once if they come).
@@ -273,3 +278,61 @@ class Rendezvous:
             return sum(self._bytes.values()), self._unclaimed
 
 
+class StepIO:
+    """What one task's part of a step exchanges with the other tasks, as one object
+    (``Executor.run_step(io=...)``; the module docstring says when each is called):
+
+    - ``recv(tensor_name, src_device, dst_device)``: a tensor (or, for
+      ``"^op"``, a control edge) from another task; may block.
+    - ``recv_async``: None, or ``recv_async(tensor_name, src_device, dst_device,
+      callback)`` used instead of ``recv`` for tensors bound for a CPU device: the value
+      if it is there already, else None and ``callback(value, error)`` later, from the
+      thread that delivers it.
+    - ``send(tensor_name, value, dst_device, final)``: push a tensor to another task;
+      ``final`` (only when :attr:`final_sends`) is True once every op of this part has
+      run (only sends remain), so the answer may carry the tensor.
+    - ``watch(abort)``: called once as the step starts with a function that stops it
+      (another task's part failed).
+    - :attr:`copies_on_send`: ``send`` copies what it needs before it returns (a
+      variable's live buffer goes to it without the executor's own copy).
+
+    The base class receives and sends nothing (a part with no edges to other tasks);
+    :meth:`from_functions` builds one from plain functions.
+
+    >>> io = StepIO.from_functions(recv=lambda name, src, dst: 1.0)
+    >>> io.recv("x:0", "a", "b"), io.recv_async, io.final_sends
+    (1.0, None, False)
+    """
+
+    copies_on_send = False
+    final_sends = False
+    recv_async = None
+
+    def recv(self, tensor_name: str, src_device: str, dst_device: str):
+        raise NotFound(f"tensor {tensor_name!r} from {src_device} has no way here: the "
+                       "step was run without a recv")
+
+    def send(self, tensor_name: str, value, dst_device: str, final: bool = False) -> None:
+        raise NotFound(f"tensor {tensor_name!r} for {dst_device} has no way there: the "
+                       "step was run without a send")
+
+    def watch(self, abort: Callable[[BaseException], None]) -> None:
+        pass
+
+    @classmethod
+    def from_functions(cls, *, recv: Callable | None = None, send: Callable | None = None,
+                       recv_async: Callable | None = None,
+                       watch: Callable | None = None, copies_on_send: bool = False,
+                       final_sends: bool = False) -> "StepIO":
+        """A :class:`StepIO` whose methods are these functions (those left out keep the
+        base class's); ``send`` takes ``final`` only when ``final_sends``."""
+        io = cls()
+        if recv is not None:
+            io.recv = recv
+        if send is not None:
+            io.send = send
+        if watch is not None:
+            io.watch = watch
+        io.recv_async = recv_async
+        io.copies_on_send, io.final_sends = copies_on_send, final_sends
+        return io

@@ -363,11 +363,12 @@ def tune_malloc() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """``python -m runtime.server --cluster cluster.json --job ps --task 0``."""
     parser = argparse.ArgumentParser(prog="python -m runtime.server",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                      description="Start one task of a placement-lab cluster.")
     parser.add_argument("--cluster", required=True,
                         help='JSON file: {"ps": ["host:port", ...], "worker": [...]}')
     parser.add_argument("--job", required=True, help="this task's job name")
-    parser.add_argument("--task", type=int, default=0, help="this task's index (default 0)")
+    parser.add_argument("--task", type=int, default=0, help="this task's index")
     parser.add_argument("--config", help="JSON file with a SessionConfig dict")
     parser.add_argument("--hardware", help="calibrated Cluster JSON to place on")
     parser.add_argument("--bind", default=None,

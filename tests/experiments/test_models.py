@@ -4,6 +4,8 @@ options, and small sizes whose loss falls on the in-process runtime and a LocalC
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -70,7 +72,8 @@ def test_transformer_sizes_are_the_papers():
     ("resnet50", dict(blocks=(3, 0, 6, 3)), r"blocks\[1\]"), ("resnet50", dict(image_size=16), "image_size"),
     ("inception_v3", dict(image_size=64), "image_size"), ("inception_v3", dict(blocks=0), "blocks"),
     ("transformer", dict(size="huge"), "size"), ("transformer", dict(layers=0), "layers"),
-    ("transformer", dict(d_model=10, heads=3), "heads"), ("transformer", dict(optimizer="lbfgs"), "optimizer"),
+    ("transformer", dict(d_model=10, heads=3), "heads"),
+    ("transformer", dict(optimizer="lbfgs"), "optimizer"),
 ])
 def test_bad_options_name_themselves(name, options, culprit):
     small = {k: v for k, v in SMALL[name].items() if k not in options}
@@ -155,7 +158,8 @@ def test_bench_models_small_run(tmp_path):
     assert set(sims["placement"]) == {"simple", "expert"}
     single = sims[sims["placement"] == "simple"]
     assert (single["gpus_used"] == 1).all() and (sims[sims["placement"] == "expert"]["gpus_used"] > 1).all()
-    assert (tmp_path / "bench_models.csv").exists() and (tmp_path / "bench_models_sim.csv").exists()
+    folder = models.attrs["run_folder"]
+    assert (folder / "bench_models.csv").exists() and (folder / "bench_models_sim.csv").exists()
 
 
 def test_rnn_expert_is_a_layer_per_gpu():
@@ -165,3 +169,12 @@ def test_rnn_expert_is_a_layer_per_gpu():
     p.validate(w.graph, cluster, fetches=w.fetches)
     for i in range(3):
         assert _on(p, f"layer{i}/") == _on(p, f"gradients/layer{i}/") == {f"GPU:{i}"}
+
+
+@pytest.mark.skipif(os.environ.get("PLACEMENT_LAB_KERAS") != "1",
+                    reason="imports TensorFlow and builds Keras' models (PLACEMENT_LAB_KERAS=1)")
+def test_keras_references_recounted_with_tensorflow():
+    pytest.importorskip("tensorflow")
+    from experiments.bench_models import keras_parameters
+    for name, counts in KERAS.items():
+        assert keras_parameters(name) == counts
