@@ -24,6 +24,7 @@ from core.graph import (Graph, GraphCycleError, GraphError, Operation, Tensor,
 from core.ops import OPS, ShapeError
 from core.graph_def import GraphDefError, UnsupportedOpError, import_graph_def, write_graph
 from core import nn  # noqa: F401
+from core.version import __version__
 
 __all__ = list(_builders_all) + list(_builders_math_all) + [
     "Variable", "DeviceSpec", "InvalidDeviceSpec", "DType", "as_dtype", "bool_", "float16",

@@ -124,6 +124,36 @@ def _ops_between(from_ops: Sequence[Operation], to_ops: Sequence[Operation]) -> 
 
 # --- helpers -----------------------------------------------------------------------------
 
+def _may_stretch(a: tuple, b: tuple) -> bool:
+    """Whether broadcasting shapes ``a`` and ``b`` may stretch an unknown dimension at run
+    time: an unknown length against one that is not a static 1 (it may be 1 itself)."""
+    for i in range(1, min(len(a), len(b)) + 1):
+        da, db = a[-i], b[-i]
+        if (da is None and db != 1) or (db is None and da != 1):
+            return True
+    return False
+
+
+def unbroadcast_pair(x: Tensor, y: Tensor, gx: Tensor | None, gy: Tensor | None,
+                     x_shape: tuple | None = None, y_shape: tuple | None = None,
+                     shapes: tuple[Tensor, Tensor] | None = None) -> list:
+    """The gradients ``gx``, ``gy`` of a broadcasting binary op summed back to the shapes
+    of its operands ``x`` and ``y`` (None stays None).  With static shapes that decide
+    it, a static sum; when an unknown dimension may have been stretched, TensorFlow's
+    way: ``BroadcastGradientArgs(Shape(x), Shape(y))`` gives the axes to sum at run time.
+    ``x_shape``/``y_shape`` and ``shapes`` (their run-time tensors) name the broadcast
+    part when it is not the whole shape (BatchMatMul's batch axes)."""
+    xs = tuple(x.shape) if x_shape is None else x_shape
+    ys = tuple(y.shape) if y_shape is None else y_shape
+    if not _may_stretch(xs, ys):
+        return [None if gx is None else _unbroadcast(gx, x.shape, like=x),
+                None if gy is None else _unbroadcast(gy, y.shape, like=y)]
+    sx, sy = shapes if shapes is not None else (m.shape(x), m.shape(y))
+    rx, ry = m.broadcast_gradient_args(sx, sy)
+    return [None if gx is None else m.sum_to_like(gx, rx, x),
+            None if gy is None else m.sum_to_like(gy, ry, y)]
+
+
 def _unbroadcast(grad: Tensor, shape: tuple, like: Tensor | None = None) -> Tensor:
     """Sum ``grad`` over the axes that broadcasting added or stretched, back to ``shape``
     (the shape of ``like``, which gives it at run time when it has unknown dimensions).
@@ -156,20 +186,18 @@ def neg_grad(op, grads):
 
 def add_grad(op, grads):
     x, y = op.inputs
-    return [_unbroadcast(grads[0], x.shape, like=x), _unbroadcast(grads[0], y.shape, like=y)]
+    return unbroadcast_pair(x, y, grads[0], grads[0])
 
 
 def sub_grad(op, grads):
     x, y = op.inputs
-    return [_unbroadcast(grads[0], x.shape, like=x),
-            _unbroadcast(b.negative(grads[0]), y.shape, like=y)]
+    return unbroadcast_pair(x, y, grads[0], b.negative(grads[0]))
 
 
 def mul_grad(op, grads):
     x, y = op.inputs
     g = grads[0]
-    return [_unbroadcast(b.multiply(g, y), x.shape, like=x),
-            _unbroadcast(b.multiply(g, x), y.shape, like=y)]
+    return unbroadcast_pair(x, y, b.multiply(g, y), b.multiply(g, x))
 
 
 def matmul_grad(op, grads):
@@ -228,8 +256,10 @@ def sum_grad(op, grads):
     """The gradient broadcast back over the reduced axes (through ``Shape(x)`` when ``x``
     has unknown dimensions)."""
     x = op.inputs[0]
-    kept_shape = _reduced_shape(op)
     g = grads[0]
+    if len(op.inputs) == 2:  # axes known at run time (keepdims): g broadcasts to x as it is
+        return [m.broadcast_like(g, x), None]
+    kept_shape = _reduced_shape(op)
     if None not in x.shape:
         return [b.broadcast_to(b.reshape(g, kept_shape), x.shape)]
     if tuple(g.shape) != kept_shape:  # reduced axes were dropped: put them back as 1s
@@ -242,7 +272,7 @@ def sum_grad(op, grads):
 
 def mean_grad(op, grads):
     x, y = op.inputs[0], op.outputs[0]
-    (spread,) = sum_grad(op, grads)
+    spread = sum_grad(op, grads)[0]
     if None not in x.shape and None not in y.shape:
         count = 1
         for full, kept in zip(x.shape, _reduced_shape(op)):
@@ -251,12 +281,12 @@ def mean_grad(op, grads):
     # Elements per mean at run time: Size(x) / max(Size(y), 1), as TensorFlow's _MeanGrad.
     size_x = m.cast(m.size(x), x.dtype)
     size_y = m.maximum(m.cast(m.size(y), x.dtype), b.constant(1, dtype=x.dtype))
-    return [m.realdiv(spread, m.realdiv(size_x, size_y))]
+    return [m.realdiv(spread, m.realdiv(size_x, size_y))] + [None] * (len(op.inputs) - 1)
 
 
 def broadcast_to_grad(op, grads):
     x = op.inputs[0]
-    return [_unbroadcast(grads[0], x.shape, like=x)] + [None] * (len(op.inputs) - 1)
+    return unbroadcast_pair(x, op.outputs[0], grads[0], None)[:1] + [None] * (len(op.inputs) - 1)
 
 
 def reshape_grad(op, grads):

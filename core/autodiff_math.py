@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from core import builders as b
 from core import builders_math as m
-from core.autodiff import _unbroadcast
+from core.autodiff import _may_stretch, _unbroadcast, unbroadcast_pair
+from core.ops_math import pad_pairs
 
 __all__: list[str] = []
 
@@ -40,7 +41,11 @@ def batch_matmul_grad(op, grads):
         gx, gy = mm(y, g, adj_y=True), mm(x, g)
     else:
         gx, gy = mm(y, g, adj_x=True, adj_y=True), mm(g, x, adj_x=True, adj_y=True)
-    return [_unbroadcast(gx, x.shape, like=x), _unbroadcast(gy, y.shape, like=y)]
+    if not _may_stretch(x.shape[:-2], y.shape[:-2]):
+        return [_unbroadcast(gx, x.shape, like=x), _unbroadcast(gy, y.shape, like=y)]
+    batch = dict(begin=[0], end=[-2], strides=[1], begin_mask=1)
+    shapes = (m.strided_slice(m.shape(x), **batch), m.strided_slice(m.shape(y), **batch))
+    return unbroadcast_pair(x, y, gx, gy, x.shape[:-2], y.shape[:-2], shapes)
 
 
 def exp_grad(op, grads):
@@ -79,11 +84,11 @@ def _is_const(t) -> bool:
 def real_div_grad(op, grads):
     x, y = op.inputs
     g = grads[0]
-    gx = _unbroadcast(m.realdiv(g, y), x.shape, like=x)
+    gx = m.realdiv(g, y)
     if _is_const(y):  # a constant divisor gets no gradient: build none
-        return [gx, None]
+        return unbroadcast_pair(x, y, gx, None)
     gy = b.multiply(g, m.realdiv(m.realdiv(b.negative(x), y), y))
-    return [gx, _unbroadcast(gy, y.shape, like=y)]
+    return unbroadcast_pair(x, y, gx, gy)
 
 
 def _positive_mask(x):
@@ -99,13 +104,12 @@ def pow_grad(op, grads):
     g = grads[0]
     one = b.constant(1, dtype=x.dtype)
     gx = b.multiply(g, b.multiply(y, m.pow(x, b.subtract(y, one))))
-    gx = _unbroadcast(gx, x.shape, like=x)
     if _is_const(y):
-        return [gx, None]
+        return unbroadcast_pair(x, y, gx, None)
     positive = _positive_mask(x)
     safe_x = b.add(b.relu(x), b.subtract(one, positive))  # x where x > 0, else 1
     gy = b.multiply(g, b.multiply(z, m.log(safe_x)))
-    return [gx, _unbroadcast(gy, y.shape, like=y)]
+    return unbroadcast_pair(x, y, gx, gy)
 
 
 def _select_grads(op, grads, x_mask):
@@ -114,7 +118,7 @@ def _select_grads(op, grads, x_mask):
     g = grads[0]
     gx = b.multiply(g, x_mask)
     gy = b.subtract(g, gx)
-    return [_unbroadcast(gx, x.shape, like=x), _unbroadcast(gy, y.shape, like=y)]
+    return unbroadcast_pair(x, y, gx, gy)
 
 
 def maximum_grad(op, grads):
@@ -134,7 +138,7 @@ def minimum_grad(op, grads):
 def squared_difference_grad(op, grads):
     x, y = op.inputs
     d = b.multiply(b.multiply(grads[0], b.constant(2, dtype=x.dtype)), b.subtract(x, y))
-    return [_unbroadcast(d, x.shape, like=x), _unbroadcast(b.negative(d), y.shape, like=y)]
+    return unbroadcast_pair(x, y, d, b.negative(d))
 
 
 def cast_grad(op, grads):
@@ -156,7 +160,7 @@ def fill_grad(op, grads):
 
 def pad_grad(op, grads):
     """The padded gradient's middle, as a StridedSlice (which takes unknown dims)."""
-    paddings = op.attrs["paddings"]
+    paddings = pad_pairs(op.attrs["paddings"])
     begin = [int(p[0]) for p in paddings]
     end = [-int(p[1]) for p in paddings]
     end_mask = sum(1 << i for i, p in enumerate(paddings) if int(p[1]) == 0)
@@ -186,7 +190,7 @@ def tile_grad(op, grads):
             shape = m.shape(x)
             mult = b.constant(list(multiples), dtype=shape.dtype)
             pairs = b.concat([b.reshape(mult, [-1, 1]), b.reshape(shape, [-1, 1])], axis=1)
-            g = m.reshape_to(g, b.reshape(pairs, [-1]))
+            g = m.reshape_to(g, b.reshape(pairs, [-1]), static_shape=split)
     else:
         g = b.reshape(g, split)
     return [b.reduce_sum(g, axis=list(range(0, 2 * len(multiples), 2)))]

@@ -18,7 +18,10 @@ Random seeds follow TensorFlow's :func:`get_seed` rules: a graph-level seed
 (:func:`set_random_seed`) with no op seed gives each op the seed pair (graph seed, the
 number of ops created so far), so a graph built the same way draws the same numbers; an
 op seed without a graph seed pairs with TensorFlow's default graph seed; neither gives
-``(0, 0)``, which the kernels read as "draw fresh numbers each time".
+``(0, 0)``, which the kernels read as "draw fresh numbers each time".  Unlike
+TensorFlow's kernels, which advance their stream from one run to the next, a seeded op
+draws the same numbers at every run (the kernels keep no state between runs): right
+for initializers, not for a per-step random mask.
 """
 
 from __future__ import annotations
@@ -140,9 +143,26 @@ def size(input, out_type="int32", name: str | None = None) -> Tensor:  # noqa: A
     return _op("Size", [input], name, {"out_type": as_dtype(out_type).name})
 
 
-def reshape_to(x, shape_tensor: Tensor, name: str | None = None) -> Tensor:
-    """``Reshape`` to a shape known at run time (an int vector tensor, TF's input 1)."""
-    return _op("Reshape", [x, shape_tensor], name)
+def broadcast_gradient_args(s0, s1, name: str | None = None) -> tuple[Tensor, Tensor]:
+    """For two shapes (int vectors known at run time), the axes each one's gradient is
+    summed over (op ``BroadcastGradientArgs``, as TensorFlow's gradients use it)."""
+    s0, s1 = convert_to_tensor(s0), convert_to_tensor(s1)
+    op = s0.graph.create_op("BroadcastGradientArgs", [s0, s1], name=name or "BroadcastGradientArgs")
+    return op.outputs[0], op.outputs[1]
+
+
+def sum_to_like(grad, axes: Tensor, like: Tensor, name: str | None = None) -> Tensor:
+    """``grad`` summed over the run-time ``axes`` and reshaped to ``like``'s shape."""
+    grad = convert_to_tensor(grad)
+    total = grad.graph.create_op("Sum", [grad, axes], {"keepdims": True}, name=name or "Sum")
+    return reshape_like(total.outputs[0], like)
+
+
+def reshape_to(x, shape_tensor: Tensor, name: str | None = None, static_shape=None) -> Tensor:
+    """``Reshape`` to a shape known at run time (an int vector tensor, TF's input 1);
+    ``static_shape`` states the dimensions known now (None for the others)."""
+    attrs = {"_output_shapes": [tuple(static_shape)]} if static_shape is not None else None
+    return _op("Reshape", [x, shape_tensor], name, attrs)
 
 
 def reshape_like(x, like: Tensor, name: str | None = None) -> Tensor:
@@ -154,7 +174,7 @@ def reshape_like(x, like: Tensor, name: str | None = None) -> Tensor:
         return x
     if target.count(None) <= 1:
         return reshape(x, [-1 if d is None else d for d in target], name=name)
-    return _op("Reshape", [x, shape(like)], name, {"_output_shapes": [target]})
+    return reshape_to(x, shape(like), name, static_shape=target)
 
 
 def broadcast_like(x, like: Tensor, name: str | None = None) -> Tensor:

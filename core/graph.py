@@ -56,9 +56,11 @@ class GraphCycleError(GraphError):
 class Tensor:
     """The ``value_index``-th output of an :class:`Operation`.
 
-    Tensors support ``+ - * @`` and unary ``-`` with other tensors, variables and Python
-    scalars, creating ops named as TensorFlow names them (``add``, ``sub``, ``mul``,
-    ``matmul``, ``neg``).
+    Tensors support ``+ - * / ** @``, unary ``-`` and ``abs()`` with other tensors,
+    variables and Python scalars, creating ops named as TensorFlow names them (``add``,
+    ``sub``, ``mul``, ``truediv``, ``pow``, ``matmul``, ``neg``), and basic indexing
+    (``t[1:3, :]``, ``t[0]``, ``t[..., None]``: a ``StridedSlice``); see
+    :mod:`core.builders_math`.
     """
 
     __slots__ = ("op", "value_index", "dtype", "shape")

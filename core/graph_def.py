@@ -43,7 +43,7 @@ from google.protobuf.message import DecodeError
 from core.devices import DeviceSpec, InvalidDeviceSpec
 from core.dtypes import ALL_DTYPES, as_dtype
 from core.graph import Graph, GraphCycleError, GraphError, Operation, Tensor, get_default_graph
-from core.ops import OPS, UnknownOpType, get_op_def
+from core.ops import UnknownOpType, get_op_def
 from core.protos import tf_graph_pb2 as pb
 
 __all__ = ["import_graph_def", "graph_to_graph_def", "write_graph", "read_graph_def",
@@ -167,17 +167,17 @@ def tensor_from_proto(proto: pb.TensorProto, where: str = "") -> np.ndarray:
 class TFAttrs:
     """How one op type's attrs are spelled in TensorFlow (only where they differ).
 
-    ``type_attr``: TF's attr naming the op's data type, taken from input 0 on export
-    (None: the op has none; its ``dtype`` attr, if any, is ours too); ``index_attr``:
-    TF's attr naming the dtype of the folded constant inputs (``Tidx``, ``Tshape``);
-    ``count_attr``: TF's attr counting the data inputs (ConcatV2's ``N``);
-    ``renamed``: our attr -> TF's; ``defaults``: attrs TF's op needs that ours lacks
-    (written on export, dropped on import when equal); ``dropped``: our attrs TF's op
-    does not have; ``shapes``: our attrs that TF holds as a TensorShapeProto.
+    ``types``: TensorFlow's type attrs (``T``, ``Tidx``, ``U``...) -> where their dtype
+    comes from on export: ``"data<k>"`` our k-th input, ``"in<k>"`` TensorFlow's k-th
+    input (a folded constant input is int32; negative k counts from the end),
+    ``"out<k>"`` the k-th output; they are dropped on import.  ``count_attr``: TF's attr
+    counting the data inputs (ConcatV2's and AddN's ``N``); ``renamed``: our attr ->
+    TF's; ``defaults``: attrs TF's op needs that ours lacks (written on export, dropped
+    on import when equal); ``dropped``: our attrs TF's op does not have; ``shapes``: our
+    attrs that TF holds as a TensorShapeProto.
     """
 
-    type_attr: str | None = "T"
-    index_attr: str | None = None
+    types: Mapping[str, str] = field(default_factory=lambda: {"T": "data0"})
     count_attr: str | None = None
     renamed: Mapping[str, str] = field(default_factory=dict)
     defaults: Mapping[str, object] = field(default_factory=dict)
@@ -185,27 +185,49 @@ class TFAttrs:
     shapes: tuple[str, ...] = ()
 
 
-_SOURCE = TFAttrs(type_attr=None, shapes=("shape",))
-_REDUCE = TFAttrs(index_attr="Tidx", renamed={"keepdims": "keep_dims"})
+def _typed(**types: str) -> TFAttrs:
+    return TFAttrs(types=types)
+
+
+_NONE = TFAttrs(types={})
+_SOURCE = TFAttrs(types={}, shapes=("shape",))
+_REDUCE = TFAttrs(types={"T": "data0", "Tidx": "in1"}, renamed={"keepdims": "keep_dims"})
+_RANDOM = _typed(T="in0")  # the shape input's type; ``dtype`` (the output's) is ours
 
 #: Our op type -> its TensorFlow spelling of attrs; op types not listed use ``TFAttrs()``
 #: (``T`` from input 0, our attrs as they are: the ops added since take TF's names).
 TF_ATTRS: dict[str, TFAttrs] = {
-    "Const": TFAttrs(type_attr=None, dropped=("shape",)),
+    "Const": TFAttrs(types={}, dropped=("shape",)),
     "Placeholder": _SOURCE,
-    "Variable": TFAttrs(type_attr=None, shapes=("shape",),
+    "Variable": TFAttrs(types={}, shapes=("shape",),
                         defaults={"container": "", "shared_name": ""}),
-    "NoOp": TFAttrs(type_attr=None),
+    "NoOp": _NONE,
+    "Cast": _NONE,  # SrcT and DstT are ours
     "Assign": TFAttrs(defaults={"validate_shape": True, "use_locking": True}),
     "AssignAdd": TFAttrs(defaults={"use_locking": False}),
     "AssignSub": TFAttrs(defaults={"use_locking": False}),
     "Sum": _REDUCE,
     "Mean": _REDUCE,
-    "BroadcastTo": TFAttrs(index_attr="Tidx"),
-    "Reshape": TFAttrs(index_attr="Tshape"),
-    "Transpose": TFAttrs(index_attr="Tperm"),
-    "Concat": TFAttrs(index_attr="Tidx", count_attr="N"),
-    "Slice": TFAttrs(index_attr="Index"),
+    "BroadcastTo": _typed(T="data0", Tidx="in1"),
+    "Reshape": _typed(T="data0", Tshape="in1"),
+    "Transpose": _typed(T="data0", Tperm="in1"),
+    "Concat": TFAttrs(types={"T": "data0", "Tidx": "in-1"}, count_attr="N"),
+    "AddN": TFAttrs(count_attr="N"),
+    "Slice": _typed(T="data0", Index="in1"),
+    "FusedBatchNormV3": _typed(T="in0", U="in1"),
+    "FusedBatchNormGradV3": _typed(T="in0", U="in3"),
+    "GatherV2": _typed(Tparams="in0", Tindices="in1", Taxis="in2"),
+    "UnsortedSegmentSum": _typed(T="in0", Tindices="in1", Tnumsegments="in2"),
+    "SparseSoftmaxCrossEntropyWithLogits": _typed(T="in0", Tlabels="in1"),
+    "Pad": _typed(T="data0", Tpaddings="in1"),
+    "Tile": _typed(T="data0", Tmultiples="in1"),
+    "SplitV": _typed(T="data0", Tlen="in1"),
+    "StridedSlice": _typed(T="data0", Index="in1"),
+    "StridedSliceGrad": _typed(T="in4", Index="in1"),  # (input 0 may be a run-time shape)
+    "Fill": _typed(T="in1", index_type="in0"),
+    "RandomStandardNormal": _RANDOM,
+    "TruncatedNormal": _RANDOM,
+    "RandomUniform": _RANDOM,
 }
 
 # Attr names whose string values are dtypes (an AttrValue ``type``, not ``s``).
@@ -353,6 +375,7 @@ class _Node:
     inputs: list = field(default_factory=list)      # (name, index) of data inputs
     controls: list = field(default_factory=list)    # names
     folded: dict = field(default_factory=dict)      # our attr -> the Const node's name
+    dynamic: bool = False  # a const input stays a tensor input (known at run time)
 
 
 class _Importer:
@@ -368,6 +391,16 @@ class _Importer:
 
     def error(self, message: str, node: str | None = None) -> GraphDefError:
         return GraphDefError(message, self.source, node)
+
+    def check_versions(self) -> None:
+        """Refuse a GraphDef written for newer consumers than we are (TF's rule)."""
+        versions = self.message.versions
+        if versions.min_consumer > PRODUCER or PRODUCER in versions.bad_consumers:
+            bad = list(versions.bad_consumers)
+            raise self.error(f"the GraphDef (producer {versions.producer}) needs a consumer of "
+                             f"version >= {versions.min_consumer}"
+                             + (f" and not in {bad}" if bad else "")
+                             + f"; this reader is version {PRODUCER} (TensorFlow 2.21's)")
 
     def check_op_types(self) -> None:
         functions = {f.signature.name for f in self.message.library.function}
@@ -414,27 +447,35 @@ class _Importer:
                              f"node of the graph (nor a key of input_map)", node.proto.name)
 
     def _fold_const_inputs(self, node: _Node) -> None:
+        """Fold each const input (``OpDef.const_inputs``) that a Const node produces into
+        its attr; one produced otherwise stays a tensor input where the op takes it so
+        (a shape known only at run time), and is an error where it does not."""
         positions = node.op_def.const_inputs
         if not positions:
             return
-        n = len(node.inputs)
+        proto, n = node.proto, len(node.inputs)
         taken = sorted(((p if p >= 0 else n + p), attr) for p, attr in positions)
+        dynamic = []
         for position, attr in reversed(taken):  # from the back, so positions stay valid
             if not 0 <= position < len(node.inputs):
-                raise self.error(f"{node.proto.op} node {node.proto.name!r} has {n} inputs; "
-                                 f"its {attr!r} input (position {position}) is missing",
-                                 node.proto.name)
-            name, index = node.inputs.pop(position)
+                raise self.error(f"{proto.op} node {proto.name!r} has {n} inputs; its "
+                                 f"{attr!r} input (position {position}) is missing", proto.name)
+            name, index = node.inputs[position]
             producer = self.nodes.get(name)
-            if f"{name}:{index}" in self.input_map or producer is None or \
-                    producer.proto.op != "Const":
+            if f"{name}:{index}" not in self.input_map and producer is not None and \
+                    producer.proto.op == "Const":
+                node.inputs.pop(position)
+                node.folded[attr] = name
+            else:
                 what = "an input_map value" if producer is None else \
                     f"a {producer.proto.op} node"
-                raise self.error(
-                    f"input {position} ({attr!r}) of {node.proto.op} node "
-                    f"{node.proto.name!r} must come from a Const node (the op table keeps it "
-                    f"as the attribute {attr!r}), but {name!r} is {what}", node.proto.name)
-            node.folded[attr] = name
+                dynamic.append(f"input {position} ({attr!r}) comes from {name!r}, {what}")
+        limit = node.op_def.max_inputs
+        if dynamic and limit is not None and len(node.inputs) > limit:
+            raise self.error(
+                f"{proto.op} node {proto.name!r}: {'; '.join(dynamic)}; the op table keeps "
+                f"it as an attribute, so it must come from a Const node", proto.name)
+        node.dynamic = bool(dynamic)
 
     def order(self) -> list[_Node]:
         """The nodes with every input before its consumers; a cycle raises
@@ -480,10 +521,14 @@ class _Importer:
         proto, op_type = node.proto, node.op_def.type
         table = _tf_attrs(op_type)
         where = f"{proto.op} node {proto.name!r}: "
-        skip = {table.type_attr, table.index_attr, table.count_attr}
+        skip = set(table.types) | {table.count_attr}
         back = {tf: ours for ours, tf in table.renamed.items()}
         attrs = {}
         for key in sorted(proto.attr):
+            # The shapes TF inferred stay only where a run-time shape input needs them.
+            if key == "_output_shapes" and node.dynamic:
+                attrs[key] = _attr_from_proto(key, proto.attr[key], where)
+                continue
             if key.startswith("_") or key in skip:
                 continue
             value = _attr_from_proto(key, proto.attr[key], where)
@@ -546,7 +591,11 @@ class _Importer:
             self._colocate(node, op)
 
     def _colocate(self, node: _Node, op: Operation) -> None:
+        """Keep the node's ``_class: loc:@...`` groups and, as TensorFlow's importer does,
+        give it the device of the first op it is colocated with that has one (a device
+        function around the import saw each op alone)."""
         groups = set(op._colocation)
+        targets = []
         if "_class" in node.proto.attr:
             for item in node.proto.attr["_class"].list.s:
                 text = item.decode()
@@ -558,8 +607,12 @@ class _Importer:
                                      f"which is not a node of the graph", node.proto.name)
                 if target != node.proto.name:
                     groups.add(self.created[target].name)
+                    targets.append(self.created[target])
         if groups:
             op._colocation = tuple(sorted(groups))
+        device = next((t.device_spec for t in targets if t.device), None)
+        if device is not None:
+            op._set_device(device)
 
 
 def import_graph_def(graph_def, input_map: Mapping | None = None,
@@ -584,8 +637,10 @@ def import_graph_def(graph_def, input_map: Mapping | None = None,
     ignored, as in TensorFlow 2.
     """
     message, source = read_graph_def(graph_def)
+    name = "import" if name is None else name
     graph = get_default_graph()
     importer = _Importer(message, source, graph, "", input_map or {})
+    importer.check_versions()
     importer.check_op_types()
     importer.collect()
     unmatched = sorted(k for k in importer.input_map
@@ -693,20 +748,20 @@ def _write_op(writer: _Writer, op: Operation) -> None:
         return
     table = _tf_attrs(op.type)
     where = f"{op.type} op {op.name!r}: "
-    inputs = [_input_name(t) for t in op.inputs]
+    inputs = [(_input_name(t), t.dtype.name) for t in op.inputs]
     folded = set()
-    index_dtype = None
     for position, attr in sorted(op_def.const_inputs, key=lambda p: (p[0] < 0, p[0])):
-        value = _const_input_value(op, attr)
-        name = writer.const(f"{op.name}/{attr}", value, op.device)
-        inputs.insert(position if position >= 0 else len(inputs) + 1 + position, name)
+        if attr not in op.attrs:  # given as a tensor input (a shape known at run time)
+            continue
+        name = writer.const(f"{op.name}/{attr}", _const_input_value(op, attr), op.device)
+        at = position if position >= 0 else len(inputs) + 1 + position
+        inputs.insert(at, (name, "int32"))
         folded.add(attr)
-        index_dtype = pb.DT_INT32
     attrs: dict[str, pb.AttrValue] = {}
-    if table.type_attr and op.inputs:
-        attrs[table.type_attr] = pb.AttrValue(type=_DT[op.inputs[0].dtype.name])
-    if table.index_attr and index_dtype is not None:
-        attrs[table.index_attr] = pb.AttrValue(type=index_dtype)
+    for key, source in table.types.items():
+        dtype = _source_dtype(op, inputs, source)
+        if dtype is not None:
+            attrs[key] = pb.AttrValue(type=_DT[dtype])
     if table.count_attr:
         attrs[table.count_attr] = pb.AttrValue(i=len(op.inputs))
     for key, value in table.defaults.items():
@@ -719,9 +774,17 @@ def _write_op(writer: _Writer, op: Operation) -> None:
     if op._colocation:
         attrs["_class"] = pb.AttrValue(list=pb.AttrValue.ListValue(
             s=[f"loc:@{n}".encode() for n in op._colocation]))
-    inputs += ["^" + c.name for c in op.control_inputs]
-    writer.node(op.name, op_def.tf_type or op.type, inputs, op.device, attrs,
+    names = [n for n, _ in inputs] + ["^" + c.name for c in op.control_inputs]
+    writer.node(op.name, op_def.tf_type or op.type, names, op.device, attrs,
                 [t.shape for t in op.outputs])
+
+
+def _source_dtype(op: Operation, inputs: list, source: str) -> str | None:
+    """The dtype a ``TFAttrs.types`` source names (None where the op has no such tensor)."""
+    kind, k = source.rstrip("-0123456789"), int(source.lstrip("datinou"))
+    items = {"data": [t.dtype.name for t in op.inputs], "in": [d for _, d in inputs],
+             "out": [t.dtype.name for t in op.outputs]}[kind]
+    return items[k] if -len(items) <= k < len(items) else None
 
 
 def _lower_softmax_grad(writer: _Writer, op: Operation) -> None:

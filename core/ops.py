@@ -70,10 +70,12 @@ OPS: dict[str, OpDef] = table(
     # Linear algebra and reductions.
     OpDef("MatMul", infer_matmul, flops_matmul, multithreaded=True,
           gradient=lazy_gradient("matmul_grad"), min_inputs=2, max_inputs=2),
+    # (Sum and Mean also take TF's axis input at run time, with keepdims: the reduction
+    # of a gradient over the axes broadcasting stretched, BroadcastGradientArgs' output)
     OpDef("Sum", infer_reduce, flops_per_input(1), const_inputs=((1, "axis"),), multithreaded=True,
-          gradient=lazy_gradient("sum_grad"), min_inputs=1, max_inputs=1),
+          gradient=lazy_gradient("sum_grad"), min_inputs=1, max_inputs=2),
     OpDef("Mean", infer_reduce, flops_per_input(1), const_inputs=((1, "axis"),), multithreaded=True,
-          gradient=lazy_gradient("mean_grad"), min_inputs=1, max_inputs=1),
+          gradient=lazy_gradient("mean_grad"), min_inputs=1, max_inputs=2),
     # Data movement.
     # BroadcastTo and Reshape take their shape as an attr, or (TF's input 1) as an int
     # vector tensor computed at run time (a Shape op's output: unknown dimensions).

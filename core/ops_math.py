@@ -18,13 +18,16 @@ tensor input is an attr here (listed in the op's ``const_inputs``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from core.dtypes import as_dtype
 from core.opdef import (FLOAT, OpDef, ShapeError, TensorSpec, broadcast_shapes,
                         flops_per_output, infer_binary, infer_float_unary, infer_grad_pair,
                         infer_unary, kernels_for, known_shape, lazy_gradient, num_elements,
                         same_dtype, shape_from_tensor, table)
 
-__all__ = ["MATH_OPS", "strided_slice_index", "RANDOM_OPS"]
+__all__ = ["MATH_OPS", "strided_slice_index", "pad_pairs", "broadcast_reduction_axes",
+           "RANDOM_OPS"]
 
 #: The random initializers: stateful sources whose values depend on (seed, seed2).
 RANDOM_OPS = ("RandomStandardNormal", "TruncatedNormal", "RandomUniform")
@@ -103,10 +106,23 @@ def infer_size(ins, attrs):
     return [TensorSpec(as_dtype(attrs.get("out_type", "int32")), ())]
 
 
+def pad_pairs(paddings) -> tuple[tuple[int, int], ...]:
+    """Pad's ``paddings`` as ``(before, after)`` pairs, given nested or flat (as a
+    GraphDef's ``[n, 2]`` Const folds into the attr).
+
+    >>> pad_pairs([[1, 2], [0, 3]]), pad_pairs((1, 2, 0, 3))
+    (((1, 2), (0, 3)), ((1, 2), (0, 3)))
+    """
+    flat = [int(v) for v in np.asarray(paddings, dtype=np.int64).reshape(-1)]
+    if len(flat) % 2:
+        raise ShapeError(f"Pad paddings {paddings} are not (before, after) pairs")
+    return tuple(zip(flat[::2], flat[1::2]))
+
+
 def infer_pad(ins, attrs):
     x = ins[0]
-    paddings = tuple(tuple(int(v) for v in p) for p in attrs["paddings"])
-    if len(paddings) != len(x.shape) or any(len(p) != 2 or min(p) < 0 for p in paddings):
+    paddings = pad_pairs(attrs["paddings"])
+    if len(paddings) != len(x.shape) or any(min(p) < 0 for p in paddings):
         raise ShapeError(f"Pad needs one non-negative (before, after) pair per axis of {x.shape}, "
                          f"got paddings {paddings}")
     return [TensorSpec(x.dtype, tuple(None if d is None else d + a + b
@@ -259,6 +275,33 @@ def infer_squeeze(ins, attrs):
     return [TensorSpec(ins[0].dtype, tuple(d for i, d in enumerate(shape) if i not in axes))]
 
 
+def broadcast_reduction_axes(s0, s1) -> tuple[list[int], list[int]]:
+    """TensorFlow's BroadcastGradientArgs on two concrete shapes: for each, the axes of
+    the broadcast shape its gradient is summed over (the leading axes it lacks and those
+    where it has length 1 and the result has not).
+
+    >>> broadcast_reduction_axes((2, 1, 3), (4, 3))
+    ([1], [0])
+    """
+    s0, s1 = [int(d) for d in s0], [int(d) for d in s1]
+    rank = max(len(s0), len(s1))
+    a, b = [1] * (rank - len(s0)) + s0, [1] * (rank - len(s1)) + s1
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise ValueError(f"incompatible shapes for broadcasting: {s0} and {s1}")
+    out = [x if y == 1 else y for x, y in zip(a, b)]
+    r0 = [i for i in range(rank) if i < rank - len(s0) or (a[i] == 1 and out[i] != 1)]
+    r1 = [i for i in range(rank) if i < rank - len(s1) or (b[i] == 1 and out[i] != 1)]
+    return r0, r1
+
+
+def infer_broadcast_gradient_args(ins, attrs):
+    s0, s1 = ins
+    if not (s0.dtype.is_integer and s0.dtype == s1.dtype and len(s0.shape) == len(s1.shape) == 1):
+        raise ShapeError(f"BroadcastGradientArgs takes two int vectors of one dtype, got "
+                         f"{s0.dtype.name} {s0.shape} and {s1.dtype.name} {s1.shape}")
+    return [TensorSpec(s0.dtype, (None,)), TensorSpec(s0.dtype, (None,))]
+
+
 def infer_random(ins, attrs):
     dtype = as_dtype(attrs["dtype"])
     if not dtype.is_floating:
@@ -303,10 +346,11 @@ MATH_OPS: dict[str, OpDef] = table(
     OpDef("BatchMatMulV2", infer_batch_matmul, flops_batch_matmul, kernels=_FLOAT_KERNELS,
           gradient=_grad("batch_matmul_grad"), **_BINARY),
     # Unary math.
+    # (Exp, Log and Pow run numpy's SIMD ufuncs on a CPU, on one thread: see cpu_math)
     OpDef("Exp", infer_float_unary, flops_per_output(8), kernels=_FLOAT_KERNELS,
-          gradient=_grad("exp_grad"), **_UNARY),
+          gradient=_grad("exp_grad"), min_inputs=1, max_inputs=1),
     OpDef("Log", infer_float_unary, flops_per_output(8), kernels=_FLOAT_KERNELS,
-          gradient=_grad("log_grad"), **_UNARY),
+          gradient=_grad("log_grad"), min_inputs=1, max_inputs=1),
     OpDef("Sqrt", infer_float_unary, flops_per_output(4), kernels=_FLOAT_KERNELS,
           gradient=_grad("sqrt_grad"), **_UNARY),
     OpDef("Rsqrt", infer_float_unary, flops_per_output(5), kernels=_FLOAT_KERNELS,
@@ -320,7 +364,7 @@ MATH_OPS: dict[str, OpDef] = table(
     OpDef("RealDiv", infer_float_binary, flops_per_output(1), kernels=_FLOAT_KERNELS,
           gradient=_grad("real_div_grad"), **_BINARY),
     OpDef("Pow", infer_float_binary, flops_per_output(10), kernels=_FLOAT_KERNELS,
-          gradient=_grad("pow_grad"), **_BINARY),
+          gradient=_grad("pow_grad"), min_inputs=2, max_inputs=2),
     OpDef("Maximum", infer_numeric_binary, flops_per_output(1), gradient=_grad("maximum_grad"),
           **_BINARY),
     OpDef("Minimum", infer_numeric_binary, flops_per_output(1), gradient=_grad("minimum_grad"),
@@ -337,6 +381,8 @@ MATH_OPS: dict[str, OpDef] = table(
     OpDef("OnesLike", infer_like, min_inputs=1, max_inputs=1),
     OpDef("Shape", infer_shape_of, kernels=_INDEX_KERNELS, min_inputs=1, max_inputs=1),
     OpDef("Size", infer_size, kernels=_INDEX_KERNELS, min_inputs=1, max_inputs=1),
+    OpDef("BroadcastGradientArgs", infer_broadcast_gradient_args, kernels=_INDEX_KERNELS,
+          min_inputs=2, max_inputs=2),
     OpDef("StopGradient", infer_unary, forwards_input=True, min_inputs=1, max_inputs=1),
     OpDef("Squeeze", infer_squeeze, forwards_input=True, gradient=_grad("squeeze_grad"),
           min_inputs=1, max_inputs=1),

@@ -37,6 +37,10 @@ def check_attr(op_name: str, key: str, value):
         return value
     if isinstance(value, tuple) and all(isinstance(v, (int, type(None))) for v in value):
         return value
+    if isinstance(value, list) and all(  # a list of shapes (an op's ``_output_shapes``)
+            isinstance(s, tuple) and all(isinstance(v, (int, type(None))) for v in s)
+            for s in value):
+        return value
     raise GraphError(f"op {op_name!r}: attribute {key!r} = {value!r} cannot be serialized")
 
 

@@ -311,43 +311,62 @@ class Trace:
         return doc
 
     # -- drawing -----------------------------------------------------------------------------
-    def plot(self, path: "str | os.PathLike | None" = None, ax=None):
-        """A Gantt chart: one row per device thread and per link.  Saved to ``path`` when
-        given; returns the matplotlib Axes.  Needs matplotlib (``pip install
-        placement-lab[plot]``); raises ImportError saying so when it is missing."""
+    def plot(self, path: "str | os.PathLike | None" = None, ax=None, *, legend_types: int = 12):
+        """A Gantt chart: one row per device thread and per link, time in microseconds,
+        ops coloured by type (the ``legend_types`` op types that took longest; the rest
+        as "other ops") and transfers in grey, with a legend.  Drawn on ``ax`` when given,
+        else on a new :class:`matplotlib.figure.Figure` (no pyplot: the caller's backend
+        and current figure are left alone); saved to ``path`` when given.  Returns the
+        Axes.  Needs matplotlib (``pip install 'placement-lab[plot]'``); raises
+        ImportError saying so when it is missing.
+
+        >>> t = Trace(ops=[OpRecord("a", "MatMul", "/cpu:0", 0, 0.0, 2e-6)])
+        >>> ax = t.plot()
+        >>> ax.get_xlabel(), [text.get_text() for text in ax.get_legend().get_texts()]
+        ('time (us)', ['MatMul'])
+        """
         try:
-            import matplotlib
-            if ax is None and path is not None:
-                matplotlib.use("Agg", force=False)
-            import matplotlib.pyplot as plt
+            from matplotlib import colormaps
+            from matplotlib.figure import Figure
+            from matplotlib.patches import Patch
         except ImportError as e:
             raise ImportError("Trace.plot needs matplotlib: pip install 'placement-lab[plot]'"
                               ) from e
+        us = 1e6
         rows = sorted({(r.device, r.thread) for r in self.ops})
         links = sorted({link for r in self.transfers for link in r.links})
         labels = [f"{d} #{t}" for d, t in rows] + links
         row_of = {key: i for i, key in enumerate(rows)}
         row_of.update({link: len(rows) + i for i, link in enumerate(links)})
         if ax is None:
-            fig, ax = plt.subplots(figsize=(12, 0.4 * len(labels) + 1.5))
-        types = sorted({r.type for r in self.ops})
-        cmap = plt.get_cmap("tab20")
-        color = {t: cmap(i % 20) for i, t in enumerate(types)}
+            ax = Figure(figsize=(12, 0.4 * len(labels) + 2)).add_subplot()
+        busy: dict[str, float] = {}
         for r in self.ops:
-            ax.barh(row_of[(r.device, r.thread)], r.end - r.start, left=r.start,
-                    color=color[r.type], edgecolor="black", linewidth=0.3)
+            busy[r.type] = busy.get(r.type, 0.0) + (r.end - r.start)
+        shown = sorted(busy, key=lambda t: (-busy[t], t))[:legend_types]
+        cmap = colormaps["tab20"]
+        color = {t: cmap(i % 20) for i, t in enumerate(shown)}
+        other = "lightsteelblue"
+        for r in self.ops:
+            ax.barh(row_of[(r.device, r.thread)], (r.end - r.start) * us, left=r.start * us,
+                    color=color.get(r.type, other), edgecolor="black", linewidth=0.3)
         for r in self.transfers:
             for link in r.links:
-                ax.barh(row_of[link], r.end - r.start, left=r.start, color="grey",
+                ax.barh(row_of[link], (r.end - r.start) * us, left=r.start * us, color="grey",
                         edgecolor="black", linewidth=0.3)
+        handles = [Patch(color=color[t], label=t) for t in shown]
+        if len(busy) > len(shown):
+            handles.append(Patch(color=other, label="other ops"))
+        if self.transfers:
+            handles.append(Patch(color="grey", label="transfer"))
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels(labels, fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel("seconds")
-        ax.set_title(f"step time {self.step_time:.6g} s")
+        ax.set_xlabel("time (us)")
+        ax.set_title(f"step time {self.step_time * us:.1f} us")
         if path is not None:
-            ax.figure.tight_layout()
-            ax.figure.savefig(path)
+            ax.figure.savefig(path, bbox_inches="tight")
         return ax
 
     # -- JSON -----------------------------------------------------------------------------------
@@ -399,8 +418,8 @@ class Trace:
 
         and, when ``cluster`` is given: every device exists; no device runs more ops at
         once than its ``inter_op_threads`` (and no thread slot runs two at once); the
-        CPU ops of a host (of a task, in a trace of the runtime, ``meta["backend"] ==
-        "runtime"``: its processes share the cores by time slices) never hold more than
+        CPU ops of a host (of a task, in a measured trace, ``meta["backend"]`` ``"runtime"``
+        or ``"tensorflow"``: its processes share the cores by time slices) never hold more than
         its cores; memory never exceeds a
         device's capacity unless an out-of-memory event on that device came first.
         ``tolerance`` (seconds) forgives clock skew in measured traces.
@@ -480,7 +499,7 @@ class Trace:
         # A real run's server processes share a host's cores by the OS's time slices, so
         # ops of several processes may overlap beyond the cores; each process holds its
         # own ops to them (the runtime counts cores per process).
-        measured = self.meta.get("backend") == "runtime"
+        measured = self.meta.get("backend") in ("runtime", "tensorflow")
         by_host: dict[tuple, list[OpRecord]] = {}
         for r in self.ops:
             dev = devices.get(r.device)

@@ -9,6 +9,7 @@ placed device, so the master's simple placer keeps the placement exactly.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import statistics
 import time
@@ -27,6 +28,8 @@ from core.trace import Trace
 from experiments.machine_load import OtherLoad
 from experiments.workloads.mlp import Workload
 from runtime.calibrate import calibrate, calibrate_distributed
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure", "measure_placements",
            "prepared_session",
@@ -67,11 +70,15 @@ def calibrate_this_host(cluster: Cluster, *, env: dict | None = None,
     (:class:`experiments.machine_load.OtherLoad`: a calibration on a busy machine
     measures a slower one).  About 10-20 s on this machine (6 s ``quick``)."""
     with OtherLoad() as load:
+        _log.info("calibrating the devices in this process (%s)", "quick" if quick else "full")
         cluster = calibrate(cluster, quick=quick)  # with the kernel costs and dispatch per op
         with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env,
                                   config=config) as local:
+            _log.info("calibrating a step across %d server processes", len(local.processes))
             cluster, figures = calibrate_distributed(cluster, local, quick=quick)
     figures["other_cores"] = load.other_cores
+    _log.info("calibrated in %.1f s; other programs kept %.1f cores busy", load.seconds,
+              load.other_cores)
     # The dispatch cost per op: measured between the kernels of a graph with a workload's
     # fan-in and fan-out (calibrate's kernel costs), not along calibrate_distributed's
     # chain of Identity ops.
@@ -216,6 +223,8 @@ def measure_placements(workload: Workload, placements: Mapping[str, Placement], 
     with the cores other programs kept busy during the timed rounds.
     """
     names = list(placements)
+    _log.info("timing %d placement(s) of %s side by side: %d rounds", len(names),
+              getattr(workload, "name", "a workload"), repeats)
     with contextlib.ExitStack() as stack:
         runs = {name: stack.enter_context(prepared_session(
                     workload, placements[name], local_cluster, warmup=warmup, master=master,

@@ -3,9 +3,9 @@
 ``--threads`` client threads (8) run steps for ``--seconds`` (30) on one session whose
 master is a worker of a :class:`runtime.LocalCluster` (``{"ps": 1, "worker": 1}``):
 every step increments a counter variable that lives on the ps task (``AssignAdd`` with
-``use_locking=True``) by a one made on the worker, so each step crosses tasks. At the end the counter must equal the number of steps that
-succeeded, exactly (no step lost or applied twice under load); the script exits 1
-otherwise. It reports the steps per second and the percentiles of the steps' latency,
+``use_locking=True``) by a one made on the worker, so each step crosses tasks. At the
+end the counter must equal the number of steps that succeeded, exactly (no step lost or
+applied twice under load); the script exits 1 otherwise. It reports the steps per second and the percentiles of the steps' latency,
 as a table and a CSV (``results/bench_load.csv``), with the cores other programs kept
 busy meanwhile (``other_cores``: timings on a shared machine are only as good as the
 quiet around them).
@@ -96,27 +96,28 @@ def run_load(target: str | None, threads: int, seconds: float) -> dict:
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     """Parse ``argv``, run, print and save the table; exit status 1 when the counter is
     not exact (see the module docstring)."""
-    from experiments.report import print_table, results_parser, save_table
+    from experiments import cli
+    from experiments.report import Run, finish, print_table
 
-    parser = results_parser(__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=8, help="client threads (default 8)")
-    parser.add_argument("--seconds", type=float, default=30.0,
-                        help="seconds of load (default 30)")
+    parser = cli.make_parser("python -m experiments.bench_load", __doc__.splitlines()[0])
+    parser.add_argument("--threads", type=cli.positive_int, default=8, help="client threads")
+    parser.add_argument("--seconds", type=float, default=30.0, help="seconds of load")
     parser.add_argument("--in-process", action="store_true",
                         help="an in-process session instead of a cluster of servers")
-    args = parser.parse_args(argv)
-    if args.threads < 1 or not args.seconds > 0:
-        parser.error("--threads must be >= 1 and --seconds > 0")
-    if args.in_process:
-        row = run_load(None, args.threads, args.seconds)
-    else:
-        from runtime.launcher import LocalCluster
-        with LocalCluster({"ps": 1, "worker": 1}) as cluster:
-            row = run_load(cluster.target("worker", 0), args.threads, args.seconds)
-    frame = pd.DataFrame([row])
-    print_table(frame, f"load: {args.threads} client threads for {args.seconds:g} s")
-    print(f"saved {save_table(frame, 'bench_load', args.out)}")
-    return frame
+    args = cli.parse(parser, argv)
+    if not args.seconds > 0:
+        parser.error("--seconds must be > 0")
+    with Run("bench_load", args, out=args.out, argv=argv) as run:
+        if args.in_process:
+            row = run_load(None, args.threads, args.seconds)
+        else:
+            from runtime.launcher import LocalCluster
+            with LocalCluster({"ps": 1, "worker": 1}) as cluster:
+                row = run_load(cluster.target("worker", 0), args.threads, args.seconds)
+        frame = pd.DataFrame([row])
+        print_table(frame, f"load: {args.threads} client threads for {args.seconds:g} s")
+        print(f"saved {run.save_table(frame, 'bench_load')}")
+    return finish(run, frame)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Random layered DAGs (``experiments.workloads.random_layered_dag``) of 1k, 10k and 100k
 ops are placed on an 8-device cluster (one host: a CPU and 7 GPUs) by each placer; the
-table gives seconds per placement (best of ``--repeat``), ops per second, and the growth
+table gives seconds per placement (best of ``--repeats``), ops per second, and the growth
 exponent between sizes (1.0 = linear).  Graph building is not timed.
 
     python -m experiments.bench_placers --help
@@ -17,15 +17,16 @@ import pandas as pd
 
 import placers
 from core.cluster import Cluster
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, print_table
 from experiments.workloads import random_layered_dag
 
 
-def bench(sizes: list[int], repeat: int, names: list[str]) -> pd.DataFrame:
+def bench(sizes: list[int], repeat: int, names: list[str], seed: int = 0) -> pd.DataFrame:
     cluster = Cluster.single_host(gpus=7)
     rows = []
     for n in sizes:
-        graph = random_layered_dag(n, width=64)
+        graph = random_layered_dag(n, width=64, seed=seed)
         for name in names:
             placer = placers.get(name, fn=lambda op: None) if name == "function" else placers.get(name)
             best = math.inf
@@ -47,15 +48,26 @@ def bench(sizes: list[int], repeat: int, names: list[str]) -> pd.DataFrame:
 
 
 def main(argv=None) -> pd.DataFrame:
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--placers", nargs="+", default=placers.names(), choices=placers.names())
-    args = parser.parse_args(argv)
-    frame = bench(args.sizes, args.repeat, args.placers)
-    print_table(frame, "placement time on 8 devices (random layered DAGs)")
-    print(f"saved {save_table(frame, 'bench_placers', args.out)}")
-    return frame
+    # (search and optimal simulate: they are timed only when named)
+    quick = [n for n in placers.names() if n not in ("search", "optimal")]
+    parser = cli.make_parser("python -m experiments.bench_placers", __doc__.split("\n\n")[0],
+                             "placers", "repeats", "seed", "plot",
+                             defaults={"placers": quick, "repeats": 1},
+                             choices={"placers": placers.names()},
+                             helps={"repeats": "timed placements per case (the best kept)"})
+    parser.add_argument("--sizes", type=cli.positive_int, nargs="+",
+                        default=[1000, 10000, 100000], help="graph sizes in ops")
+    args = cli.parse(parser, argv)
+    with Run("bench_placers", args, out=args.out, argv=argv) as run:
+        frame = bench(args.sizes, args.repeats, args.placers, args.seed)
+        print_table(frame, "placement time on 8 devices (random layered DAGs)")
+        print(f"saved {run.save_table(frame, 'bench_placers')}")
+        if args.plot:
+            from experiments.plots import bars
+            figure = bars(frame, group="ops", bar="placer", value="seconds", log=True,
+                          ylabel="seconds per placement", title="placement time vs graph size")
+            print(f"saved {run.save_figure(figure, 'bench_placers')}")
+    return finish(run, frame)
 
 
 if __name__ == "__main__":

@@ -45,23 +45,22 @@ It prints a pandas table and writes ``results/bench_runtime.csv``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import core as tf
+from experiments import cli
 from experiments.machine_load import OtherLoad
+from experiments.report import Run, finish
 from runtime.launcher import LocalCluster, free_ports, wait_until_serving
 from runtime.session import Session
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
 #: TensorFlow 2.21's distributed runtime on this setup (issue 4): tiny step (ms),
 #: 64 MiB ps -> worker (GB/s), MLP forward (ms).
@@ -382,22 +381,23 @@ def mlp_beside_numpy(table: pd.DataFrame, theirs: dict) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=1024, help="MLP batch rows")
-    parser.add_argument("--skip-mlp", action="store_true")
+    parser = cli.make_parser("python -m experiments.bench_runtime", __doc__.splitlines()[0],
+                             "repeats", defaults={"repeats": 10},
+                             helps={"repeats": "timed steps per benchmark (the median kept)"})
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--batch", type=cli.positive_int, default=1024, help="MLP batch rows")
+    parser.add_argument("--skip-mlp", action="store_true", help="leave out the MLP")
     parser.add_argument("--no-tensorflow", action="store_true",
                         help="do not run TensorFlow's side even if it is importable")
-    args = parser.parse_args(argv)
-    table = run(args.repeats, args.warmup, args.batch, args.skip_mlp, not args.no_tensorflow)
-    with pd.option_context("display.width", 160, "display.max_columns", 20,
-                           "display.float_format", "{:.3f}".format):
-        print(table.to_string(index=False))
-    RESULTS_DIR.mkdir(exist_ok=True)
-    path = RESULTS_DIR / "bench_runtime.csv"
-    table.to_csv(path, index=False)
-    print(f"saved {path}")
+    args = cli.parse(parser, argv)
+    with Run("bench_runtime", args, out=args.out, argv=argv) as report:
+        table = run(args.repeats, args.warmup, args.batch, args.skip_mlp,
+                    not args.no_tensorflow)
+        with pd.option_context("display.width", 160, "display.max_columns", 20,
+                               "display.float_format", "{:.3f}".format):
+            print(table.to_string(index=False))
+        print(f"saved {report.save_table(table, 'bench_runtime')}")
+    finish(report, table)
     return 0
 
 

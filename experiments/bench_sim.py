@@ -7,7 +7,7 @@ each (size, devices) the table gives the seconds of the first simulate() call on
 freshly built graph (everything simulate() does: plan, costs, SimPy run, trace
 building; graph building is not timed: the graph keeps the columns a plan reads as its
 ops are created, see ``core.graph.OpColumns``) and the simulated ops per second it
-makes; ``warm_s``, the best of the ``--repeat`` - 1 calls after it on the same graph
+makes; ``warm_s``, the best of the ``--repeats`` - 1 calls after it on the same graph
 (which reuse the arrays made from those columns, see ``Graph.cached_view``); the
 seconds to read the trace's record lists once (made on first access, so not in
 simulate()'s time), transfers, the predicted step time, the peak memory simulate()
@@ -41,14 +41,15 @@ import sim
 from core.cluster import Cluster
 from core.placement import Placement
 from experiments.machine_load import OtherLoad
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, print_table
 from experiments.workloads import random_layered_dag
 
 WIDTH = 32
 
 
-def placed_dag(n: int, devices: int):
-    graph = random_layered_dag(n, width=WIDTH)
+def placed_dag(n: int, devices: int, seed: int = 0):
+    graph = random_layered_dag(n, width=WIDTH, seed=seed)
     cluster = Cluster.from_spec({"worker": [f"w{i}:2222" for i in range(devices)]})
     names = [d.name for d in cluster.devices]
     placement = Placement({op.name: names[(i // WIDTH) % devices]
@@ -114,11 +115,11 @@ def naive_ops_per_s(graph, placement, cluster) -> float:
 
 
 def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool,
-          baselines: bool = True) -> pd.DataFrame:
+          baselines: bool = True, seed: int = 0) -> pd.DataFrame:
     rows = []
     for n in sizes:
         for devices in device_counts:
-            graph, cluster, placement = placed_dag(n, devices)
+            graph, cluster, placement = placed_dag(n, devices, seed)
             times, loads, records = [], [], math.inf
             # SimPy's own speed at the moment of the first (reported) call.
             rate = simpy_timeouts_per_s() if baselines else math.nan
@@ -142,7 +143,7 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool,
             peak = math.nan
             if memory:
                 del graph
-                graph, cluster, placement = placed_dag(n, devices)  # cold again, untimed
+                graph, cluster, placement = placed_dag(n, devices, seed)  # cold again, untimed
                 gc.collect()
                 tracemalloc.start()
                 trace = sim.simulate(graph, placement, cluster)
@@ -172,20 +173,29 @@ def bench(sizes: list[int], device_counts: list[int], repeat: int, memory: bool,
 
 
 def main(argv=None) -> pd.DataFrame:
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000],
-                        help="graph sizes in ops (default: 1000 10000 100000)")
-    parser.add_argument("--devices", type=int, nargs="+", default=[4, 16],
-                        help="device counts (default: 4 16)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="timed calls per case: the first (cold) one, then warm ones (best kept)")
+    parser = cli.make_parser("python -m experiments.bench_sim", __doc__.split("\n\n")[0],
+                             "repeats", "seed", defaults={"repeats": 1},
+                             helps={"repeats": "timed calls per case: the first (cold) one, "
+                                               "then warm ones (best kept)"})
+    parser.add_argument("--sizes", type=cli.positive_int, nargs="+",
+                        default=[1000, 10000, 100000], help="graph sizes in ops")
+    parser.add_argument("--devices", type=cli.positive_int, nargs="+", default=[4, 16],
+                        help="device counts")
     parser.add_argument("--no-memory", action="store_true",
                         help="skip the tracemalloc run (peak_MiB is then NaN)")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the naive process-per-op model and SimPy's own rate")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv)
     baselines = not args.no_baselines
-    frame = bench(args.sizes, args.devices, args.repeat, not args.no_memory, baselines)
+    with Run("bench_sim", args, out=args.out, argv=argv) as run:
+        frame = _report(args, baselines)
+        print(f"saved {run.save_table(frame, 'bench_sim')}")
+    return finish(run, frame)
+
+
+def _report(args, baselines: bool) -> pd.DataFrame:
+    frame = bench(args.sizes, args.devices, args.repeats, not args.no_memory, baselines,
+                  args.seed)
     frame["target_scaled"] = (TARGET_OPS_PER_S * frame.simpy_timeouts_per_s
                               / SIMPY_TIMEOUTS_REFERENCE)
     print_table(frame, "simulate() speed (random layered DAGs, round-robin by layer)")
@@ -195,7 +205,6 @@ def main(argv=None) -> pd.DataFrame:
               f"{TARGET_OPS_PER_S / 1e3:.0f}k ops/s as the target); target_scaled: that "
               "target at SimPy's speed then; naive_ops_per_s: a SimPy process per op, no "
               "transfers, on the same graph")
-    print(f"saved {save_table(frame, 'bench_sim', args.out)}")
     return frame
 
 

@@ -22,23 +22,23 @@ processes spend per call. Run::
     python -m experiments.bench_wire            # 64 MiB, best of 5
     python -m experiments.bench_wire --mib 16 --repeats 3
 
-It prints a pandas table and writes ``results/bench_wire.csv``.
+It prints a pandas table and writes ``bench_wire.csv`` (and ``bench_wire_calls.csv``)
+into the run's folder under ``--out`` (:class:`experiments.report.Run`).
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from experiments import cli
+from experiments.report import Run, finish
 from runtime import shm, wire
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
 
 def time_calls(call: Callable[[], object], repeats: int) -> list[float]:
@@ -98,15 +98,14 @@ def run(mib: int = 64, repeats: int = 5, *, check: bool = True) -> tuple[pd.Data
 def call_round_trips(calls: int = 2000) -> pd.DataFrame:
     """Median wall time and CPU per call (both processes) of a small call to a server
     process, per transport (see the module docstring)."""
-    import os
+    import psutil
 
     from runtime.launcher import LocalCluster
     from runtime.protos import master_pb2, master_pb2_grpc
 
     def cpu(pid: int) -> float:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
 
     request = master_pb2.RunStepRequest(session_handle="no such session")
     rows = []
@@ -142,32 +141,31 @@ def call_round_trips(calls: int = 2000) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=int, default=64, help="tensor size in MiB")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per method")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "bench_wire.csv")
+    parser = cli.make_parser("python -m experiments.bench_wire", __doc__.splitlines()[0],
+                             "repeats", defaults={"repeats": 5},
+                             helps={"repeats": "timed calls per method"})
+    parser.add_argument("--mib", type=cli.positive_int, default=64, help="tensor size in MiB")
     parser.add_argument("--skip-calls", action="store_true",
                         help="do not time the small calls (unary, stream, local)")
-    args = parser.parse_args(argv)
-
-    print(f"moving a {args.mib} MiB float32 tensor between two processes "
-          f"(best of {args.repeats})", flush=True)
-    table, ping = run(args.mib, args.repeats)
-    with pd.option_context("display.float_format", "{:.3f}".format,
-                           "display.width", 120):
-        print(table.to_string(index=False))
-    print(f"Ping round trip (median of 200): {ping * 1e6:.0f} us")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out, index=False)
-    print(f"wrote {args.out}")
-    if not args.skip_calls:
-        calls = call_round_trips()
-        with pd.option_context("display.float_format", "{:.0f}".format, "display.width", 120):
-            print("\none small call to a server process (a RunStep answered at once):")
-            print(calls.to_string(index=False))
-        path = args.out.with_name(args.out.stem + "_calls.csv")
-        calls.to_csv(path, index=False)
-        print(f"wrote {path}")
+    args = cli.parse(parser, argv)
+    with Run("bench_wire", args, out=args.out, argv=argv) as report:
+        print(f"moving a {args.mib} MiB float32 tensor between two processes "
+              f"(best of {args.repeats})", flush=True)
+        table, ping = run(args.mib, args.repeats)
+        with pd.option_context("display.float_format", "{:.3f}".format,
+                               "display.width", 120):
+            print(table.to_string(index=False))
+        print(f"Ping round trip (median of 200): {ping * 1e6:.0f} us")
+        print(f"wrote {report.save_table(table, 'bench_wire')}")
+        report.summary = {"ping_us": ping * 1e6}
+        if not args.skip_calls:
+            calls = call_round_trips()
+            with pd.option_context("display.float_format", "{:.0f}".format,
+                                   "display.width", 120):
+                print("\none small call to a server process (a RunStep answered at once):")
+                print(calls.to_string(index=False))
+            print(f"wrote {report.save_table(calls, 'bench_wire_calls')}")
+    finish(report, table)
     return 0
 
 

@@ -46,8 +46,9 @@ from core.cluster import Cluster
 from core.costs import StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, predict, server_env,
                                   this_host_cluster)
-from experiments.compare_placers import WORKLOADS, placers_to_compare
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.compare_placers import WORKLOADS, placer_name, placers_to_compare
+from experiments.report import Run, finish, print_table
 from experiments.sim_vs_real import DEFAULT_WORKLOADS, PLACERS, server_config
 
 __all__ = ["main", "run", "headline_figures", "with_spread", "spread_by_figure",
@@ -128,10 +129,10 @@ def spread_by_figure(workloads: list[str], placer_names: list[str], clusters: li
     min - 1) of its predicted step over ``clusters``, and per group of
     :data:`FIGURE_GROUPS` the spread when only that group's figures come from each
     cluster (the rest from the first)."""
-    chosen = placers_to_compare()
     rows = []
     for wname in workloads:
         w = WORKLOADS[wname]()
+        chosen = placers_to_compare(placer_names, w)
         for pname in placer_names:
             placement = chosen[pname].place(w.graph, clusters[0])
 
@@ -161,10 +162,10 @@ def run(calibrations: int, workloads: list[str], placer_names: list[str], *,
         clusters.append(cluster)
         rows.append({"calibration": str(i), "seconds": time.perf_counter() - t0,
                      **headline_figures(cluster, figures)})
-    chosen = placers_to_compare()
     predictions = []
     for wname in workloads:
         w = WORKLOADS[wname]()
+        chosen = placers_to_compare(placer_names, w)
         placements = {p: chosen[p].place(w.graph, clusters[0]) for p in placer_names}
         for pname, placement in placements.items():
             row = {"workload": wname, "placer": pname}
@@ -176,19 +177,37 @@ def run(calibrations: int, workloads: list[str], placer_names: list[str], *,
 
 
 def main(argv=None):
-    parser = results_parser(__doc__.split("\n\n")[0])
+    parser = cli.make_parser(
+        "python -m experiments.calibration_spread", __doc__.split("\n\n")[0], "workloads",
+        "placers", "calibrate",
+        defaults={"workloads": DEFAULT_WORKLOADS, "placers": list(PLACERS)},
+        choices={"workloads": list(WORKLOADS), "calibrate": ["full", "quick"]},
+        types={"placers": placer_name},
+        helps={"calibrate": "the calibrations' kind (quick: fewer and shorter "
+                            "micro-benchmarks)",
+               "placers": "placers to compare: any registered name (placers.names()) or "
+                          "round_robin_vars"})
     parser.add_argument("--calibrations", type=int, default=4,
-                        help="calibrations in a row (default 4; at least 2)")
-    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
-    parser.add_argument("--placers", nargs="+", default=list(PLACERS), choices=list(PLACERS))
+                        help="calibrations in a row (at least 2)")
     parser.add_argument("--threads", type=int, default=0,
                         help="inter-op and intra-op threads of every device (0: the host's cores)")
-    parser.add_argument("--quick", action="store_true", help="quick calibrations (for tests)")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv)
     if args.calibrations < 2:
         parser.error("--calibrations must be at least 2: a spread needs two of them")
+    with Run("calibration_spread", args, out=args.out, argv=argv) as report:
+        figures, predictions, by_figure = _report(args)
+        for frame, name in ((figures, "calibration_spread"),
+                            (predictions, "calibration_spread_predictions"),
+                            (by_figure, "calibration_spread_by_figure")):
+            print(f"saved {report.save_table(frame, name)}")
+    finish(report, figures)
+    return figures, predictions, by_figure
+
+
+def _report(args):
     figures, predictions, clusters = run(args.calibrations, args.workloads, args.placers,
-                                         threads=args.threads, quick=args.quick)
+                                         threads=args.threads,
+                                         quick=args.calibrate == "quick")
     by_figure = spread_by_figure(args.workloads, args.placers, clusters)
     figures = with_spread(figures, [c for c in figures.columns
                                     if c not in ("calibration", "seconds", "other_cores")],
@@ -204,9 +223,6 @@ def main(argv=None):
                                f"{k}: {v}" for k, v in FIGURE_GROUPS.items()))
     medians = by_figure[["all", *FIGURE_GROUPS]].median()
     print("median over the placements: " + ", ".join(f"{k} {v:.1%}" for k, v in medians.items()))
-    for frame, name in ((figures, "calibration_spread"), (predictions, "calibration_spread_predictions"),
-                        (by_figure, "calibration_spread_by_figure")):
-        print(f"saved {save_table(frame, name, args.out)}")
     return figures, predictions, by_figure
 
 

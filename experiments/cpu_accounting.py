@@ -7,20 +7,21 @@ task's work took in one step (``Trace.meta["cpu_booked"]``: its dispatcher's wor
 ends of its crossings, the step's fixed costs, and its CPU kernels' seconds times cores;
 :data:`experiments.backends.RUNTIME_SIM`).  The same placement then runs ``--steps``
 steps on a :class:`runtime.LocalCluster`, and each server process's CPU time (user and
-system, from ``/proc``) over them, per step, is what that task really used.  The client
+system, through psutil) over them, per step, is what that task really used.  The client
 (this process) is a row of its own: the model books its share of a step's fixed costs on
 the master's task.
 
 This is how the model learnt that the host's cores copy tensors between processes and do
 a step's fixed work (``SimConfig.copies_on_cores`` and ``step_costs_on_cores``): mlp's
 round_robin_vars placement used 10.3 ms of CPU per step in its processes, the model had
-booked 7.0.  Linux only (``/proc``).
+booked 7.0.
 
     python -m experiments.cpu_accounting --help
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 
 if __name__ == "__main__":  # before numpy loads BLAS, as the other experiments do
@@ -28,6 +29,7 @@ if __name__ == "__main__":  # before numpy loads BLAS, as the other experiments 
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import time
+from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
@@ -38,9 +40,10 @@ from core.costs import StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
                                   predict, prepared_session, runtime_cluster_spec, server_env,
                                   this_host_cluster)
-from experiments.compare_placers import WORKLOADS, placers_to_compare
+from experiments import cli
+from experiments.compare_placers import WORKLOADS, placer_name, placers_to_compare
 from experiments.machine_load import OtherLoad, cpu_seconds_of_tree
-from experiments.report import print_table, results_parser, save_table
+from experiments.report import Run, finish, print_table
 from experiments.sim_vs_real import server_config
 from runtime.worker import task_name
 
@@ -72,11 +75,13 @@ def measure_cpu_per_step(workload, placement, local, *, steps: int, warmup: int 
                 fastest = min(fastest, time.perf_counter() - t0)
             after = {name: cpu_seconds_of_tree(pid) for name, pid in pids.items()}
     if any(v is None for v in (*before.values(), *after.values())):
-        raise RuntimeError("no /proc here: the processes' CPU time cannot be read")
+        raise RuntimeError("a server process ended: its CPU time cannot be read")
     # The client's own count includes its server processes (its children): take them out.
     servers = [name for name in pids if name != CLIENT]
     used = {name: (after[name] - before[name]) / steps for name in servers}
-    used[CLIENT] = (after[CLIENT] - before[CLIENT]) / steps - sum(used.values())
+    # Rounded to a nanosecond: the counts are whole clock ticks, and a difference of float
+    # sums that should be 0 can come out a hair below it.
+    used[CLIENT] = round((after[CLIENT] - before[CLIENT]) / steps - sum(used.values()), 9)
     return used, fastest, load.other_cores
 
 
@@ -89,10 +94,10 @@ def run(workloads, placer_names, *, steps: int = 200, threads: int = 0,
     if cluster is None:
         cluster, figures = calibrate_this_host(this_host_cluster(threads), env=env,
                                                config=config)
-    placer_objs = placers_to_compare()
     rows = []
     for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
         w = WORKLOADS[wname]()
+        placer_objs = placers_to_compare(placer_names, w)
         # A fresh cluster per workload: variables outlive sessions and names repeat.
         with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env, config=config) as local:
             for pname in placer_names:
@@ -119,34 +124,42 @@ def totals(frame: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def _cluster_file(text: str) -> str:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    return text
+
+
 def main(argv=None):
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
-    parser.add_argument("--placers", nargs="+", default=DEFAULT_PLACERS,
-                        choices=list(placers_to_compare()))
-    parser.add_argument("--steps", type=int, default=200,
-                        help="measured steps per placement (default 200: the processes' CPU "
-                             "time is counted in clock ticks, 10 ms each)")
+    parser = cli.make_parser(
+        "python -m experiments.cpu_accounting", __doc__.split("\n\n")[0], "workloads",
+        "placers", defaults={"workloads": DEFAULT_WORKLOADS, "placers": DEFAULT_PLACERS},
+        choices={"workloads": list(WORKLOADS)}, types={"placers": placer_name},
+        helps={"placers": "placers to compare: any registered name (placers.names()) or "
+                          "round_robin_vars"})
+    parser.add_argument("--steps", type=cli.positive_int, default=200,
+                        help="measured steps per placement (the processes' CPU time is "
+                             "counted in clock ticks, 10 ms each)")
     parser.add_argument("--threads", type=int, default=0,
                         help="inter-op and intra-op threads of every device, in the model and "
                              "on the servers (0: the host's cores)")
-    parser.add_argument("--cluster", default=None,
+    parser.add_argument("--cluster", default=None, type=_cluster_file,
                         help="a calibrated cluster JSON to predict with (e.g. one sim_vs_real "
                              "saved) instead of calibrating now")
-    args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error("--steps must be at least 1")
+    args = cli.parse(parser, argv)
     cluster = Cluster.load(args.cluster) if args.cluster else None
-    frame, figures = run(args.workloads, args.placers, steps=args.steps, threads=args.threads,
-                         cluster=cluster)
-    if figures:
-        print(f"\ncalibration: {describe_calibration(figures)}")
-    print_table(frame, "host CPU per step (ms): booked by the simulator, used by the processes")
-    summary = totals(frame)
-    print_table(summary, "all tasks and the client")
-    print(f"saved {save_table(frame, 'cpu_accounting', args.out)}")
-    save_table(summary, "cpu_accounting_totals", args.out)
-    return frame
+    with Run("cpu_accounting", args, out=args.out, argv=argv) as report:
+        frame, figures = run(args.workloads, args.placers, steps=args.steps,
+                             threads=args.threads, cluster=cluster)
+        if figures:
+            print(f"\ncalibration: {describe_calibration(figures)}")
+        print_table(frame, "host CPU per step (ms): booked by the simulator, used by the "
+                           "processes")
+        summary = totals(frame)
+        print_table(summary, "all tasks and the client")
+        print(f"saved {report.save_table(frame, 'cpu_accounting')}")
+        report.save_table(summary, "cpu_accounting_totals")
+    return finish(report, frame)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ bandwidth are shared), and no statistic over repeats (the fastest step) removes 
 that lasts through them.  :class:`OtherLoad` measures it instead, so a report can say
 when its figures were taken on a busy machine: the cores that processes outside this
 experiment (this process and its descendants, the servers included) kept busy during a
-block of code, and the cores the hypervisor took (``steal``), from ``/proc`` (Linux;
-elsewhere the figures are NaN).
+block of code, and the cores the hypervisor took (``steal``, Linux), through
+:mod:`psutil` (Linux, macOS, Windows).
 
 >>> with OtherLoad() as load:
 ...     pass
@@ -20,71 +20,46 @@ from __future__ import annotations
 import math
 import os
 import time
-from pathlib import Path
+
+import psutil
 
 __all__ = ["OtherLoad", "cpu_seconds_of_tree", "machine_cpu_seconds", "wait_until_quiet"]
-
-_PROC = Path("/proc")
-
-
-def _ticks_per_second() -> float:
-    try:
-        return float(os.sysconf("SC_CLK_TCK"))
-    except (AttributeError, ValueError, OSError):
-        return 100.0
 
 
 def machine_cpu_seconds() -> tuple[float, float] | None:
     """``(busy, steal)``: CPU seconds all cores spent busy (user, nice, system, irq,
-    softirq) and stolen by the hypervisor since boot, from ``/proc/stat``; None where
-    there is none."""
+    softirq, as the system reports them) and stolen by the hypervisor (Linux) since
+    boot, by :func:`psutil.cpu_times`; None where the system tells nothing."""
     try:
-        fields = (_PROC / "stat").read_text().split("\n", 1)[0].split()
-    except OSError:
+        t = psutil.cpu_times()
+    except (OSError, psutil.Error, NotImplementedError):
         return None
-    if not fields or fields[0] != "cpu":
-        return None
-    ticks = [int(v) for v in fields[1:]]
-    ticks += [0] * (8 - len(ticks))
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]
-    hz = _ticks_per_second()
-    return (user + nice + system + irq + softirq) / hz, steal / hz
+    busy = sum(getattr(t, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq"))
+    return busy, getattr(t, "steal", 0.0)
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def _cpu_seconds(process: psutil.Process) -> float | None:
+    """A process's CPU seconds, its waited-for children's included; None if it is gone."""
     try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:  # gone meanwhile
+        t = process.cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after its end.
-    return text[text.rfind(")") + 2:].split()
+    return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
 
 
 def cpu_seconds_of_tree(root: int | None = None) -> float | None:
     """CPU seconds used by process ``root`` (default: this one), its children it
-    waited for, and every live descendant (with theirs); None without ``/proc``."""
-    root = os.getpid() if root is None else root
-    children: dict[int, list[int]] = {}
-    used: dict[int, float] = {}
+    waited for, and every live descendant (with theirs); None if ``root`` is gone."""
     try:
-        entries = [int(p.name) for p in _PROC.iterdir() if p.name.isdigit()]
-    except OSError:
+        process = psutil.Process(os.getpid() if root is None else root)
+        descendants = process.children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
-    for pid in entries:
-        fields = _stat_fields(pid)
-        if fields is None:
-            continue
-        # After the name: state(3) ppid(4) ... utime(14) stime(15) cutime(16) cstime(17).
-        children.setdefault(int(fields[1]), []).append(pid)
-        used[pid] = sum(int(v) for v in fields[11:15])
-    if root not in used:
+    total = _cpu_seconds(process)
+    if total is None:
         return None
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += used.get(pid, 0)
-        todo.extend(children.get(pid, ()))
-    return total / _ticks_per_second()
+    # A descendant that ended meanwhile counts as nothing (or in its parent's children's).
+    return total + sum(_cpu_seconds(p) or 0.0 for p in descendants)
 
 
 class OtherLoad:
@@ -92,7 +67,7 @@ class OtherLoad:
 
     After the block, ``other_cores`` is the average number of cores that processes
     outside this one's tree kept busy, ``steal_cores`` the average the hypervisor took,
-    and ``seconds`` the block's wall time (NaN where ``/proc`` is missing).  Both are
+    and ``seconds`` the block's wall time (NaN where the system reports no CPU times).  Both are
     averages: a burst of load within a long block reads as a small figure.  Processes
     of this tree that ended during the block without being waited for (by this process
     or their parent in the tree) count as other load.
@@ -122,8 +97,8 @@ def wait_until_quiet(below: float, *, window: float = 1.0, timeout: float = 120.
                      sleep=time.sleep) -> float:
     """Wait until other programs kept fewer than ``below`` cores busy over a ``window``
     of seconds (measured by :class:`OtherLoad` while this process sleeps), or until
-    ``timeout`` seconds passed; return the last window's figure (NaN without ``/proc``,
-    at once).  An experiment calls it before measuring, on a machine it shares."""
+    ``timeout`` seconds passed; return the last window's figure (NaN, at once, where the
+    system reports no CPU times).  An experiment calls it before measuring, on a machine it shares."""
     deadline = time.monotonic() + timeout
     while True:
         with OtherLoad() as load:

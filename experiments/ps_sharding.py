@@ -26,7 +26,8 @@ from tqdm import tqdm
 import placers
 import sim
 from core.cluster import Cluster, usable_cpu_cores
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, print_table
 from experiments.workloads import data_parallel_step
 
 
@@ -96,12 +97,20 @@ def sweep_runtime(ps_counts: list[int], worker_counts: list[int], width: int, la
 
 
 def main(argv=None) -> pd.DataFrame:
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--ps", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--width", type=int, default=1024, help="layer width (variables are width^2)")
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=32)
+    parser = cli.make_parser(
+        "python -m experiments.ps_sharding", __doc__.split("\n\n")[0], "repeats", "calibrate",
+        defaults={"repeats": 5}, choices={"calibrate": ["full", "quick"]},
+        helps={"repeats": "timed steps per case (runtime)",
+               "calibrate": "how to measure the processes' fixed costs before predicting "
+                            "them (--backend both)"})
+    parser.add_argument("--ps", type=cli.positive_int, nargs="+", default=[1, 2, 4],
+                        help="ps task counts")
+    parser.add_argument("--workers", type=cli.positive_int, nargs="+", default=[1, 2, 4],
+                        help="worker task counts")
+    parser.add_argument("--width", type=cli.positive_int, default=1024,
+                        help="layer width (variables are width^2)")
+    parser.add_argument("--layers", type=cli.positive_int, default=4, help="layers")
+    parser.add_argument("--batch", type=cli.positive_int, default=32, help="batch rows")
     parser.add_argument("--strategies", nargs="+", default=["round_robin", "greedy"],
                         choices=["round_robin", "greedy"], help="replica_device_setter's ps_strategy")
     parser.add_argument("--network-gbps", type=float, default=10.0,
@@ -109,22 +118,21 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--backend", choices=["sim", "runtime", "both"], default="sim",
                         help="simulate one host per task (sim), or run the tasks as processes "
                              "on this machine (runtime; both: also predict that one-host cluster)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps per case (runtime)")
-    parser.add_argument("--quick", action="store_true", help="quick calibration (runtime)")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv)
     shape = f"synchronous data-parallel step, {args.layers} layers of {args.width}"
-    if args.backend == "sim":
-        frame = sweep(args.ps, args.workers, args.width, args.layers, args.batch,
-                      args.network_gbps, args.strategies)
-        print_table(frame, f"{shape}, {args.network_gbps:g} Gbit/s per host (simulated)")
-    else:
-        frame = sweep_runtime(args.ps, args.workers, args.width, args.layers, args.batch,
-                              args.strategies, predict_too=args.backend == "both",
-                              repeats=args.repeats, quick=args.quick)
-        print_table(frame, f"{shape}, tasks as processes on this machine (measured"
-                           + (" and predicted)" if args.backend == "both" else ")"))
-    print(f"saved {save_table(frame, 'ps_sharding', args.out)}")
-    return frame
+    with Run("ps_sharding", args, out=args.out, argv=argv) as run:
+        if args.backend == "sim":
+            frame = sweep(args.ps, args.workers, args.width, args.layers, args.batch,
+                          args.network_gbps, args.strategies)
+            print_table(frame, f"{shape}, {args.network_gbps:g} Gbit/s per host (simulated)")
+        else:
+            frame = sweep_runtime(args.ps, args.workers, args.width, args.layers, args.batch,
+                                  args.strategies, predict_too=args.backend == "both",
+                                  repeats=args.repeats, quick=args.calibrate == "quick")
+            print_table(frame, f"{shape}, tasks as processes on this machine (measured"
+                               + (" and predicted)" if args.backend == "both" else ")"))
+        print(f"saved {run.save_table(frame, 'ps_sharding')}")
+    return finish(run, frame)
 
 
 if __name__ == "__main__":

@@ -88,9 +88,9 @@ if __name__ == "__main__":  # before numpy loads BLAS: this process calibrates t
     if _omp:
         os.environ.setdefault("OMP_WAIT_POLICY", _omp)
 
+import contextlib
 import itertools
 import time
-from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
@@ -101,9 +101,11 @@ from core.costs import MeasuredCostModel, StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
                                   measure_placements, predict, relative_spread,
                                   runtime_cluster_spec, server_env, this_host_cluster)
-from experiments.compare_placers import SPLIT_MARGIN, WORKLOADS, placers_to_compare
+from experiments.compare_placers import (SPLIT_MARGIN, WORKLOADS, placer_name,
+                                         placers_to_compare)
 from experiments.machine_load import wait_until_quiet
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, print_table
 
 __all__ = ["main", "run", "summarise", "ranking_agreement", "keeps_proposal",
            "placement_quality"]
@@ -209,8 +211,9 @@ def placement_quality(frame: pd.DataFrame, baselines=BASELINES) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tuple[list, dict]:
-    placer_objs = placers_to_compare()
+def _measure_all(wname, w, cluster, local, repeats, placer_names, config,
+                 measure=measure_placements) -> tuple[list, dict]:
+    placer_objs = placers_to_compare(placer_names, w)
     placements = {pname: placer_objs[pname].place(w.graph, cluster) for pname in placer_names}
     # Placers that chose the same placement share one measurement: timing it twice would
     # only rank the machine's noise.
@@ -218,11 +221,11 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config) -> tup
     for pname, p in placements.items():
         first.setdefault(p, pname)
     distinct = {name: p for p, name in first.items()}
-    timed = measure_placements(w, distinct, local, repeats=repeats, traced=3, config=config)
+    timed = measure(w, distinct, local, repeats=repeats, traced=3, config=config)
     # The same placements timed again, in new sessions: how far one measurement of the
     # machine lands from the next (two halves of one measurement's rounds agree better
     # than that: the machine's speed drifts over seconds).
-    again = measure_placements(w, distinct, local, repeats=repeats, traced=1, config=config)
+    again = measure(w, distinct, local, repeats=repeats, traced=1, config=config)
     measured = {pname: timed[first[p]] for pname, p in placements.items()}
     rows = []
     for pname, p in placements.items():
@@ -269,15 +272,16 @@ def keeps_proposal(proposed: float, static: float, margin: float = SPLIT_MARGIN)
     return proposed < static * (1.0 - margin)
 
 
-def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
+def _replacement_loop(wname, w, cluster, local, repeats, first, config,
+                      measure=measure_placements) -> dict:
     """Place with static costs, run, measure a cost model from that run, place again;
     then time both placements side by side."""
     static_p = first["placements"].get("cost_model") or placers.CostModelPlacer(
         runtime="interpreter", split_margin=SPLIT_MARGIN).place(w.graph, cluster)
     profile = first["measured"].get("cost_model")
     if profile is None:
-        profile = measure_placements(w, {"static": static_p}, local, repeats=1, traced=3,
-                                     config=config)["static"]
+        profile = measure(w, {"static": static_p}, local, repeats=1, traced=3,
+                          config=config)["static"]
     measured_cost = profile_cost_model(profile.traces, w.graph)
     profiled = measured_cost.with_overheads(cluster)
     proposed = placers.CostModelPlacer(cost_model=measured_cost, runtime="interpreter",
@@ -291,8 +295,8 @@ def _replacement_loop(wname, w, cluster, local, repeats, first, config) -> dict:
     proposed_under = predict(w, proposed, profiled, measured_cost, RUNTIME_SIM).step_time
     kept = keeps_proposal(proposed_under, static_under)
     again = proposed if kept else static_p
-    both = measure_placements(w, {"static": static_p, "again": again}, local, repeats=repeats,
-                              config=config)
+    both = measure(w, {"static": static_p, "again": again}, local, repeats=repeats,
+                   config=config)
     same = all(static_p[op.name] == again[op.name] for op in w.graph.get_operations()
                if op.name in static_p and op.name in again)
     return {"workload": wname, "static_ms": both["static"].step_time * 1e3,
@@ -319,7 +323,7 @@ DEFAULT_REPEATS = 101
 def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, placer_names=PLACERS,
         blas_threads: int = 1, threads: int = 0, loop: bool = True, progress: bool = True,
         omp_wait_policy: str = "passive", quiet_below: float | None = None,
-        calibrate_each: bool = True):
+        calibrate_each: bool = True, backend: str = "runtime"):
     """``(rows, loop_rows, calibrations)``: the comparison, the re-placement loop, and
     the calibrations as ``(cluster, figures)`` pairs (each row's ``calibration`` column
     is its index there).  ``threads``: inter-op and intra-op threads of every device, in
@@ -330,7 +334,11 @@ def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, place
     a workload's predictions and measurements see the machine seconds apart, not
     minutes (its speed drifts: ``experiments.calibration_spread``; one run's 16 rows
     predicted with the first workload's calibration: median error 15.9%, max 74%; each
-    with its own: 8.9%, max 37%)."""
+    with its own: 8.9%, max 37%).  ``backend``: what measures, ``"runtime"`` (ours, on a
+    :class:`runtime.LocalCluster`) or ``"tensorflow"`` (TensorFlow's runtime on its
+    servers, :mod:`experiments.tf_backend`; the simulator still predicts with this
+    machine's calibration of our runtime: how far it is from a runtime nobody here
+    wrote)."""
     def wait():
         if quiet_below is not None:
             wait_until_quiet(quiet_below)
@@ -353,14 +361,15 @@ def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, place
         w = WORKLOADS[wname]()
         # A fresh cluster per workload: variables outlive sessions and names repeat.
         wait()
-        with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env, config=config) as local:
-            found, first = _measure_all(wname, w, cluster, local, repeats, placer_names, config)
+        with _measuring_cluster(backend, cluster, env, config) as (local, measure):
+            found, first = _measure_all(wname, w, cluster, local, repeats, placer_names, config,
+                                        measure)
             for row in found:
                 row["calibration"] = len(calibrations) - 1
             rows += found
             if loop:
                 loop_rows.append(_replacement_loop(wname, w, cluster, local, repeats, first,
-                                                   config))
+                                                   config, measure))
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame["rel_error"] = (frame.predicted_ms - frame.measured_ms) / frame.measured_ms
@@ -369,35 +378,40 @@ def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, place
     return frame, loop_frame, calibrations
 
 
-def _plot(frame: pd.DataFrame, path: Path) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 6))
-    for cm, group in frame.groupby("cost_model"):
-        ax.scatter(group.measured_ms, group.predicted_ms, label=cm)
-    lo = min(frame.measured_ms.min(), frame.predicted_ms.min()) * 0.8
-    hi = max(frame.measured_ms.max(), frame.predicted_ms.max()) * 1.2
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="predicted = measured")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured step (ms)")
-    ax.set_ylabel("predicted step (ms)")
-    ax.legend()
-    ax.set_title("simulator vs runtime")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+@contextlib.contextmanager
+def _measuring_cluster(backend: str, cluster, env: dict, config):
+    """``(servers, measure)`` of ``backend``: started server processes and the function
+    that times placements on them (``measure_placements``'s signature)."""
+    if backend == "runtime":
+        with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env, config=config) as local:
+            yield local, measure_placements
+        return
+    from experiments.tf_backend import TFLocalCluster, measure_on_tensorflow
+
+    def measure(w, placements, servers, *, repeats, traced=1, config=None):
+        return measure_on_tensorflow(w, placements, cluster, servers, repeats=repeats,
+                                     traced=traced)
+    with TFLocalCluster(cluster, env=env) as servers:
+        yield servers, measure
+
+
+def _plot(frame: pd.DataFrame):
+    from experiments.plots import predicted_vs_measured
+    return predicted_vs_measured(frame, predicted="predicted_ms", measured="measured_ms",
+                                 label="cost_model")
 
 
 def main(argv=None):
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
-    parser.add_argument("--placers", nargs="+", default=list(PLACERS), choices=list(PLACERS))
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                        help=f"timed steps per placement (default {DEFAULT_REPEATS})")
-    parser.add_argument("--quick", action="store_true",
-                        help="quick calibration, 3 repeats, no re-placement loop (for tests)")
+    parser = cli.make_parser(
+        "python -m experiments.sim_vs_real", __doc__.split("\n\n")[0], "workloads", "placers",
+        "repeats", "calibrate", "plot",
+        defaults={"workloads": DEFAULT_WORKLOADS, "placers": list(PLACERS),
+                  "repeats": DEFAULT_REPEATS},
+        choices={"workloads": list(WORKLOADS), "calibrate": ["full", "quick"]},
+        types={"placers": placer_name},
+        helps={"repeats": "timed steps per placement",
+               "placers": "any registered placer name (placers.names()) or round_robin_vars",
+               "plot": "also save a PNG of predicted vs measured"})
     parser.add_argument("--no-loop", action="store_true", help="skip the re-placement loop")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OPENBLAS_NUM_THREADS of the server processes (0: the library's "
@@ -412,18 +426,27 @@ def main(argv=None):
     parser.add_argument("--calibrate-once", action="store_true",
                         help="calibrate once for all workloads (default: again right before "
                              "each, as the machine's speed drifts over minutes)")
-    parser.add_argument("--plot", action="store_true", help="save a PNG of predicted vs measured")
+    parser.add_argument("--backend", choices=["runtime", "tensorflow"], default="runtime",
+                        help="what measures: our runtime's server processes (runtime) or "
+                             "TensorFlow's (tensorflow: needs tensorflow installed)")
     parser.add_argument("--quiet-below", type=float, default=None, metavar="CORES",
                         help="before calibrating and before each workload, wait (up to 2 "
                              "minutes) until other programs keep fewer than CORES cores busy")
-    args = parser.parse_args(argv)
-    repeats = 3 if args.quick and args.repeats == DEFAULT_REPEATS else args.repeats
+    args = cli.parse(parser, argv)
+    with Run("sim_vs_real", args, out=args.out, argv=argv) as report:
+        frame = _report(report, args)
+    return finish(report, frame)
+
+
+def _report(report: Run, args) -> pd.DataFrame:
     t0 = time.perf_counter()
     frame, loop_frame, calibrations = run(
-        args.workloads, repeats=repeats, quick=args.quick, placer_names=args.placers,
+        args.workloads, repeats=args.repeats, quick=args.calibrate == "quick",
+        placer_names=args.placers,
         blas_threads=args.blas_threads, threads=args.threads,
         omp_wait_policy=args.omp_wait_policy, quiet_below=args.quiet_below,
-        loop=not (args.quick or args.no_loop), calibrate_each=not args.calibrate_once)
+        loop=not args.no_loop, calibrate_each=not args.calibrate_once,
+        backend=args.backend)
     print()
     for i, (_, figures) in enumerate(calibrations):
         label = "calibration" if len(calibrations) == 1 else f"calibration {i}"
@@ -438,24 +461,24 @@ def main(argv=None):
     if not loop_frame.empty:
         print_table(loop_frame, "re-placement loop: cost-model placer with static costs, then "
                                 "with costs measured from its run (measured step ms)")
-    out = save_table(frame, "sim_vs_real", args.out)
-    print(f"saved {out}")
+    print(f"saved {report.save_table(frame, 'sim_vs_real')}")
     if not loop_frame.empty:
-        print(f"saved {save_table(loop_frame, 'sim_vs_real_loop', args.out)}")
-    save_table(summary, "sim_vs_real_summary", args.out)
+        print(f"saved {report.save_table(loop_frame, 'sim_vs_real_loop')}")
+    report.save_table(summary, "sim_vs_real_summary")
     if not quality.empty:
-        save_table(quality, "sim_vs_real_quality", args.out)
+        report.save_table(quality, "sim_vs_real_quality")
+    report.summary = {"by_cost_model": summary.to_dict("records")}
     # The calibrated clusters, so that the measured rows can be predicted again later
     # (another cost model, another version of the simulator) without measuring again:
     # sim_vs_real_cluster.json for one, else sim_vs_real_cluster_<i>.json for the rows
     # whose ``calibration`` is i.
     for i, (cluster, _) in enumerate(calibrations):
         name = "sim_vs_real_cluster" + (f"_{i}" if len(calibrations) > 1 else "")
-        cluster_path = Path(args.out) / f"{name}.json"
+        cluster_path = report.path(f"{name}.json")
         cluster.save(cluster_path)
         print(f"saved {cluster_path}")
     if args.plot:
-        print(f"saved {_plot(frame, Path(args.out) / 'sim_vs_real.png')}")
+        print(f"saved {report.save_figure(_plot(frame), 'sim_vs_real')}")
     print(f"took {time.perf_counter() - t0:.0f} s")
     return frame
 

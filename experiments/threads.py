@@ -6,7 +6,7 @@ For every (inter-op, intra-op) pair this sweep runs one step of each workload wi
 ops on this machine's CPU:
 
 - ``sim``: predicted on this machine's cluster (``Cluster.this_machine``, calibrated by
-  :func:`runtime.calibrate` unless ``--no-calibrate``; ``--cores`` simulates another
+  :func:`runtime.calibrate` unless ``--calibrate none``; ``--cores`` simulates another
   host instead), the pools set by :class:`sim.SimConfig`;
 - ``runtime``: measured in this process by a :class:`runtime.Session` whose
   :class:`runtime.SessionConfig` sets the pools (private to the session), the fastest of
@@ -29,7 +29,8 @@ import placers
 import sim
 from core.cluster import Cluster
 from experiments.compare_placers import WORKLOADS
-from experiments.report import print_table, results_parser, save_table
+from experiments import cli
+from experiments.report import Run, finish, print_table
 
 __all__ = ["sweep", "measure_threads", "main"]
 
@@ -87,35 +88,42 @@ def sweep(workloads: list[str], inter: list[int], intra: list[int], cluster: Clu
 
 
 def main(argv=None) -> pd.DataFrame:
-    parser = results_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=["mlp", "inception", "transformer"],
-                        choices=[w for w in WORKLOADS if w != "data_parallel"])
-    parser.add_argument("--inter", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--intra", type=int, nargs="+", default=[1, 2])
+    parser = cli.make_parser(
+        "python -m experiments.threads", __doc__.split("\n\n")[0], "workloads", "repeats",
+        "calibrate",
+        defaults={"workloads": ["mlp", "inception", "transformer"], "repeats": 5,
+                  "calibrate": "quick"},
+        choices={"workloads": [w for w in WORKLOADS if w != "data_parallel"]},
+        helps={"repeats": "timed steps per case (runtime)",
+               "calibrate": "simulate this machine as measured now (full, quick) or with the "
+                            "preset figures (none)"})
+    parser.add_argument("--inter", type=cli.positive_int, nargs="+", default=[1, 2, 4],
+                        help="inter-op pool sizes")
+    parser.add_argument("--intra", type=cli.positive_int, nargs="+", default=[1, 2],
+                        help="intra-op pool sizes")
     parser.add_argument("--backend", choices=["both", "sim", "runtime"], default="both",
                         help="simulate, really run in this process, or both")
-    parser.add_argument("--repeats", type=int, default=5, help="timed steps per case (runtime)")
     parser.add_argument("--cores", type=int, default=0,
-                        help="simulate a host with this many cores (sim only; default: this "
+                        help="simulate a host with this many cores (sim only; 0: this "
                              "machine, calibrated)")
-    parser.add_argument("--no-calibrate", action="store_true",
-                        help="simulate this machine with the preset figures, not calibrated ones")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv)
     backends = BACKENDS if args.backend == "both" else (args.backend,)
     if args.cores and "runtime" in backends:
         parser.error("--cores simulates another host: use it with --backend sim")
-    if args.cores:
-        cluster, where = Cluster.single_host(cpu_cores=args.cores), f"a simulated {args.cores}-core host"
-    else:
-        cluster, where = Cluster.this_machine(), "this machine"
-        if "sim" in backends and not args.no_calibrate:
-            from runtime.calibrate import calibrate
-            cluster = calibrate(cluster, quick=True)
-    frame = sweep(args.workloads, args.inter, args.intra, cluster, backends, args.repeats)
-    print_table(frame, f"step time vs thread pools on {where} (speedups against the first "
-                       "row of each workload)")
-    print(f"saved {save_table(frame, 'threads', args.out)}")
-    return frame
+    with Run("threads", args, out=args.out, argv=argv) as run:
+        if args.cores:
+            cluster = Cluster.single_host(cpu_cores=args.cores)
+            where = f"a simulated {args.cores}-core host"
+        else:
+            cluster, where = Cluster.this_machine(), "this machine"
+            if "sim" in backends and args.calibrate != "none":
+                from runtime.calibrate import calibrate
+                cluster = calibrate(cluster, quick=args.calibrate == "quick")
+        frame = sweep(args.workloads, args.inter, args.intra, cluster, backends, args.repeats)
+        print_table(frame, f"step time vs thread pools on {where} (speedups against the "
+                           "first row of each workload)")
+        print(f"saved {run.save_table(frame, 'threads')}")
+    return finish(run, frame)
 
 
 if __name__ == "__main__":

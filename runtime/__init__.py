@@ -39,6 +39,7 @@ from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgumen
                             LabRuntimeError, NotFound, OpError, ResourceExhausted,
                             Unavailable)
 from runtime.variables import VariableStore
+from core.version import __version__
 
 __all__ = ["Session", "InteractiveSession", "SessionConfig", "Executor", "StepResult",
            "LocalDevices", "VariableStore", "calibrate", "LabRuntimeError", "OpError",

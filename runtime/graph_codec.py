@@ -14,6 +14,7 @@ Python (a node's ``attrs``)     ``AttrValue``
 ``float``                       ``f``
 ``str``                         ``s``
 tuple of ``int`` / ``None``     ``ints`` (``is_none`` marks each ``None``)
+list of such tuples (shapes)    ``shapes``: one ``IntList`` per shape
 ``numpy.ndarray``               ``tensor``: raw bytes + dtype + shape
 ==============================  ==========================================
 
@@ -141,13 +142,28 @@ def attr_to_proto(op_name: str, key: str, value: Any) -> graph_pb2.AttrValue:
         return graph_pb2.AttrValue(s=value)
     if isinstance(value, np.ndarray):
         return graph_pb2.AttrValue(tensor=tensor_to_proto(value, f"{op_name}.{key}"))
-    if isinstance(value, (tuple, list)) and all(
-            v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool))
-            for v in value):
-        return graph_pb2.AttrValue(ints=graph_pb2.IntList(
-            values=[0 if v is None else int(v) for v in value],
-            is_none=[v is None for v in value]))
+    if isinstance(value, (tuple, list)) and all(map(_is_dim, value)):
+        return graph_pb2.AttrValue(ints=_int_list(value))
+    if isinstance(value, list) and all(isinstance(s, tuple) and all(map(_is_dim, s))
+                                       for s in value):
+        return graph_pb2.AttrValue(shapes=graph_pb2.ShapeList(shapes=map(_int_list, value)))
     raise CodecError(f"op {op_name!r}: attribute {key!r} = {value!r} cannot be encoded")
+
+
+def _is_dim(v) -> bool:
+    return v is None or (isinstance(v, (int, np.integer)) and not isinstance(v, bool))
+
+
+def _int_list(value) -> graph_pb2.IntList:
+    return graph_pb2.IntList(values=[0 if v is None else int(v) for v in value],
+                             is_none=[v is None for v in value])
+
+
+def _ints(op_name: str, key: str, ints: graph_pb2.IntList) -> tuple:
+    values, none = ints.values, ints.is_none
+    if len(none) not in (0, len(values)):
+        raise CodecError(f"op {op_name!r}: attribute {key!r}: malformed int list")
+    return tuple(None if none and none[i] else int(v) for i, v in enumerate(values))
 
 
 def attr_from_proto(op_name: str, key: str, proto: graph_pb2.AttrValue) -> Any:
@@ -158,10 +174,9 @@ def attr_from_proto(op_name: str, key: str, proto: graph_pb2.AttrValue) -> Any:
     if kind in ("b", "i", "f", "s"):
         return getattr(proto, kind)
     if kind == "ints":
-        values, none = proto.ints.values, proto.ints.is_none
-        if len(none) not in (0, len(values)):
-            raise CodecError(f"op {op_name!r}: attribute {key!r}: malformed int list")
-        return tuple(None if none and none[i] else int(v) for i, v in enumerate(values))
+        return _ints(op_name, key, proto.ints)
+    if kind == "shapes":
+        return [_ints(op_name, key, shape) for shape in proto.shapes.shapes]
     if kind == "tensor":
         return tensor_from_proto(proto.tensor, f"{op_name}.{key}")
     raise CodecError(f"op {op_name!r}: attribute {key!r} has no value")

@@ -72,9 +72,19 @@ from runtime.segment_pool import SEGMENT_HEADER
 from runtime.worker import (UNKNOWN_PARTITION, PeerChannels, StepAborted,
                             WorkerService, task_name, transport_error)
 
-__all__ = ["MasterService", "RPC_MARGIN"]
+__all__ = ["MasterService", "RPC_MARGIN", "master_in_this_process"]
 
 _log = logging.getLogger(__name__)
+
+#: Handles of the sessions that masters in this process opened.
+_HANDLES_HERE: set[str] = set()
+
+
+def master_in_this_process(handle: str) -> bool:
+    """Whether the session ``handle`` is served by a master in this process (which
+    logged its placement already: a client here need not log it again, so a program
+    that starts its own servers, as the seed texts' do, prints each line once)."""
+    return handle in _HANDLES_HERE
 
 #: Seconds added to a step's ``operation_timeout`` for the RPC deadlines around it, so
 #: that the workers' own deadline error (naming the ops not finished) arrives first.
@@ -168,6 +178,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
             if len(self._sessions) >= self._max_sessions:  # forget the oldest
                 self._sessions.pop(next(iter(self._sessions)))
             self._sessions[sess.handle] = sess
+        _HANDLES_HERE.add(sess.handle)
         return sess.handle
 
     def _session(self, handle: str) -> _MasterSession:
@@ -200,6 +211,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 sess.nodes.extend(fresh)
 
     def close_session(self, handle: str) -> None:
+        _HANDLES_HERE.discard(handle)
         with self._sessions_lock:
             sess = self._sessions.pop(handle, None)
         if sess is None:

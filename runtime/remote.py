@@ -34,7 +34,7 @@ from runtime import errors, wire
 from runtime.config import SessionConfig
 from runtime.graph_codec import (CodecError, add_named_tensors, error_from_proto, graph_to_proto,
                                  node_to_proto, stats_from_proto, tensors_from_proto)
-from runtime.master import RPC_MARGIN
+from runtime.master import RPC_MARGIN, master_in_this_process
 from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
 from runtime.shm import shm_available
 from runtime.segment_pool import SegmentMaps
@@ -204,7 +204,8 @@ class RemoteSession:
                 for e in reply.new_placement:
                     self._placement_entries[e.op] = e.device
                 self._placement = None
-        if reply.placement_log and self.config.log_device_placement:
+        if reply.placement_log and self.config.log_device_placement and \
+                not master_in_this_process(self.handle):
             log_placement(reply.placement_log, _log)
         if reply.error.type:
             raise error_from_proto(reply.error)

@@ -38,6 +38,7 @@ import os
 import signal
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -230,6 +231,7 @@ class Server:
         """Start serving (idempotent)."""
         if not self._started:
             reap_orphans()  # of servers of this host that were killed
+            _stop_at_exit(self)
             self._server.start()
             # Only once the gRPC port is ours: the local sockets are named after it.
             if self._local_sockets:
@@ -288,6 +290,30 @@ class Server:
 # ---------------------------------------------------------------------------
 # Command line
 
+_RUNNING: "weakref.WeakSet[Server]" = weakref.WeakSet()
+
+
+def _stop_at_exit(server: Server) -> None:
+    """Stop ``server`` when the interpreter exits, as a TensorFlow server ends with its
+    process: a program that starts servers and returns (the seed texts' do) must exit.
+
+    At exit ``concurrent.futures`` joins the gRPC handler pool's threads, and a handler
+    serving a long-lived stream never returns until the server stops; ``threading``'s
+    exit hooks run newest first, so this one (registered after ``concurrent.futures``
+    was imported) stops the servers before that join.
+    """
+    if not _RUNNING:
+        register = getattr(threading, "_register_atexit", None)
+        if register is not None:
+            register(_stop_running)
+    _RUNNING.add(server)
+
+
+def _stop_running() -> None:
+    for server in list(_RUNNING):
+        server.stop(grace=0)
+
+
 def _load_spec(path: str) -> dict:
     try:
         data = json.loads(Path(path).read_text())
@@ -337,11 +363,12 @@ def tune_malloc() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """``python -m runtime.server --cluster cluster.json --job ps --task 0``."""
     parser = argparse.ArgumentParser(prog="python -m runtime.server",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                      description="Start one task of a placement-lab cluster.")
     parser.add_argument("--cluster", required=True,
                         help='JSON file: {"ps": ["host:port", ...], "worker": [...]}')
     parser.add_argument("--job", required=True, help="this task's job name")
-    parser.add_argument("--task", type=int, default=0, help="this task's index (default 0)")
+    parser.add_argument("--task", type=int, default=0, help="this task's index")
     parser.add_argument("--config", help="JSON file with a SessionConfig dict")
     parser.add_argument("--hardware", help="calibrated Cluster JSON to place on")
     parser.add_argument("--bind", default=None,

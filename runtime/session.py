@@ -78,20 +78,19 @@ class DeviceAttributes(NamedTuple):
     memory_limit_bytes: int
 
 
-def _warmup(dtypes, gpu: bool) -> None:
-    """Compile (or load) the kernels for ``dtypes`` once per process."""
+def _warmup(dtypes, gpu: bool, op_types=()) -> None:
+    """Compile (or load) the kernels for ``dtypes`` once per process: those of the
+    kernel families ``op_types`` use (:func:`runtime.kernels.families_of`)."""
     from runtime import kernels
-    want = {("CPU", d) for d in dtypes} | ({("GPU", d) for d in dtypes} if gpu else set())
+    devices = ("CPU", "GPU") if gpu else ("CPU",)
+    want = {(t, f, d) for t in devices for f in kernels.families_of(op_types) for d in dtypes}
     with _WARM_LOCK:
         missing = want - _WARM
-        if not missing:
-            return
-        cpu = sorted(d for t, d in missing if t == "CPU")
-        if cpu:
-            kernels.warmup(dtypes=tuple(cpu), device_types=("CPU",))
-        gpu_d = sorted(d for t, d in missing if t == "GPU")
-        if gpu_d:
-            kernels.warmup(dtypes=tuple(gpu_d), device_types=("GPU",))
+        for device_type in devices:
+            for family in sorted({f for t, f, _ in missing if t == device_type}):
+                todo = sorted(d for t, f, d in missing if t == device_type and f == family)
+                kernels.warmup(dtypes=tuple(todo), device_types=(device_type,),
+                               families=[family])
         _WARM.update(missing)
 
 
@@ -383,7 +382,7 @@ class Session:
             if gpu:
                 from numba import config as numba_config
                 gpu = not numba_config.ENABLE_CUDASIM  # the simulator has nothing to compile
-            _warmup(dtypes, gpu)
+            _warmup(dtypes, gpu, {op.type for op in ops})
         result = self._executor.run_step(ops, placement, fetches=fetch_names,
                                          targets=target_names, feeds=feeds, trace=trace,
                                          timeout=self._config.operation_timeout)

@@ -19,6 +19,7 @@ runtime returns.  Modules, one job each: :mod:`sim.engine` (the event loop),
 ['x', 'y']
 """
 
+from core.version import __version__
 from sim.config import SimConfig
 from sim.engine import simulate
 from sim.errors import InvalidCost, OutOfMemory, SimulationStalled, UnknownPlacedDevice

@@ -39,11 +39,33 @@ from . import cuda_train as _cuda_train  # noqa: F401  (the training ops' GPU ke
 from .cuda import cuda_available
 
 __all__ = ["Kernel", "KernelContext", "NoKernel", "THREADING_LAYER", "cuda_available",
-           "get_kernel", "registered", "supported_dtypes", "warmup"]
+           "families_of", "get_kernel", "registered", "supported_dtypes", "warmup"]
+
+
+#: The kernel families that warm up apart: ``name -> (CPU module, GPU module, the op
+#: table's family or None for the base table)``; a graph that uses none of a family's ops
+#: need not compile its kernels (the nn family's take a minute on a cold cache).
+def _families() -> dict:
+    from core.ops_math import MATH_OPS
+    from core.ops_nn import NN_OPS
+    return {"base": (_cpu, _cuda, None), "math": (_cpu_math, _cuda_math, MATH_OPS),
+            "nn": (_cpu_nn, _cuda_nn, NN_OPS)}
+
+
+def families_of(op_types) -> list[str]:
+    """The kernel families whose warmup a graph with these op types needs (the base
+    family always: it holds the sources, variables and elementwise ops).
+
+    >>> families_of(["Const", "Conv2D"]), families_of(["MatMul"])
+    (['base', 'nn'], ['base'])
+    """
+    op_types = set(op_types)
+    return [name for name, (_, _, table) in _families().items()
+            if table is None or op_types & set(table)]
 
 
 def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",),
-           parallel: bool = True) -> None:
+           parallel: bool = True, families=None) -> None:
     """Compile (or load from numba's cache) the kernels for ``dtypes`` ahead of measuring.
 
     On a CPU, every numba function a kernel calls, with the argument types the kernels
@@ -51,18 +73,22 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",
     inputs are writable or read-only (constants, fed or received tensors); see
     :func:`.cpu.warmup`.  ``device_types`` may include ``"GPU"`` (compiles the CUDA
     kernels; needs :func:`cuda_available`).  ``parallel`` also prepares the CPU
-    multithreaded variants.
+    multithreaded variants.  ``families``: the kernel families to warm
+    (:func:`families_of` a graph's op types; None: all of them).
 
-    >>> warmup(dtypes=("float64",))
+    >>> warmup(dtypes=("float64",), families=["base"])
     """
+    table = _families()
+    names = list(table) if families is None else list(families)
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        raise ValueError(f"unknown kernel families {unknown}; known: {sorted(table)}")
     for device_type in device_types:
-        if device_type.upper() == "CPU":
-            _cpu.warmup(dtypes, parallel=parallel)
-            _cpu_math.warmup(dtypes, parallel=parallel)
-            _cpu_nn.warmup(dtypes, parallel=parallel)
-        elif device_type.upper() == "GPU":
-            _cuda.warmup(dtypes)
-            _cuda_math.warmup(dtypes)
-            _cuda_nn.warmup(dtypes)
-        else:
+        if device_type.upper() not in ("CPU", "GPU"):
             raise ValueError(f"unknown device type {device_type!r}; known: ['CPU', 'GPU']")
+        for name in names:
+            cpu_module, gpu_module, _ = table[name]
+            if device_type.upper() == "CPU":
+                cpu_module.warmup(dtypes, parallel=parallel)
+            else:
+                gpu_module.warmup(dtypes)

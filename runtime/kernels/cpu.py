@@ -57,7 +57,7 @@ import numpy as np
 from numba import njit, prange
 
 from .layout import broadcast_layout, normalize_axes, reduce_layout
-from .opcodes import (ABS, ADD, ASSIGN, EXP, LOG, MAXIMUM, MINIMUM, MUL, NEG, POW, REAL_DIV, RELU,
+from .opcodes import (ABS, ADD, ASSIGN, MAXIMUM, MINIMUM, MUL, NEG, REAL_DIV, RELU,
                       RELU_GRAD, RSQRT, RSQRT_GRAD, SIGMOID, SIGMOID_GRAD, SIGN, SQRT,
                       SQRT_GRAD, SQUARE, SQUARED_DIFFERENCE, SUB, TANH, TANH_GRAD)
 from .registry import FLOATING, NUMERIC, register
@@ -115,8 +115,6 @@ def _binary_element(code, a, b):
         return b * a * (1 - a)
     if code == REAL_DIV:
         return a / b
-    if code == POW:
-        return a ** b
     if code == MAXIMUM:
         return a if a >= b else b
     if code == MINIMUM:
@@ -311,12 +309,6 @@ def _unary_float_range(code, x, out, start, stop):
             e = math.exp(-abs(v))
             r = 1 / (1 + e)
             c[i] = r if v >= 0 else e * r
-    elif code == EXP:
-        for i in range(stop - start):
-            c[i] = math.exp(a[i])
-    elif code == LOG:
-        for i in range(stop - start):
-            c[i] = math.log(a[i]) if a[i] > 0 else (-math.inf if a[i] == 0 else math.nan)
     elif code == SQRT:
         for i in range(stop - start):
             c[i] = math.sqrt(a[i]) if a[i] >= 0 else math.nan
@@ -881,18 +873,29 @@ def _reduce_sum(ctx, x: np.ndarray, attrs) -> tuple[np.ndarray, np.ndarray, int]
     return acc.reshape(out_shape), r
 
 
+def _run_time_axis(inputs, attrs):
+    """``attrs`` with TensorFlow's axis input (a run-time int vector) as its ``axis``."""
+    if len(inputs) == 2 and "axis" not in attrs:
+        return dict(attrs, axis=tuple(int(a) for a in np.asarray(inputs[1]).reshape(-1)))
+    return attrs
+
+
 @register("Sum", CPU, NUMERIC)
 def sum_(ctx, inputs, attrs):
-    """Sum over ``attrs["axis"]`` (None: all), keeping reduced axes if ``keepdims``."""
+    """Sum over ``attrs["axis"]`` (None: all; or the axis tensor input 1), keeping
+    reduced axes if ``keepdims``."""
     x = inputs[0]
+    attrs = _run_time_axis(inputs, attrs)
     acc, _ = _reduce_sum(ctx, x, attrs)
     return (acc.astype(x.dtype),)
 
 
 @register("Mean", CPU, NUMERIC)
 def mean(ctx, inputs, attrs):
-    """Mean over ``attrs["axis"]``; integers truncate toward zero, as TensorFlow's."""
+    """Mean over ``attrs["axis"]`` (or the axis tensor input 1); integers truncate
+    toward zero, as TensorFlow's."""
     x = inputs[0]
+    attrs = _run_time_axis(inputs, attrs)
     acc, count = _reduce_sum(ctx, x, attrs)
     if x.dtype.kind == "f":
         return ((acc / count).astype(x.dtype),)

@@ -285,7 +285,10 @@ def softmax_grad(ctx, inputs, attrs):
     return (out,)
 
 
-def _reduce(ctx, x, attrs, mean: bool):
+def _reduce(ctx, x, attrs, mean: bool, axis_tensor=None):
+    if axis_tensor is not None and "axis" not in attrs:  # TF's axis input, at run time
+        host = axis_tensor if isinstance(axis_tensor, np.ndarray) else axis_tensor.copy_to_host()
+        attrs = dict(attrs, axis=tuple(int(a) for a in np.asarray(host).reshape(-1)))
     axes = normalize_axes(attrs.get("axis"), x.ndim)
     if attrs.get("keepdims"):
         out_shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
@@ -320,13 +323,13 @@ def _reduce(ctx, x, attrs, mean: bool):
 @register("Sum", GPU, NUMERIC)
 def sum_(ctx, inputs, attrs):
     """Sum over ``attrs["axis"]`` (None: all), keeping reduced axes if ``keepdims``."""
-    return (_reduce(ctx, inputs[0], attrs, mean=False),)
+    return (_reduce(ctx, inputs[0], attrs, False, inputs[1] if len(inputs) == 2 else None),)
 
 
 @register("Mean", GPU, NUMERIC)
 def mean(ctx, inputs, attrs):
     """Mean over ``attrs["axis"]``; integers truncate toward zero, as TensorFlow's."""
-    return (_reduce(ctx, inputs[0], attrs, mean=True),)
+    return (_reduce(ctx, inputs[0], attrs, True, inputs[1] if len(inputs) == 2 else None),)
 
 
 @register("MatMul", GPU, NUMERIC)

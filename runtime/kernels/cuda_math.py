@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from core.ops_math import strided_slice_index
+from core.ops_math import broadcast_reduction_axes, pad_pairs, strided_slice_index
 
 from .cuda import GPU, _binary, _copy, _cuda, _empty, _flat, _launch, _strided_copy, _stream, _to_device, _unary
 from .cuda import _kernels as _shared_kernels
@@ -144,6 +144,15 @@ def size(ctx, inputs, attrs):
     return (_to_device(ctx, np.array(inputs[0].size, dtype=dtype)),)
 
 
+@register("BroadcastGradientArgs", GPU, frozenset({"int32", "int64"}))
+def broadcast_gradient_args(ctx, inputs, attrs):
+    """For two shapes (read back to the host, where TF keeps them), the axes each one's
+    gradient is summed over, on the device."""
+    s0, s1 = (_host(s) for s in inputs)
+    r0, r1 = broadcast_reduction_axes(s0.tolist(), s1.tolist())
+    return (_to_device(ctx, np.array(r0, dtype=s0.dtype)), _to_device(ctx, np.array(r1, dtype=s0.dtype)))
+
+
 @register("StopGradient", GPU, NUMERIC)
 def stop_gradient(ctx, inputs, attrs):
     """A copy of x."""
@@ -165,7 +174,7 @@ def squeeze(ctx, inputs, attrs):
 def pad(ctx, inputs, attrs):
     """Zeros of the padded shape, then x copied into the middle."""
     x = inputs[0]
-    paddings = [tuple(int(v) for v in p) for p in attrs["paddings"]]
+    paddings = pad_pairs(attrs["paddings"])
     out = _filled(ctx, tuple(d + a + b for d, (a, b) in zip(x.shape, paddings)), x.dtype, 0)
     if x.size:
         strides = contiguous_strides(out.shape)

@@ -31,8 +31,14 @@ class IntList(_message.Message):
     is_none: _containers.RepeatedScalarFieldContainer[bool]
     def __init__(self, values: _Optional[_Iterable[int]] = ..., is_none: _Optional[_Iterable[bool]] = ...) -> None: ...
 
+class ShapeList(_message.Message):
+    __slots__ = ("shapes",)
+    SHAPES_FIELD_NUMBER: _ClassVar[int]
+    shapes: _containers.RepeatedCompositeFieldContainer[IntList]
+    def __init__(self, shapes: _Optional[_Iterable[_Union[IntList, _Mapping]]] = ...) -> None: ...
+
 class AttrValue(_message.Message):
-    __slots__ = ("none", "b", "i", "f", "s", "ints", "tensor")
+    __slots__ = ("none", "b", "i", "f", "s", "ints", "tensor", "shapes")
     NONE_FIELD_NUMBER: _ClassVar[int]
     B_FIELD_NUMBER: _ClassVar[int]
     I_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +46,7 @@ class AttrValue(_message.Message):
     S_FIELD_NUMBER: _ClassVar[int]
     INTS_FIELD_NUMBER: _ClassVar[int]
     TENSOR_FIELD_NUMBER: _ClassVar[int]
+    SHAPES_FIELD_NUMBER: _ClassVar[int]
     none: bool
     b: bool
     i: int
@@ -47,7 +54,8 @@ class AttrValue(_message.Message):
     s: str
     ints: IntList
     tensor: TensorValue
-    def __init__(self, none: _Optional[bool] = ..., b: _Optional[bool] = ..., i: _Optional[int] = ..., f: _Optional[float] = ..., s: _Optional[str] = ..., ints: _Optional[_Union[IntList, _Mapping]] = ..., tensor: _Optional[_Union[TensorValue, _Mapping]] = ...) -> None: ...
+    shapes: ShapeList
+    def __init__(self, none: _Optional[bool] = ..., b: _Optional[bool] = ..., i: _Optional[int] = ..., f: _Optional[float] = ..., s: _Optional[str] = ..., ints: _Optional[_Union[IntList, _Mapping]] = ..., tensor: _Optional[_Union[TensorValue, _Mapping]] = ..., shapes: _Optional[_Union[ShapeList, _Mapping]] = ...) -> None: ...
 
 class NodeDef(_message.Message):
     __slots__ = ("name", "type", "inputs", "control_inputs", "device", "colocation", "attrs")

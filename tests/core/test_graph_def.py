@@ -13,7 +13,7 @@ from core.graph_def import (GraphDefError, UnsupportedOpError, graph_to_graph_de
                             import_graph_def, read_graph_def, tensor_from_proto,
                             tensor_to_proto, write_graph)
 from core.protos import tf_graph_pb2 as pb
-from tests.strategies import dags
+from strategies import dags
 
 
 def _signature(graph, prefix=""):
@@ -147,7 +147,8 @@ def test_unsupported_op_types_are_listed_once_with_counts():
     with tf.Graph().as_default(), pytest.raises(UnsupportedOpError) as info:
         import_graph_def(gd)
     assert info.value.counts == {"VarHandleOp": 2, "ReadVariableOp": 1}
-    assert "ReadVariableOp (1 node)" in str(info.value) and "VarHandleOp (2 nodes)" in str(info.value)
+    message = str(info.value)
+    assert "ReadVariableOp (1 node)" in message and "VarHandleOp (2 nodes)" in message
 
 
 def test_bad_graphs_name_what_is_wrong(tmp_path):
@@ -159,6 +160,8 @@ def test_bad_graphs_name_what_is_wrong(tmp_path):
                 node { name: "n1" op: "NoOp" input: "^n2" }
                 node { name: "n2" op: "NoOp" input: "^n1" }"""))
         assert sorted(info.value.cycle) == ["n1", "n2"]
+        with pytest.raises(GraphDefError, match="needs a consumer of version >= 9999"):
+            import_graph_def(_graph_def("versions { producer: 9999 min_consumer: 9999 }"))
         with pytest.raises(UnsupportedOpError, match="older version of ConcatV2"):
             import_graph_def(_graph_def('node { name: "c" op: "Concat" }'))
         with pytest.raises(GraphDefError, match="DT_STRING is not supported"):
@@ -168,11 +171,17 @@ def test_bad_graphs_name_what_is_wrong(tmp_path):
         with pytest.raises(GraphDefError, match="attribute 'f'.*func"):
             import_graph_def(_graph_def("""node { name: "n" op: "NoOp"
                 attr { key: "f" value { func { name: "g" } } } }"""))
+        dynamic = """
+            node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_INT32 } }
+                   attr { key: "shape" value { shape { dim { size: 2 } } } } }
+            node { name: "r" op: "%s" input: "x" input: "x"
+                   attr { key: "_output_shapes" value { list { shape { dim { size: 2 }
+                                                                      dim { size: -1 } } } } } }"""
         with pytest.raises(GraphDefError, match="must come from a Const node"):
-            import_graph_def(_graph_def("""
-                node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_INT32 } }
-                       attr { key: "shape" value { shape { dim { size: 1 } } } } }
-                node { name: "r" op: "Reshape" input: "x" input: "x" }"""))
+            import_graph_def(_graph_def(dynamic % "Transpose"))
+        # Reshape takes a shape known only at run time; TF's inferred shape is kept.
+        (r,) = import_graph_def(_graph_def(dynamic % "Reshape"), return_elements=["r:0"])
+        assert len(r.op.inputs) == 2 and r.shape == (2, None)
     good = tf.Graph()
     with good.as_default():
         tf.reshape(tf.constant(np.ones((2, 3), np.float32)), (3, 2))

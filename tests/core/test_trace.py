@@ -69,8 +69,28 @@ def test_chrome_trace_has_a_track_per_thread_and_link(tmp_path):
 
 def test_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    good_trace().plot(tmp_path / "g.png")
+    ax = good_trace().plot(tmp_path / "g.png")
     assert (tmp_path / "g.png").stat().st_size > 0
+    assert ax.get_xlabel() == "time (us)"
+    # The op bars in microseconds: a from 0 to 1 s, b from 2.5 to 3 s.
+    bars = sorted((p.get_x(), p.get_width()) for p in ax.patches if p.get_facecolor() != (
+        0.5019607843137255, 0.5019607843137255, 0.5019607843137255, 1.0))
+    assert bars[:2] == [pytest.approx((0.0, 1e6)), pytest.approx((2.5e6, 0.5e6))]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "transfer" in legend and len(legend) == len(set(legend)) >= 2
+
+
+def test_plot_leaves_the_callers_matplotlib_state_alone():
+    """No pyplot: the backend the caller chose and its current figures stay as they were."""
+    import matplotlib
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    before = matplotlib.get_backend()
+    figures = plt.get_fignums()
+    good_trace().plot()
+    assert matplotlib.get_backend() == before
+    assert plt.get_fignums() == figures
 
 
 def test_a_good_trace_validates():

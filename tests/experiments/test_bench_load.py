@@ -13,5 +13,5 @@ def test_bench_load_counts_every_step_exactly(tmp_path):
     assert row.counter == row.steps and bool(row.counter_exact)
     assert 0 < row.p50_ms <= row.p90_ms <= row.p99_ms <= row.max_ms
     assert row.steps_per_s > 0
-    saved = pd.read_csv(tmp_path / "bench_load.csv")
+    saved = pd.read_csv(frame.attrs["run_folder"] / "bench_load.csv")
     assert list(saved.columns) == list(frame.columns)

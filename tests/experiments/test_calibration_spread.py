@@ -10,7 +10,7 @@ from experiments import calibration_spread
 
 def test_quick_run_reports_each_calibration_and_the_spread(tmp_path, capsys):
     figures, predictions, by_figure = calibration_spread.main(
-        ["--quick", "--calibrations", "2", "--workloads", "mlp", "--placers", "simple",
+        ["--calibrate", "quick", "--calibrations", "2", "--workloads", "mlp", "--placers", "simple",
          "round_robin", "--out", str(tmp_path)])
     assert figures.calibration.tolist() == ["0", "1", "spread"]
     measured = figures.iloc[:2]
@@ -22,12 +22,13 @@ def test_quick_run_reports_each_calibration_and_the_spread(tmp_path, capsys):
     assert (predictions[["cal0_ms", "cal1_ms"]] > 0).all().all()
     lo, hi = predictions[["cal0_ms", "cal1_ms"]].min(axis=1), predictions[["cal0_ms", "cal1_ms"]].max(axis=1)
     assert predictions.spread.to_numpy() == pytest.approx((hi / lo - 1).to_numpy())
-    assert len(pd.read_csv(tmp_path / "calibration_spread.csv")) == 3
-    assert len(pd.read_csv(tmp_path / "calibration_spread_predictions.csv")) == 2
+    folder = figures.attrs["run_folder"]
+    assert len(pd.read_csv(folder / "calibration_spread.csv")) == 3
+    assert len(pd.read_csv(folder / "calibration_spread_predictions.csv")) == 2
     assert "median spread of the predictions" in capsys.readouterr().out
     assert list(by_figure.placer) == ["simple", "round_robin"]
     assert by_figure["all"].to_numpy() == pytest.approx(predictions.spread.to_numpy())
-    assert len(pd.read_csv(tmp_path / "calibration_spread_by_figure.csv")) == 2
+    assert len(pd.read_csv(folder / "calibration_spread_by_figure.csv")) == 2
 
 
 def test_one_calibration_is_refused():

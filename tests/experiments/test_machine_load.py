@@ -12,7 +12,8 @@ import pytest
 from experiments.backends import Measurement
 from experiments.machine_load import OtherLoad, cpu_seconds_of_tree, machine_cpu_seconds
 
-pytestmark = pytest.mark.skipif(machine_cpu_seconds() is None, reason="needs Linux /proc")
+pytestmark = pytest.mark.skipif(machine_cpu_seconds() is None,
+                                reason="the system reports no CPU times to psutil")
 
 BUSY = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < {s}: pass"
 BURN = "import time\nwhile time.process_time() < {s}: pass"

@@ -9,9 +9,11 @@ from experiments import sim_vs_real
 
 
 def test_quick_run_writes_the_table(tmp_path, capsys):
-    frame = sim_vs_real.main(["--quick", "--workloads", "mlp", "--placers", "simple",
-                              "round_robin_vars", "--out", str(tmp_path)])
-    saved = pd.read_csv(tmp_path / "sim_vs_real.csv")
+    frame = sim_vs_real.main(["--calibrate", "quick", "--repeats", "3", "--no-loop",
+                              "--workloads", "mlp", "--placers", "simple", "round_robin_vars",
+                              "--out", str(tmp_path)])
+    folder = frame.attrs["run_folder"]
+    saved = pd.read_csv(folder / "sim_vs_real.csv")
     assert list(saved.columns) == sim_vs_real.COLUMNS
     assert len(saved) == len(frame) == 4  # 2 placements x 2 cost models
     assert (saved.predicted_ms > 0).all() and (saved.measured_ms > 0).all()
@@ -33,7 +35,7 @@ def test_quick_run_writes_the_table(tmp_path, capsys):
     from experiments.backends import RUNTIME_SIM, predict
     from experiments.compare_placers import WORKLOADS
     import placers
-    cluster = Cluster.load(tmp_path / "sim_vs_real_cluster.json")
+    cluster = Cluster.load(folder / "sim_vs_real_cluster.json")
     w = WORKLOADS["mlp"]()
     again = predict(w, placers.SimplePlacer().place(w.graph, cluster), cluster,
                     StaticCostModel(), RUNTIME_SIM).step_time * 1e3
@@ -71,12 +73,13 @@ def test_the_replacement_loop_keeps_a_proposal_only_if_simulated_faster():
 
 
 def test_each_workload_is_calibrated_right_before_it_is_measured(tmp_path, capsys):
-    sim_vs_real.main(["--quick", "--workloads", "mlp", "rnn", "--placers",
-                      "simple", "--repeats", "1", "--out", str(tmp_path)])
-    saved = pd.read_csv(tmp_path / "sim_vs_real.csv")
+    frame = sim_vs_real.main(["--calibrate", "quick", "--no-loop", "--workloads", "mlp", "rnn",
+                              "--placers", "simple", "--repeats", "1", "--out", str(tmp_path)])
+    folder = frame.attrs["run_folder"]
+    saved = pd.read_csv(folder / "sim_vs_real.csv")
     assert dict(zip(saved.workload, saved.calibration)) == {"mlp": 0, "rnn": 1}
-    assert (tmp_path / "sim_vs_real_cluster_0.json").exists()
-    assert (tmp_path / "sim_vs_real_cluster_1.json").exists()
+    assert (folder / "sim_vs_real_cluster_0.json").exists()
+    assert (folder / "sim_vs_real_cluster_1.json").exists()
     out = capsys.readouterr().out
     assert "calibration 0:" in out and "calibration 1:" in out
 

@@ -414,3 +414,22 @@ def test_killed_worker_fails_the_step_naming_it_and_a_restarted_one_rejoins(clus
         sess.run(kept.initializer)
         assert sess.run(kept + 1.0) == 6.0
     _good_run(cluster.target("worker", 2))
+
+
+def test_unknown_batch_gradients_run_across_server_processes():
+    """Gradients through run-time shapes (ops stating their ``_output_shapes``) travel
+    to the servers like any other graph."""
+    with LocalCluster({"worker": 2}) as cluster:
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.placeholder(tf.float32, [None, 3], name="x")
+            with tf.device("/job:worker/task:1"):
+                w = tf.Variable(np.ones((3, 2), np.float32), name="w")
+                loss = tf.reduce_mean(tf.reduce_sum(tf.matmul(x, w) ** 2, axis=1))
+            (dx,) = tf.gradients(loss, [x])
+        with Session(cluster.target("worker", 0), graph=g) as sess:
+            sess.run(w.initializer)
+            xv = np.arange(12, dtype=np.float32).reshape(4, 3)
+            got = sess.run(dx, {x: xv})
+    y = xv @ np.ones((3, 2), np.float32)
+    np.testing.assert_allclose(got, (2 * y @ np.ones((2, 3), np.float32)) / 4, rtol=1e-5)

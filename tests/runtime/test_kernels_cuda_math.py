@@ -113,6 +113,11 @@ else:
         assert gpu("Shape", (x,), {"out_type": "int32"})[0].tolist() == list(shape)
         assert gpu("Size", (x,), {"out_type": "int64"})[0] == x.size
         np.testing.assert_array_equal(gpu("StopGradient", (x,))[0], x)
+        r0, r1 = gpu("BroadcastGradientArgs", (np.array(shape, np.int32), np.array(shape[-1:], np.int32)))
+        assert r0.tolist() == [] and r1.tolist() == list(range(len(shape) - 1))
+        np.testing.assert_array_equal(
+            gpu("Sum", (x, np.array([0], np.int64)), {"keepdims": True})[0],
+            x.sum(axis=0, keepdims=True).astype(dtype))
         np.testing.assert_array_equal(gpu("Squeeze", (x[None],), {"squeeze_dims": (0,)})[0], x)
 
     @settings(few)

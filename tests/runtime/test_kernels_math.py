@@ -92,6 +92,7 @@ def test_binary_math_ops_match_numpy(case):
     expected = BINARY[op][1](x, y)
     rtol = 1e-5 if op == "Pow" and dtype == "float32" else None  # powf vs numpy's pow
     assert_close(out, np.asarray(expected, dtype=dtype), dtype, rtol)
+    assert type(out) is np.ndarray
 
 
 UNARY = {  # op: (dtypes, reference, range)
@@ -121,7 +122,7 @@ def test_unary_math_ops_match_numpy(case):
     op, dtype, threads, x = case
     (out,) = run(op, (x,), threads=threads)
     assert_close(out, UNARY[op][1](x).astype(dtype), dtype, 4e-6 if dtype == "float32" else None)
-    assert not np.shares_memory(out, x)
+    assert type(out) is np.ndarray and not np.shares_memory(out, x)
 
 
 @pytest.mark.parametrize("dtype", FLOAT)
@@ -243,6 +244,25 @@ def test_strided_slice_and_its_gradient_match_numpy_indexing(dtype, shape, data)
     np.testing.assert_array_equal(dx2, expected)
 
 
+@prop
+@given(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=3),
+       st.sampled_from(("int32", "int64")))
+def test_broadcast_gradient_args_give_the_axes_that_sum_back(shapes, dtype):
+    s0, s1 = (np.array(s, dtype) for s in shapes.input_shapes)
+    r0, r1 = run("BroadcastGradientArgs", (s0, s1))
+    assert r0.dtype == r1.dtype == np.dtype(dtype)
+    g = np.ones(shapes.result_shape)
+    for r, s in ((r0, shapes.input_shapes[0]), (r1, shapes.input_shapes[1])):
+        summed = g.sum(axis=tuple(r.tolist()), keepdims=True).reshape(s)
+        assert summed.size == int(np.prod(s)) and summed.shape == tuple(s)
+        assert summed.sum() == g.size  # every element summed once
+
+
+def test_broadcast_gradient_args_reject_shapes_that_do_not_broadcast():
+    with pytest.raises(ValueError, match=r"incompatible shapes.*\[2, 3\] and \[4, 3\]"):
+        run("BroadcastGradientArgs", (np.array([2, 3], np.int32), np.array([4, 3], np.int32)))
+
+
 def test_fill_like_shape_size_squeeze():
     value = np.array(2.5, np.float32)
     np.testing.assert_array_equal(run("Fill", (value,), {"dims": (2, 3)})[0], np.full((2, 3), 2.5, np.float32))
@@ -258,6 +278,9 @@ def test_fill_like_shape_size_squeeze():
     np.testing.assert_array_equal(run("Reshape", (x, np.array([3, 2], np.int32)))[0], x.reshape(3, 2))
     np.testing.assert_array_equal(run("BroadcastTo", (x[0, :1], np.array([4, 3], np.int32)))[0],
                                   np.broadcast_to(x[0, :1], (4, 3)))
+    np.testing.assert_array_equal(run("Sum", (x, np.array([0, 2], np.int32)), {"keepdims": True})[0],
+                                  x.sum(axis=(0, 2), keepdims=True))
+    np.testing.assert_array_equal(run("Mean", (x, np.array([], np.int32)), {"keepdims": True})[0], x)
 
 
 # --- random initializers ----------------------------------------------------------------------

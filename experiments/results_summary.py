@@ -1,0 +1,229 @@
+"""The results pages, generated from the runs' records (never edited by hand).
+
+Reads the latest successful run of each script under ``--runs`` (the folders
+:class:`experiments.report.Run` wrote: ``run.json`` and the CSV tables) and writes:
+
+* ``<docs>/results.md``: per script, where and how its latest run ran (date, commit,
+  machine, command line, how busy other programs kept the machine) and its tables;
+* the headline table of the README, between its ``<!-- results:begin -->`` and
+  ``<!-- results:end -->`` lines (:func:`headlines`: one line per finding);
+* the README's pictures, copied from the same runs into ``<docs>/``
+  (:data:`PICTURES`).
+
+    python -m experiments.results_summary --runs results --docs docs --readme README.md
+
+>>> rows = [{"what": "main job", "figure": "1.5 ms"}]
+>>> print(markdown_table(rows))
+| what | figure |
+| --- | --- |
+| main job | 1.5 ms |
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Callable, Iterable
+
+import pandas as pd
+
+from experiments import cli
+from experiments.report import RECORD_NAME, load_record, runs
+
+__all__ = ["latest_runs", "headlines", "markdown_table", "results_page", "update_readme",
+           "copy_pictures", "PICTURES", "main"]
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+#: Rows of a table shown in results.md before it is cut (the CSV has them all).
+MAX_ROWS = 40
+
+
+def latest_runs(out: Path | str) -> dict[str, Path]:
+    """The folder of each script's latest run under ``out`` that ended well."""
+    latest: dict[str, Path] = {}
+    for folder in runs(out):  # oldest first
+        record = load_record(folder)
+        if record.get("status") == "ok":
+            latest[record["script"]] = folder
+    return latest
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(rows: Iterable[dict] | pd.DataFrame) -> str:
+    """A GitHub markdown table of dict rows (or a frame); floats to 4 digits."""
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |",
+             "| " + " | ".join("---" for _ in frame.columns) + " |"]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _when(record: dict) -> str:
+    started = dt.datetime.fromisoformat(record["started"])
+    return started.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _machine(record: dict) -> str:
+    m = record.get("machine", {})
+    return f"{m.get('cpu_model', '?')}, {m.get('usable_cores', '?')} cores"
+
+
+def _run_label(record: dict) -> str:
+    other = record.get("other_cores")
+    busy = "" if other is None else f", other programs {other:.1f} cores"
+    return f"{_when(record)}, {_machine(record)}{busy}"
+
+
+def _compare_placers(folder: Path, record: dict) -> list[dict]:
+    frame = pd.read_csv(folder / "compare_placers.csv")
+    key = next(c for c in ("real_step_ms", "sim_step_ms", "est_step_ms") if c in frame)
+    kind = {"real_step_ms": "measured", "sim_step_ms": "predicted",
+            "est_step_ms": "estimated"}[key]
+    rows = []
+    for workload, part in frame.groupby("workload", sort=False):
+        best = part[key].min()
+        figures = ", ".join(f"{r.placer} {getattr(r, key):.3g}" + ("*" if getattr(r, key) == best
+                                                                    else "")
+                            for r in part.itertuples())
+        rows.append({"what": f"compare_placers, {workload}: step per placer",
+                     "figure": f"{figures} ms {kind} (* the best)", "run": _run_label(record)})
+    return rows
+
+
+def _sim_vs_real(folder: Path, record: dict) -> list[dict]:
+    summary = pd.read_csv(folder / "sim_vs_real_summary.csv")
+    return [{"what": f"sim_vs_real, {row.cost_model} costs",
+             "figure": f"median |error| {row.median_abs_error:.0%} over {row.rows} "
+                       f"placements, ranked {row.ranked_same}/{row.ranked_pairs} pairs alike",
+             "run": _run_label(record)} for row in summary.itertuples()]
+
+
+def _bench_placers(folder: Path, record: dict) -> list[dict]:
+    frame = pd.read_csv(folder / "bench_placers.csv")
+    largest = frame[frame.ops == frame.ops.max()]
+    figure = ", ".join(f"{r.placer} {r.ops_per_s:,.0f}" for r in largest.itertuples())
+    return [{"what": f"bench_placers, ops placed per second at {largest.ops.iloc[0]:,} ops",
+             "figure": figure, "run": _run_label(record)}]
+
+
+def _bench_sim(folder: Path, record: dict) -> list[dict]:
+    frame = pd.read_csv(folder / "bench_sim.csv")
+    largest = frame[frame.ops == frame.ops.max()]
+    figure = ", ".join(f"{r.devices} devices {r.ops_per_s:,.0f}" for r in largest.itertuples())
+    return [{"what": f"bench_sim, ops simulated per second at {largest.ops.iloc[0]:,} ops",
+             "figure": figure, "run": _run_label(record)}]
+
+
+#: The headline rows each script's latest run gives the README.
+HEADLINES: dict[str, Callable[[Path, dict], list[dict]]] = {
+    "compare_placers": _compare_placers,
+    "sim_vs_real": _sim_vs_real,
+    "bench_placers": _bench_placers,
+    "bench_sim": _bench_sim,
+}
+
+#: The README's pictures: (script, a glob of its run's files, the name in docs/).
+PICTURES = [
+    ("compare_placers", "gantt_mlp_*.png", "gantt_mlp.png"),
+    ("compare_placers", "compare_placers_steps.png", "compare_placers_steps.png"),
+    ("bench_placers", "bench_placers.png", "bench_placers.png"),
+]
+
+
+def headlines(latest: dict[str, Path]) -> list[dict]:
+    """One row per finding of the latest runs (scripts in :data:`HEADLINES` order)."""
+    rows = []
+    for script, summarise in HEADLINES.items():
+        if script in latest:
+            rows += summarise(latest[script], load_record(latest[script]))
+    return rows
+
+
+def results_page(latest: dict[str, Path]) -> str:
+    """``results.md``: each script's latest run, its provenance and its tables."""
+    parts = ["# Results", "",
+             "Generated by `python -m experiments.results_summary` from the latest run of "
+             "each script (its `run.json` and CSV tables); do not edit by hand.", ""]
+    for script in sorted(latest):
+        folder = latest[script]
+        record = load_record(folder)
+        commit = record.get("commit") or {}
+        sha = commit.get("sha", "")[:10] + (" (changed files)" if commit.get("dirty") else "")
+        parts += [f"## {script}", "",
+                  f"- run: {_run_label(record)}, {record['seconds']:.0f} s",
+                  f"- command: `python -m experiments.{script} {' '.join(record['argv'])}`",
+                  f"- version: {record['package']['version']}"
+                  + (f", commit {sha}" if sha else ""),
+                  f"- Python {record['python']['version']}, numpy {record['numpy']}, BLAS "
+                  + (", ".join(f"{b['internal_api']} {b['version']} ({b['num_threads']} threads)"
+                               for b in record.get("blas", []) if b.get("user_api") == "blas")
+                     or "unknown"), ""]
+        for name in record["files"]:
+            if not name.endswith(".csv"):
+                continue
+            frame = pd.read_csv(folder / name)
+            shown = frame.head(MAX_ROWS)
+            parts += [f"### {name}", "", markdown_table(shown), ""]
+            if len(frame) > len(shown):
+                parts += [f"({len(frame) - len(shown)} more rows in the CSV)", ""]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def update_readme(readme: Path, rows: list[dict]) -> bool:
+    """Put the headline table between the README's markers; False if it has none."""
+    text = readme.read_text()
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), flags=re.S)
+    if not pattern.search(text):
+        return False
+    table = markdown_table(rows) if rows else "(no runs yet)"
+    readme.write_text(pattern.sub(lambda _: f"{BEGIN}\n{table}\n{END}", text))
+    return True
+
+
+def copy_pictures(latest: dict[str, Path], docs: Path) -> list[Path]:
+    """Copy the README's pictures (:data:`PICTURES`) from the latest runs into ``docs``."""
+    copied = []
+    for script, pattern, name in PICTURES:
+        if script not in latest:
+            continue
+        found = sorted(latest[script].glob(pattern))
+        if found:
+            copied.append(Path(shutil.copyfile(found[0], docs / name)))
+    return copied
+
+
+def main(argv=None) -> int:
+    parser = cli.LabArgumentParser(prog="python -m experiments.results_summary",
+                                   description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", default="results", metavar="DIR",
+                        help="the --out folder of the runs to summarise")
+    parser.add_argument("--docs", default="docs", metavar="DIR",
+                        help="where results.md and the pictures go")
+    parser.add_argument("--readme", default="README.md",
+                        help="the README whose headline table is replaced")
+    args = cli.parse(parser, argv)
+    latest = latest_runs(args.runs)
+    if not latest:
+        parser.error(f"no finished runs under {args.runs} (no */*/{RECORD_NAME})")
+    docs = Path(args.docs)
+    docs.mkdir(parents=True, exist_ok=True)
+    (docs / "results.md").write_text(results_page(latest))
+    print(f"wrote {docs / 'results.md'} from {len(latest)} runs")
+    for path in copy_pictures(latest, docs):
+        print(f"wrote {path}")
+    if Path(args.readme).exists() and update_readme(Path(args.readme), headlines(latest)):
+        print(f"updated the headline table of {args.readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

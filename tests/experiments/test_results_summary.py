@@ -1,0 +1,44 @@
+"""The results pages come from the runs' records: the latest good run of each script."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments import results_summary
+from experiments.report import Run, load_record
+
+
+def _compare_run(out, step_ms: float, fail: bool = False):
+    frame = pd.DataFrame({"workload": ["mlp", "mlp"], "placer": ["simple", "cost_model"],
+                          "sim_step_ms": [2.0, step_ms], "best": ["", "*"]})
+    try:
+        with Run("compare_placers", {"repeats": 1}, out=out, argv=["--backend", "sim"]) as run:
+            run.save_table(frame, "compare_placers")
+            (run.path("gantt_mlp_cost_model.png")).write_bytes(b"png")
+            if fail:
+                raise RuntimeError("interrupted")
+    except RuntimeError:
+        pass
+    return run.folder
+
+
+def test_the_pages_come_from_the_latest_good_runs(tmp_path):
+    runs, docs = tmp_path / "results", tmp_path / "docs"
+    _compare_run(runs, 1.5)
+    newest = _compare_run(runs, 1.25)
+    failed = _compare_run(runs, 0.5, fail=True)  # a run that failed is never summarised
+    assert load_record(failed)["status"] == "error"
+    assert results_summary.latest_runs(runs) == {"compare_placers": newest}
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# lab\n\n{results_summary.BEGIN}\nold\n{results_summary.END}\n\ntail\n")
+    assert results_summary.main(["--runs", str(runs), "--docs", str(docs),
+                                 "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("\ntail\n")
+    assert "simple 2, cost_model 1.25* ms predicted (* the best)" in text
+    page = (docs / "results.md").read_text()
+    assert "## compare_placers" in page and "--backend sim" in page and "| 1.25 |" in page
+    assert (docs / "gantt_mlp.png").read_bytes() == b"png"
+    # Generated: a second pass over the same runs writes the same pages.
+    results_summary.main(["--runs", str(runs), "--docs", str(docs), "--readme", str(readme)])
+    assert readme.read_text() == text and (docs / "results.md").read_text() == page
