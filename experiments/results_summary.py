@@ -123,10 +123,27 @@ def _bench_sim(folder: Path, record: dict) -> list[dict]:
              "figure": figure, "run": _run_label(record)}]
 
 
+def _bench_placement(folder: Path, record: dict) -> list[dict]:
+    frame = pd.read_csv(folder / "bench_placement.csv")
+    rows = []
+    for (model, cluster), part in frame.groupby(["model", "cluster"], sort=False):
+        fits = part[(part.oom == False) & part.sim_step_ms.notna()]  # noqa: E712
+        figures = ", ".join(
+            f"{r.placer} " + ("no placement" if r.sim_step_ms != r.sim_step_ms else
+                              f"{r.sim_step_ms:.3g}" + (" (OOM)" if r.oom == True else ""))  # noqa: E712
+            for r in part.itertuples())
+        best = (f"; fastest that fits: {fits.loc[fits.sim_step_ms.idxmin()].placer}"
+                if len(fits) else "; none fits")
+        rows.append({"what": f"bench_placement, {model} on {cluster}: simulated step (ms)",
+                     "figure": figures + best, "run": _run_label(record)})
+    return rows
+
+
 #: The headline rows each script's latest run gives the README.
 HEADLINES: dict[str, Callable[[Path, dict], list[dict]]] = {
     "compare_placers": _compare_placers,
     "sim_vs_real": _sim_vs_real,
+    "bench_placement": _bench_placement,
     "bench_placers": _bench_placers,
     "bench_sim": _bench_sim,
 }
@@ -135,6 +152,7 @@ HEADLINES: dict[str, Callable[[Path, dict], list[dict]]] = {
 PICTURES = [
     ("compare_placers", "gantt_mlp_*.png", "gantt_mlp.png"),
     ("compare_placers", "compare_placers_steps.png", "compare_placers_steps.png"),
+    ("bench_placement", "bench_placement.png", "bench_placement.png"),
     ("bench_placers", "bench_placers.png", "bench_placers.png"),
 ]
 

@@ -42,3 +42,14 @@ def test_the_pages_come_from_the_latest_good_runs(tmp_path):
     # Generated: a second pass over the same runs writes the same pages.
     results_summary.main(["--runs", str(runs), "--docs", str(docs), "--readme", str(readme)])
     assert readme.read_text() == text and (docs / "results.md").read_text() == page
+
+
+def test_the_placement_benchmark_headline_says_which_placements_fit(tmp_path):
+    frame = pd.DataFrame({"model": ["m"] * 3, "cluster": ["4gpu:tight"] * 3,
+                          "placer": ["simple", "m_etf", "m_topo"],
+                          "sim_step_ms": [1.0, 2.0, float("nan")], "oom": [True, False, None]})
+    with Run("bench_placement", {}, out=tmp_path, argv=[]) as run:
+        run.save_table(frame, "bench_placement")
+    (row,) = results_summary.headlines(results_summary.latest_runs(tmp_path))
+    assert row["figure"] == ("simple 1 (OOM), m_etf 2, m_topo no placement; "
+                             "fastest that fits: m_etf")
