@@ -86,7 +86,9 @@ def _nn_and_math(rng, fetches: list, feeds: dict) -> list:
             + core.reduce_sum(core.nn.log_softmax(logits)) + core.reduce_sum(parts[1])
             + core.reduce_sum(bm) + core.reduce_sum(core.layer_normalization(y))
             + core.reduce_sum(mean + var) + core.reduce_sum(core.square(sq)))
+    from core.builders_math import broadcast_gradient_args
     fetches += [loss, core.stop_gradient(bm), core.shape(y), core.size(y),
+                *broadcast_gradient_args(core.shape(y), core.shape(mean)),
                 core.fill([2, 2], 3.0) + core.zeros_like(corner) + core.ones_like(corner)]
     fetches += core.gradients(loss, [w, b, scale, offset, wd, emb, y, x])
     return [core.random_normal((2, 3), seed=1), core.truncated_normal((2, 3), seed=2),
