@@ -203,14 +203,14 @@ class Variable:
     def _as_graph_element(self):
         return self._snapshot
 
-    def assign(self, value, name=None) -> Tensor:
-        return assign(self, value, name=name)
+    def assign(self, value, name=None, *, use_locking=None) -> Tensor:
+        return assign(self, value, name=name, use_locking=use_locking)
 
-    def assign_add(self, delta, name=None) -> Tensor:
-        return assign_add(self, delta, name=name)
+    def assign_add(self, delta, name=None, *, use_locking=None) -> Tensor:
+        return assign_add(self, delta, name=name, use_locking=use_locking)
 
-    def assign_sub(self, delta, name=None) -> Tensor:
-        return assign_sub(self, delta, name=name)
+    def assign_sub(self, delta, name=None, *, use_locking=None) -> Tensor:
+        return assign_sub(self, delta, name=name, use_locking=use_locking)
 
     def eval(self, feed_dict=None, session=None):
         return self._snapshot.eval(feed_dict=feed_dict, session=session)
@@ -361,24 +361,32 @@ def _ref(ref) -> Tensor:
     raise TypeError(f"assign ops need a Variable, got {ref!r}")
 
 
-def _assign(op_type: str, ref, value, name) -> Tensor:
+def _assign(op_type: str, ref, value, name, use_locking) -> Tensor:
     ref = _ref(ref)
     g = ref.graph
     value = convert_to_tensor(value, dtype_hint=ref.dtype)
-    return g.create_op(op_type, [ref, value], name=name).outputs[0]
+    attrs = {} if use_locking is None else {"use_locking": bool(use_locking)}
+    return g.create_op(op_type, [ref, value], attrs, name=name).outputs[0]
 
 
-def assign(ref, value, name: str | None = None) -> Tensor:
-    """Set a variable's value; the op is colocated with the variable."""
-    return _assign("Assign", ref, value, name)
+def assign(ref, value, name: str | None = None, *, use_locking: bool | None = None) -> Tensor:
+    """Set a variable's value; the op is colocated with the variable. ``use_locking``
+    (TensorFlow's): the update holds the variable's lock, so concurrent steps that
+    update it with locking do not interleave (else, as in TensorFlow, they may)."""
+    return _assign("Assign", ref, value, name, use_locking)
 
 
-def assign_add(ref, value, name: str | None = None) -> Tensor:
-    return _assign("AssignAdd", ref, value, name)
+def assign_add(ref, value, name: str | None = None, *,
+               use_locking: bool | None = None) -> Tensor:
+    """``ref += value`` (``use_locking``: see :func:`assign`; with it, concurrent
+    increments are never lost)."""
+    return _assign("AssignAdd", ref, value, name, use_locking)
 
 
-def assign_sub(ref, value, name: str | None = None) -> Tensor:
-    return _assign("AssignSub", ref, value, name)
+def assign_sub(ref, value, name: str | None = None, *,
+               use_locking: bool | None = None) -> Tensor:
+    """``ref -= value`` (``use_locking``: see :func:`assign`)."""
+    return _assign("AssignSub", ref, value, name, use_locking)
 
 
 def no_op(name: str | None = None) -> Operation:

@@ -95,7 +95,13 @@ def _dims(shape):
 
 def fill(dims, value, name: str | None = None) -> Tensor:
     """A tensor of shape ``dims`` filled with the scalar ``value`` (op ``Fill``);
-    ``dims`` may be a run-time int tensor (then the op takes it as an input, as TF)."""
+    ``dims`` may be a run-time int tensor (then the op takes it as an input, as TF).
+
+    >>> with Graph().as_default():
+    ...     t = fill([2, 3], 9.0)
+    >>> t.op.type, t.shape, t.op.attrs["dims"]
+    ('Fill', (2, 3), (2, 3))
+    """
     g = _graph_of(dims, value)
     with g.name_scope(name or "Fill") as scope:
         dims = _dims(dims)
@@ -106,7 +112,12 @@ def fill(dims, value, name: str | None = None) -> Tensor:
 
 
 def zeros(shape, dtype=float32, name: str | None = None) -> Tensor:
-    """Zeros of ``shape`` (a ``Fill``: no array is stored in the graph)."""
+    """Zeros of ``shape`` (a ``Fill``: no array is stored in the graph).
+
+    >>> with Graph().as_default():
+    ...     zeros([1024, 1024]).op.inputs[0].op.attrs["value"].size
+    1
+    """
     return fill(shape, constant(0, dtype=dtype, name=(name or "zeros") + "/Const"),
                 name=name or "zeros")
 
@@ -258,7 +269,12 @@ def add_n(inputs, name: str | None = None) -> Tensor:
 
 
 def cast(x, dtype, name: str | None = None) -> Tensor:
-    """``x`` as ``dtype`` (op ``Cast``; ``x`` itself when it already is)."""
+    """``x`` as ``dtype`` (op ``Cast``; ``x`` itself when it already is).
+
+    >>> with Graph().as_default():
+    ...     cast(constant([1.5]), "int32").op.attrs["DstT"]
+    'int32'
+    """
     x = convert_to_tensor(x)
     dtype = as_dtype(dtype)
     if x.dtype is dtype:
@@ -334,7 +350,12 @@ def pad(tensor, paddings, mode: str = "CONSTANT", name: str | None = None,
         constant_values=0) -> Tensor:
     """Zero padding, ``paddings`` one ``(before, after)`` pair per axis (op ``Pad``).
 
-    Only TF's ``Pad`` (mode CONSTANT, value 0) is in the op table."""
+    Only TF's ``Pad`` (mode CONSTANT, value 0) is in the op table.
+
+    >>> with Graph().as_default():
+    ...     pad(zeros([2, 3]), [[1, 1], [0, 2]]).shape
+    (4, 5)
+    """
     if str(mode).upper() != "CONSTANT" or constant_values != 0:
         raise ValueError(f"pad(mode={mode!r}, constant_values={constant_values!r}): only "
                          "CONSTANT zero padding (TF's Pad op) is supported")
@@ -344,7 +365,12 @@ def pad(tensor, paddings, mode: str = "CONSTANT", name: str | None = None,
 
 def split(value, num_or_size_splits, axis: int = 0, num=None, name: str = "split") -> list[Tensor]:
     """``value`` split along ``axis``: into ``num_or_size_splits`` equal parts (op
-    ``Split``) or parts of the listed sizes, one of which may be -1 (op ``SplitV``)."""
+    ``Split``) or parts of the listed sizes, one of which may be -1 (op ``SplitV``).
+
+    >>> with Graph().as_default():
+    ...     [t.shape for t in split(zeros([4, 6]), [1, -1], axis=1)]
+    [(4, 1), (4, 5)]
+    """
     x = convert_to_tensor(value)
     g = x.graph
     if isinstance(num_or_size_splits, numbers.Integral):
@@ -371,7 +397,13 @@ def squeeze(input, axis=None, name: str | None = None) -> Tensor:  # noqa: A002
 
 def strided_slice(input_, begin, end, strides=None, begin_mask=0, end_mask=0, ellipsis_mask=0,
                   new_axis_mask=0, shrink_axis_mask=0, name: str | None = None) -> Tensor:
-    """TensorFlow's ``strided_slice`` (begin/end/strides and the five bit masks)."""
+    """TensorFlow's ``strided_slice`` (begin/end/strides and the five bit masks); the
+    indexing ``t[...]`` builds it.
+
+    >>> with Graph().as_default():
+    ...     strided_slice(zeros([4, 6]), [1, 0], [3, 0], end_mask=2).shape
+    (2, 6)
+    """
     begin = tuple(int(v) for v in begin)
     strides = (1,) * len(begin) if strides is None else tuple(int(v) for v in strides)
     attrs = {"begin": begin, "end": tuple(int(v) for v in end), "strides": strides,
@@ -421,7 +453,12 @@ def _slice_spec(key) -> dict:
 # --- products and normalisations -----------------------------------------------------------
 
 def batch_matmul(x, y, adj_x: bool = False, adj_y: bool = False, name: str | None = None) -> Tensor:
-    """Batched matrix product, batch axes broadcast (op ``BatchMatMulV2``)."""
+    """Batched matrix product, batch axes broadcast (op ``BatchMatMulV2``).
+
+    >>> with Graph().as_default():
+    ...     batch_matmul(zeros([8, 1, 5, 3]), zeros([4, 5, 2]), adj_x=True).shape
+    (8, 4, 3, 2)
+    """
     g = _graph_of(x, y)
     x, y = convert_to_tensor(x), convert_to_tensor(y)
     return g.create_op("BatchMatMulV2", [x, y], {"adj_x": bool(adj_x), "adj_y": bool(adj_y)},
@@ -471,7 +508,13 @@ def layer_normalization(x, gamma=None, beta=None, axis=-1, epsilon: float = 1e-6
                         name: str | None = None) -> Tensor:
     """Layer normalisation over ``axis`` (an int or a list; the last axis by default):
     :func:`moments` then :func:`batch_normalization` with ``beta`` as offset and
-    ``gamma`` as scale, so its gradients are those of the ops it is made of."""
+    ``gamma`` as scale, so its gradients are those of the ops it is made of.
+
+    >>> with Graph().as_default():
+    ...     y = layer_normalization(zeros([2, 7, 16]), ones([16]), zeros([16]))
+    >>> y.shape, y.op.type
+    ((2, 7, 16), 'Add')
+    """
     x = convert_to_tensor(x)
     with x.graph.name_scope(name or "LayerNorm"):
         mean, variance = moments(x, _axes(axis), keepdims=True)

@@ -677,21 +677,9 @@ def _bad(obj):
 
 def ops_needed(targets: Iterable[Operation]) -> list[Operation]:
     """The ops that running ``targets`` needs (through data and control inputs), in
-    creation order."""
-    seen: dict[str, Operation] = {}
-    stack = list(targets)
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen[op.name] = op
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op._control_inputs)
-    if not seen:
-        return []
-    graph = next(iter(seen.values())).graph
-    order = {op.name: i for i, op in enumerate(graph._ops)}
-    return sorted(seen.values(), key=lambda op: order[op.name])
+    creation order (:func:`core.partition.ops_needed`, with nothing fed)."""
+    from core.partition import ops_needed as needed  # core.partition imports this module
+    return needed(targets)
 
 
 def topological_order(ops: Sequence[Operation]) -> list[Operation]:

@@ -2,10 +2,10 @@
 
 ``--threads`` client threads (8) run steps for ``--seconds`` (30) on one session whose
 master is a worker of a :class:`runtime.LocalCluster` (``{"ps": 1, "worker": 1}``):
-every step increments a counter variable that lives on the ps task (``AssignAdd``) by a
-one made on the worker, so each step crosses tasks. At the end the counter must equal the number of steps that
-succeeded, exactly (no step lost or applied twice under load); the script exits 1
-otherwise. It reports the steps per second and the percentiles of the steps' latency,
+every step increments a counter variable that lives on the ps task (``AssignAdd`` with
+``use_locking=True``) by a one made on the worker, so each step crosses tasks. At the
+end the counter must equal the number of steps that succeeded, exactly (no step lost or
+applied twice under load); the script exits 1 otherwise. It reports the steps per second and the percentiles of the steps' latency,
 as a table and a CSV (``results/bench_load.csv``), with the cores other programs kept
 busy meanwhile (``other_cores``: timings on a shared machine are only as good as the
 quiet around them).
@@ -35,7 +35,9 @@ def _graph():
             counter = tf.Variable(np.int64(0), name="counter")
         with tf.device("/job:worker/task:0"):
             one = tf.identity(tf.constant(np.int64(1)), name="one")
-        step = tf.assign_add(counter, one)  # on the ps task, with its variable
+        # On the ps task, with its variable; use_locking, as TensorFlow's: the steps
+        # run at once, and without it two increments may interleave (one lost).
+        step = tf.assign_add(counter, one, use_locking=True)
     return g, counter, step
 
 

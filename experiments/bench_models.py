@@ -77,8 +77,15 @@ def _place(w, placer_name: str, cluster, options=PLACER_OPTIONS):
     """(placement or None, seconds, error class name or None)."""
     t0 = time.perf_counter()
     try:
-        placement = (w.expert_placement(cluster) if placer_name == "expert" else
-                     placers.get(placer_name, **options.get(placer_name, {})).place(w.graph, cluster))
+        if placer_name == "expert":
+            placement = w.expert_placement(cluster)
+        else:
+            kwargs = dict(options.get(placer_name, {}))
+            if placer_name == "search" and w.expert is not None:
+                # Started from the model's expert placement too (the issue's contract:
+                # never worse than the best of the heuristics and the expert).
+                kwargs["expert"] = w.expert_placement(cluster)
+            placement = placers.get(placer_name, **kwargs).place(w.graph, cluster)
     except Exception as e:  # noqa: BLE001 - a placer's failure is a result of the benchmark
         return None, time.perf_counter() - t0, type(e).__name__
     return placement, time.perf_counter() - t0, None

@@ -48,8 +48,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import coo_matrix
 
 from core.costs import CostModel, tensor_bytes
 from placers.base import register
@@ -95,6 +93,10 @@ def favorite_parents(scheduler: ListScheduler, time_limit: float = 20.0,
 def _window_lp(scheduler, lo: int, hi: int, p, slowest, time_limit: float):
     """SCT's relaxation over ops ``lo..hi-1`` (edges inside the window): the edges and
     their ``x`` (empty when HiGHS finds no solution in time)."""
+    # (scipy's solvers load only when an LP is solved: importing them costs every process
+    # that imports the placers, the runtime's servers included, a third of a second)
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
     model, group_of = scheduler.model, scheduler.group_of
     n = hi - lo
     edge_bytes: dict[tuple[int, int], int] = {}

@@ -76,7 +76,7 @@ class _Node:
     __slots__ = ("name", "type", "kind", "device", "kernel", "attrs", "in_bufs", "out_base",
                  "n_out", "want_cores", "contexts", "checks", "var_name", "init_var",
                  "ctrl_sends", "gpu_ctx", "shape", "dtype", "remote_ctrl", "forward", "cheap",
-                 "fused", "then")
+                 "fused", "then", "var_lock")
 
 
 class ExecPlan:
@@ -120,7 +120,7 @@ class ExecPlan:
                                      ctrl_sends, placement)
         self.dev_objs = [devices.get(name) for name in self.plan.devices]  # None: another task's
         remote_ctrl = {name for name, info in remote.items() if info["ctrl"]}
-        self.nodes = self._make_nodes(devices, remote_ctrl, ctrl_sends)
+        self.nodes = self._make_nodes(devices, remote_ctrl, ctrl_sends, executor.variable_lock)
         self._transfers(devices)
         self._fetches(fetches)
 
@@ -231,8 +231,10 @@ class ExecPlan:
             node_device[name] = dst
         return StepPlan.build(order, node_device)
 
-    def _make_nodes(self, devices, remote_ctrl: set, ctrl_sends: dict) -> list:
-        """The per-op facts (:class:`_Node`) of every op of the plan."""
+    def _make_nodes(self, devices, remote_ctrl: set, ctrl_sends: dict,
+                    variable_lock) -> list:
+        """The per-op facts (:class:`_Node`) of every op of the plan; an op that updates
+        a variable with ``use_locking`` holds ``variable_lock(name)`` while it runs."""
         from runtime.kernels import KernelContext, get_kernel
 
         plan, dev_objs = self.plan, self.dev_objs
@@ -258,6 +260,7 @@ class ExecPlan:
             node.kind = m.kind
             node.fused = False  # a Relu folded into its MatMul (fuse_matmul_relu)
             node.then = None  # that Relu's index, on the MatMul: it ends with it
+            node.var_lock = None
             if m.kind != KERNEL:
                 node.in_bufs = ()
                 nodes.append(node)
@@ -303,6 +306,9 @@ class ExecPlan:
                         else:
                             checks.append(t.op.name)
                 node.checks = tuple(dict.fromkeys(checks))
+                if (op.op_def.ref_inputs and op.attrs.get("use_locking")
+                        and op.inputs[op.op_def.ref_inputs[0]].op.type == "Variable"):
+                    node.var_lock = variable_lock(op.inputs[op.op_def.ref_inputs[0]].op.name)
             nodes.append(node)
         # A variable's read (Identity of a Variable op) forwards the variable's buffer
         # instead of copying it, as TensorFlow's IdentityOp does, when nothing in the

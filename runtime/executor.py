@@ -305,10 +305,18 @@ class _Step:
                         ctx = type(ctx)("CPU", ctx.intra_op_threads, out=self.out_into[i])
                     try:
                         t0 = perf_counter()
-                        outs = node.kernel(ctx, inputs, node.attrs)
+                        if node.var_lock is None:
+                            outs = node.kernel(ctx, inputs, node.attrs)
+                        else:  # use_locking: updates of the variable do not interleave
+                            with node.var_lock:
+                                outs = node.kernel(ctx, inputs, node.attrs)
                         t1 = perf_counter()
                     finally:
                         dev.cores.give(cores)
+                elif node.var_lock is not None:
+                    with node.var_lock:
+                        outs = self._gpu_call(node, inputs)
+                    t1 = perf_counter()
                 else:
                     outs = self._gpu_call(node, inputs)
                     t1 = perf_counter()
@@ -708,6 +716,16 @@ class Executor:
         self._recv_executor: ThreadPoolExecutor | None = None
         self._recv_size = 0
         self._recv_lock = threading.Lock()
+        self._var_locks: dict[str, threading.Lock] = {}
+
+    def variable_lock(self, name: str) -> threading.Lock:
+        """The lock that updates of variable ``name`` with ``use_locking`` hold (one per
+        variable for every step this executor runs: the concurrent steps of a task)."""
+        with self._plans_lock:
+            lock = self._var_locks.get(name)
+            if lock is None:
+                lock = self._var_locks[name] = threading.Lock()
+            return lock
 
     # -- plans ---------------------------------------------------------------------------
     def plan_for(self, ops: Sequence[Operation], placement, fetches=(), targets=(),

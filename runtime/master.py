@@ -59,11 +59,11 @@ from core.cluster import Cluster
 from core.devices import DeviceSpec
 from core.graph import Graph, GraphError, Operation
 from core.ops import ShapeError
+from core.partition import partition
 from core.placement import Placement, log_placement
 from core.serialize import extend_graph
 from runtime import errors, wire
 from runtime.config import SessionConfig
-from runtime.session import needed_ops
 from runtime.graph_codec import (add_named_tensors, error_from_proto, error_to_proto,
                                  node_to_proto, nodes_from_proto, stats_to_proto,
                                  tensor_from_proto)
@@ -72,7 +72,7 @@ from runtime.segment_pool import SEGMENT_HEADER
 from runtime.worker import (UNKNOWN_PARTITION, PeerChannels, StepAborted,
                             WorkerService, task_name, transport_error)
 
-__all__ = ["MasterService", "needed_ops", "RPC_MARGIN", "master_in_this_process"]
+__all__ = ["MasterService", "RPC_MARGIN", "master_in_this_process"]
 
 _log = logging.getLogger(__name__)
 
@@ -248,68 +248,13 @@ class MasterService(master_pb2_grpc.MasterServicer):
         if sig is not None:
             return sig
         with sess.lock:
-            graph, placement = sess.graph, sess.placement
-            roots = []
-            fed_fetches = []
-            for name in fetches:
-                if name in fed:
-                    fed_fetches.append(name)
-                    continue
-                roots.append(graph.get_tensor_by_name(name).op)
-            roots += [graph.get_operation_by_name(n) for n in targets]
-            ops = needed_ops(roots, set(fed))
-            order = {op.name: i for i, op in enumerate(graph.get_operations())}
-            ops.sort(key=lambda op: order[op.name])
-            task_of = {}
-            for op in ops:
-                spec = DeviceSpec.from_string(placement[op.name])
-                task_of[op.name] = (spec.job, spec.task)
-            parts: dict[tuple, _TaskPart] = {}
-
-            def part(task) -> _TaskPart:
-                p = parts.get(task)
-                if p is None:
-                    p = parts[task] = _TaskPart(task, "", [], [], [], [], {})
-                return p
-
-            is_fed_op = {op.name for op in ops if op.outputs and all(t.name in fed for t in op.outputs)}
-            for op in ops:
-                if op.name in is_fed_op:
-                    continue
-                t = task_of[op.name]
-                p = part(t)
-                p.ops.append(op.name)
-                dst = placement[op.name]
-                for x in op.inputs:
-                    if x.name in fed:
-                        if x.name not in p.feeds:
-                            p.feeds.append(x.name)
-                        continue
-                    src_task = task_of[x.op.name]
-                    if src_task != t:
-                        part(src_task).send_to.setdefault(x.name, set()).add(dst)
-                for c in op._control_inputs:
-                    if c.name in is_fed_op:
-                        name = next(x.name for x in c.outputs if x.name in fed)
-                        if name not in p.feeds:
-                            p.feeds.append(name)
-                        continue
-                    src_task = task_of[c.name]
-                    if src_task != t:
-                        part(src_task).send_to.setdefault("^" + c.name, set()).add(self._cpu_of[t])
-            for name in fetches:
-                if name not in fed:
-                    op_name = name.rpartition(":")[0]
-                    p = part(task_of[op_name])
-                    if name not in p.fetches:
-                        p.fetches.append(name)
-            for name in targets:
-                if name not in is_fed_op:
-                    part(task_of[name]).targets.append(name)
+            cut = partition(sess.graph, sess.placement, fetches, targets, fed,
+                            cpu_of=self._cpu_of.__getitem__)
             index = len(sess.signatures)
-            for task, p in sorted(parts.items()):
-                p.handle = f"{sess.handle}/{index}/{task[0]}/{task[1]}"
-            sig = _Signature([parts[t] for t in sorted(parts)], fed_fetches, len(sess.nodes))
+            parts = [_TaskPart(p.task, f"{sess.handle}/{index}/{p.task[0]}/{p.task[1]}",
+                               p.ops, p.fetches, p.targets, p.feeds, p.send_to)
+                     for p in cut.parts]
+            sig = _Signature(parts, cut.fed_fetches, len(sess.nodes))
             sess.signatures[key] = sig
             return sig
 

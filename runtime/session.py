@@ -60,6 +60,7 @@ import numpy as np
 
 from core.graph import (Graph, GraphError, Operation, Tensor, get_default_graph,
                         push_default_session)
+from core.partition import ops_needed
 from runtime.config import SessionConfig
 from runtime.errors import InvalidArgument, LabRuntimeError, NotFound
 
@@ -223,20 +224,8 @@ def check_feed(tensor: Tensor, value) -> np.ndarray:
 
 
 def needed_ops(roots: list[Operation], fed: set[str]) -> list[Operation]:
-    """The ops ``roots`` need through data and control inputs, cutting at fed tensors;
-    an op whose outputs are all fed is included but not walked through."""
-    seen: dict[str, Operation] = {}
-    stack = list(roots)
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen[op.name] = op
-        if op.outputs and all(t.name in fed for t in op.outputs):
-            continue
-        stack.extend(t.op for t in op.inputs if t.name not in fed)
-        stack.extend(op._control_inputs)
-    return list(seen.values())
+    """The ops ``roots`` need, cut at fed tensors (:func:`core.partition.ops_needed`)."""
+    return ops_needed(roots, fed)
 
 
 class Session:

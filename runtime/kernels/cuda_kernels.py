@@ -81,8 +81,8 @@ def unary(code, x, out):
             out[i] = a * a
         elif code == ABS:
             out[i] = a if a >= 0 else -a
-        elif code == SIGN:
-            out[i] = (a > 0) - (a < 0)
+        elif code == SIGN:  # (selects: the simulator's numpy bools do not subtract)
+            out[i] = 1 if a > 0 else (-1 if a < 0 else 0)
         else:  # RELU
             out[i] = a if a > 0 else 0
 

@@ -326,7 +326,6 @@ def test_parallel_ops_use_distinct_thread_slots_and_respect_cores(cluster):
     with g.as_default():
         x = tf.constant(np.ones((200, 200), np.float32), name="x")
         branches = [tf.tanh(tf.matmul(x, x), name=f"t{i}") for i in range(6)]
-        tf.add_n = None
         total = branches[0]
         for b in branches[1:]:
             total = total + b

@@ -81,19 +81,15 @@ else:
         "Sign": (ALL, np.sign, [(-2, 2)]),
     }
 
-    @st.composite
-    def elementwise_case(draw):
-        op = draw(st.sampled_from(sorted(ELEMENTWISE)))
+    @pytest.mark.parametrize("op", sorted(ELEMENTWISE))  # every op, a few cases each
+    @settings(few, max_examples=3)
+    @given(st.data())
+    def test_elementwise_math(op, data):
         dtypes, _, ranges = ELEMENTWISE[op]
-        dtype = draw(st.sampled_from(dtypes))
-        shapes = draw(hnp.mutually_broadcastable_shapes(num_shapes=len(ranges), max_dims=2,
-                                                        max_side=3))
-        return op, dtype, [draw(arrays(dtype, s, *r)) for s, r in zip(shapes.input_shapes, ranges)]
-
-    @settings(few, max_examples=14)
-    @given(elementwise_case())
-    def test_elementwise_math(case):
-        op, dtype, inputs = case
+        dtype = data.draw(st.sampled_from(dtypes))
+        shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=len(ranges), max_dims=2,
+                                                             max_side=3))
+        inputs = [data.draw(arrays(dtype, s, *r)) for s, r in zip(shapes.input_shapes, ranges)]
         (out,) = gpu(op, inputs)
         close(out, np.asarray(ELEMENTWISE[op][1](*inputs), dtype=dtype), dtype)
 
