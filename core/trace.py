@@ -346,7 +346,7 @@ class Trace:
         shown = sorted(busy, key=lambda t: (-busy[t], t))[:legend_types]
         cmap = colormaps["tab20"]
         color = {t: cmap(i % 20) for i, t in enumerate(shown)}
-        other = "lightsteelblue"
+        other = "white"  # with the black edges: apart from every colour of tab20
         for r in self.ops:
             ax.barh(row_of[(r.device, r.thread)], (r.end - r.start) * us, left=r.start * us,
                     color=color.get(r.type, other), edgecolor="black", linewidth=0.3)
@@ -356,13 +356,14 @@ class Trace:
                         edgecolor="black", linewidth=0.3)
         handles = [Patch(color=color[t], label=t) for t in shown]
         if len(busy) > len(shown):
-            handles.append(Patch(color=other, label="other ops"))
+            handles.append(Patch(facecolor=other, edgecolor="black", label="other ops"))
         if self.transfers:
             handles.append(Patch(color="grey", label="transfer"))
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels(labels, fontsize=7)
         ax.invert_yaxis()
+        ax.set_xlim(left=0)  # the step starts at 0
         ax.set_xlabel("time (us)")
         ax.set_title(f"step time {self.step_time * us:.1f} us")
         if path is not None:

@@ -212,7 +212,8 @@ def _plot(frame: pd.DataFrame):
     for i, cname in enumerate(clusters):
         bars(frame[frame.cluster == cname], group="model", bar="placer", value="sim_step_ms",
              ylabel="simulated step (ms, log scale)", log=True,
-             title=f"{cname} (missing: no placement)",
+             title=f"{cname} (missing: no placement)", marked="oom",
+             marked_label="out of memory",
              ax=fig.add_subplot(1, len(clusters), i + 1))
     return fig
 

@@ -25,10 +25,12 @@ def _figure(**kwargs):
 
 
 def bars(frame: pd.DataFrame, *, group: str, bar: str, value: str, ylabel: str,
-         title: str = "", log: bool = False, ax=None):
+         title: str = "", log: bool = False, ax=None, marked: str | None = None,
+         marked_label: str = ""):
     """Grouped bars: one group per value of ``group``, one bar per value of ``bar`` (in
     order of first appearance, with a legend), heights from ``value`` (a missing one:
-    no bar).  Drawn on ``ax`` when given; returns the figure."""
+    no bar); the rows whose ``marked`` column is true hatched (``marked_label`` in the
+    legend).  Drawn on ``ax`` when given; returns the figure."""
     groups = list(dict.fromkeys(frame[group]))
     kinds = list(dict.fromkeys(frame[bar]))
     if ax is None:
@@ -36,18 +38,29 @@ def bars(frame: pd.DataFrame, *, group: str, bar: str, value: str, ylabel: str,
         ax = fig.add_subplot()
     fig = ax.figure
     width = 0.8 / max(1, len(kinds))
+    to_mark = []
     for i, kind in enumerate(kinds):
-        rows = frame[frame[bar] == kind].set_index(group)[value]
-        heights = [rows.get(g, float("nan")) for g in groups]
-        ax.bar([x + (i - (len(kinds) - 1) / 2) * width for x in range(len(groups))], heights,
-               width=width, label=str(kind))
+        part = frame[frame[bar] == kind].set_index(group)
+        heights = [part[value].get(g, float("nan")) for g in groups]
+        drawn = ax.bar([x + (i - (len(kinds) - 1) / 2) * width for x in range(len(groups))],
+                       heights, width=width, label=str(kind))
+        if marked is not None:  # a bool, numpy's, or one read from a CSV
+            to_mark += [p for g, p in zip(groups, drawn) if str(part[marked].get(g)) == "True"]
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([str(g) for g in groups])
     ax.set_ylabel(ylabel)
     if log:
         ax.set_yscale("log")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    if marked is not None and frame[marked].astype(str).eq("True").any():
+        from matplotlib.patches import Patch
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///"))
+        labels.append(marked_label or marked)
+    ax.legend(handles, labels, fontsize=8)
+    for patch in to_mark:  # after the legend, whose keys copy each series' first bar
+        patch.set_hatch("///")
+        patch.set_edgecolor("black")
     fig.tight_layout()
     return fig
 

@@ -151,9 +151,7 @@ HEADLINES: dict[str, Callable[[Path, dict], list[dict]]] = {
 #: The README's pictures: (script, a glob of its run's files, the name in docs/).
 PICTURES = [
     ("compare_placers", "gantt_mlp_*.png", "gantt_mlp.png"),
-    ("compare_placers", "compare_placers_steps.png", "compare_placers_steps.png"),
     ("bench_placement", "bench_placement.png", "bench_placement.png"),
-    ("bench_placers", "bench_placers.png", "bench_placers.png"),
 ]
 
 
