@@ -109,3 +109,14 @@ def test_module_doctests():
     import experiments.tf_backend as module
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted >= 1
+
+
+def test_a_tensorflow_server_that_cannot_start_says_why(monkeypatch):
+    """No TensorFlow needed: the server program fails before importing it."""
+    import experiments.tf_backend as backend
+    monkeypatch.setattr(backend, "_TF_SERVERS",
+                        "raise SystemExit('cannot serve here')\n" + backend._TF_SERVERS)
+    servers = TFLocalCluster(this_host_cluster(), start_timeout=30, one_process=True)
+    with pytest.raises(RuntimeError, match="exited while starting.*cannot serve here"):
+        servers.start()
+    assert servers._procs == []
