@@ -329,6 +329,8 @@ def test_tensorflow_models_run_across_our_server_processes(frozen_models, server
     ("rnn_training_step", lambda w: w.rnn_training_step(batch=4, steps=3, hidden=8, inputs=6)),
     ("transformer_training_step", lambda w: w.transformer_training_step(
         seq=8, d_model=16, heads=2, blocks=1)),
+    ("inception_training_step", lambda w: w.inception_training_step(batch=4, width=8,
+                                                                     blocks=1)),
 ])
 def test_our_workloads_exported_run_on_tensorflow_with_our_outputs(tf, tmp_path, name, build):
     """Each training step's updates (the values its Assign ops would write): TensorFlow's
