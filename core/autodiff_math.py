@@ -186,7 +186,7 @@ def tile_grad(op, grads):
             shape = m.shape(x)
             mult = b.constant(list(multiples), dtype=shape.dtype)
             pairs = b.concat([b.reshape(mult, [-1, 1]), b.reshape(shape, [-1, 1])], axis=1)
-            g = m.reshape_to(g, b.reshape(pairs, [-1]))
+            g = m.reshape_to(g, b.reshape(pairs, [-1]), static_shape=split)
     else:
         g = b.reshape(g, split)
     return [b.reduce_sum(g, axis=list(range(0, 2 * len(multiples), 2)))]

@@ -140,9 +140,11 @@ def size(input, out_type="int32", name: str | None = None) -> Tensor:  # noqa: A
     return _op("Size", [input], name, {"out_type": as_dtype(out_type).name})
 
 
-def reshape_to(x, shape_tensor: Tensor, name: str | None = None) -> Tensor:
-    """``Reshape`` to a shape known at run time (an int vector tensor, TF's input 1)."""
-    return _op("Reshape", [x, shape_tensor], name)
+def reshape_to(x, shape_tensor: Tensor, name: str | None = None, static_shape=None) -> Tensor:
+    """``Reshape`` to a shape known at run time (an int vector tensor, TF's input 1);
+    ``static_shape`` states the dimensions known now (None for the others)."""
+    attrs = {"_output_shapes": [tuple(static_shape)]} if static_shape is not None else None
+    return _op("Reshape", [x, shape_tensor], name, attrs)
 
 
 def reshape_like(x, like: Tensor, name: str | None = None) -> Tensor:
@@ -154,7 +156,7 @@ def reshape_like(x, like: Tensor, name: str | None = None) -> Tensor:
         return x
     if target.count(None) <= 1:
         return reshape(x, [-1 if d is None else d for d in target], name=name)
-    return _op("Reshape", [x, shape(like)], name, {"_output_shapes": [target]})
+    return reshape_to(x, shape(like), name, static_shape=target)
 
 
 def broadcast_like(x, like: Tensor, name: str | None = None) -> Tensor:

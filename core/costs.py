@@ -12,14 +12,17 @@ as an argument; none is global.
 
 from __future__ import annotations
 
+import copy
 import statistics
 from typing import Iterable, Mapping, Sequence
 
 from core.graph import Operation, Tensor
+from core.opdef import UnknownDimension
 from core.ops import TensorSpec, nbytes
+from core.shapes import ShapeHints
 
 __all__ = ["CostModel", "StaticCostModel", "MeasuredCostModel", "MissingCost", "tensor_bytes",
-           "dispatch_gaps"]
+           "planning_bytes", "dispatch_gaps", "ShapeHints", "UnknownDimension"]
 
 
 class MissingCost(KeyError):
@@ -34,10 +37,38 @@ class MissingCost(KeyError):
         return self.args[0]
 
 
-def tensor_bytes(tensor: Tensor) -> int:
-    """Bytes of a tensor; an unknown dimension counts as 1 (estimates only)."""
-    shape = tuple(1 if d is None else d for d in tensor.shape)
-    return nbytes(TensorSpec(tensor.dtype, shape))
+def tensor_bytes(tensor: Tensor, shape_hints: ShapeHints | None = None) -> int:
+    """Bytes of a tensor, its unknown dimensions taken from ``shape_hints``; raises
+    :class:`UnknownDimension` naming the tensor when one is still unknown.
+
+    >>> import core as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     x = tf.placeholder(tf.float32, [None, 4], name="x")
+    >>> tensor_bytes(x, ShapeHints(batch=8))
+    128
+    """
+    if None in tensor.shape:
+        if shape_hints is None:
+            raise UnknownDimension(tensor.op.name, tensor.name, tensor.shape)
+        return nbytes(shape_hints.spec(tensor))
+    return nbytes(tensor.spec)
+
+
+tensor_bytes.by_spec = True  # depends only on (dtype, shape): StepPlan sizes each spec once
+
+
+def planning_bytes(tensor: Tensor) -> int:
+    """Bytes of a tensor for bookkeeping that real sizes replace as a run goes (the
+    executor's plan): unknown dimensions count as 0.  Never a cost: costs use
+    :func:`tensor_bytes`."""
+    n = 1
+    for d in tensor.shape:
+        n *= 0 if d is None else d
+    return n * tensor.dtype.itemsize
+
+
+planning_bytes.by_spec = True
 
 
 class CostModel:
@@ -47,7 +78,40 @@ class CostModel:
     latency and the slowest link's bandwidth (a tensor is pipelined through the route);
     a link with measured ``size_costs`` charges, in place of its latency, what its
     measured time adds to the bytes at its bandwidth (:meth:`core.cluster.Link.fixed_time`).
+
+    ``shape_hints`` (a :class:`core.shapes.ShapeHints`, None by default) states the sizes
+    of dimensions unknown until run time; a figure that needs one that no hint states
+    raises :class:`UnknownDimension` naming the op and the tensor.
     """
+
+    shape_hints: ShapeHints | None = None
+
+    def with_shape_hints(self, shape_hints: ShapeHints | Mapping | int | None) -> "CostModel":
+        """A copy of this model with ``shape_hints`` (a :class:`ShapeHints`, a mapping
+        tensor -> shape, or an int: the batch).
+
+        >>> StaticCostModel().with_shape_hints(32).shape_hints
+        ShapeHints(shapes={}, batch=32)
+        """
+        if isinstance(shape_hints, int):
+            shape_hints = ShapeHints(batch=shape_hints)
+        elif shape_hints is not None and not isinstance(shape_hints, ShapeHints):
+            shape_hints = ShapeHints(shape_hints)
+        model = copy.copy(self)
+        model.shape_hints = shape_hints
+        return model
+
+    def specs(self, tensors: Sequence[Tensor]) -> list[TensorSpec]:
+        """The tensors' specs with the hinted sizes (dimensions no hint states stay
+        unknown; :func:`core.opdef.known_shape` raises when a figure needs them)."""
+        hints = self.shape_hints
+        out = []
+        for t in tensors:
+            if hints is None or None not in t.shape:
+                out.append(t.spec)
+            else:
+                out.append(hints.specs(t.graph).get(t.name, t.spec))
+        return out
 
     def op_time(self, op: Operation, device) -> float:
         """Seconds ``op`` takes on ``device`` (a :class:`core.cluster.Device`)."""
@@ -61,7 +125,8 @@ class CostModel:
                 + nbytes / min(link.bandwidth for link in route))
 
     def tensor_bytes(self, tensor: Tensor) -> int:
-        return tensor_bytes(tensor)
+        """Bytes of ``tensor`` with this model's :attr:`shape_hints`."""
+        return tensor_bytes(tensor, self.shape_hints)
 
 
 class StaticCostModel(CostModel):
@@ -86,12 +151,19 @@ class StaticCostModel(CostModel):
     ``Variable``) cost the overheads alone.
     """
 
+    def __init__(self, shape_hints: ShapeHints | None = None):
+        self.shape_hints = shape_hints
+
     def op_time(self, op: Operation, device) -> float:
         op_def = op.op_def
-        ins = [t.spec for t in op.inputs]
-        outs = [t.spec for t in op.outputs]
-        flops = op_def.flops(ins, outs, op.attrs)
-        moved = op_def.bytes_read(ins, op.attrs) + op_def.bytes_written(outs, op.attrs)
+        ins, outs = self.specs(op.inputs), self.specs(op.outputs)
+        try:
+            flops = op_def.flops(ins, outs, op.attrs)
+            moved = op_def.bytes_read(ins, op.attrs) + op_def.bytes_written(outs, op.attrs)
+        except UnknownDimension as e:
+            unknown = [t for t, s in zip(op.inputs + op.outputs, ins + outs) if None in s.shape]
+            raise UnknownDimension(op.name, unknown[0].name if unknown else None,
+                                   unknown[0].shape if unknown else e.shape) from None
         peak = device.flops_for(op_def.kernel_dtype(ins, outs)) if device.dtype_flops else device.peak_flops
         rate = peak * (device.intra_op_speedup if op_def.multithreaded else 1.0)
         bandwidth = device.mem_bandwidth
@@ -106,8 +178,9 @@ class StaticCostModel(CostModel):
 
 
 def _largest(*specs) -> int:
-    """Elements of the largest tensor among the lists of specs (an unknown dimension
-    counts as 1)."""
+    """Elements of the largest tensor among the lists of specs (as the model's shape
+    hints resolved them; a dimension still unknown, of an op whose roofline needed no
+    size, such as a Placeholder, counts as 1)."""
     largest = 0
     for group in specs:
         for spec in group:
@@ -145,7 +218,10 @@ class MeasuredCostModel(CostModel):
 
     def __init__(self, times: Mapping[tuple[str, str], float], fallback: CostModel | None = None,
                  by_type: Mapping[tuple[str, str], float] | None = None,
-                 dispatch: bool = False, overheads: Mapping[str, float] | None = None):
+                 dispatch: bool = False, overheads: Mapping[str, float] | None = None,
+                 shape_hints: ShapeHints | None = None):
+        self.shape_hints = shape_hints if shape_hints is not None else getattr(
+            fallback, "shape_hints", None)
         self.times = dict(times)
         self.fallback = fallback
         self.by_type = dict(by_type or {})

@@ -49,7 +49,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from core.costs import tensor_bytes as _default_tensor_bytes
+from core.costs import planning_bytes as _default_tensor_bytes
 from core.graph import Graph, Operation, Tensor, topological_order
 from core.ops import get_op_def
 from core.placement import Placement
@@ -271,18 +271,21 @@ class _OpArrays:
         return self.attr_ids
 
     def sizes(self, tensor_bytes) -> np.ndarray:
-        """``tensor_bytes`` of each output tensor.  The default depends only on (dtype,
-        shape), so it is called once per distinct ``spec`` (and kept)."""
-        if tensor_bytes is not _default_tensor_bytes:
+        """``tensor_bytes`` of each output tensor.  A sizer marked ``by_spec`` (the
+        default and :func:`core.costs.tensor_bytes`) depends only on (dtype, shape), so
+        it is called once per distinct ``spec`` (and the default's sizes are kept)."""
+        if not getattr(tensor_bytes, "by_spec", False):
             if self.tensors is None:  # (from a graph's columns, or a selection)
                 self.tensors = list(chain.from_iterable(map(_outputs_of, self.ops)))
             return np.array(list(map(tensor_bytes, self.tensors)), dtype=np.int64)
-        if self.default_sizes is None:
-            _, first, which = np.unique(self.spec, return_index=True, return_inverse=True)
-            sizes = np.array([tensor_bytes(self._tensor(t)) for t in first.tolist()],
-                             dtype=np.int64)
-            self.default_sizes = sizes[which.reshape(-1)]
-        return self.default_sizes
+        if tensor_bytes is _default_tensor_bytes and self.default_sizes is not None:
+            return self.default_sizes
+        _, first, which = np.unique(self.spec, return_index=True, return_inverse=True)
+        sizes = np.array([tensor_bytes(self._tensor(t)) for t in first.tolist()],
+                         dtype=np.int64)[which.reshape(-1)]
+        if tensor_bytes is _default_tensor_bytes:
+            self.default_sizes = sizes
+        return sizes
 
     def _tensor(self, t: int):
         """Output tensor ``t`` (op by op), from the list when there is one."""
@@ -583,7 +586,9 @@ class StepPlan:
         Only the ops the fetches need through data and control inputs run.  Raises
         :class:`core.graph.GraphCycleError` naming a cycle and :class:`UnplacedOp` naming
         an op without a device, before anything runs.  ``tensor_bytes(tensor)`` sizes
-        the tensors (default: :func:`core.costs.tensor_bytes`).
+        the tensors (default: :func:`core.costs.planning_bytes`, bookkeeping sizes with
+        unknown dimensions as 0; the simulator passes its cost model's, which take
+        them from the model's shape hints).
 
         How: the ops become flat integer arrays (an edge list, :class:`_OpArrays`);
         everything else (transfers, dependencies, buffers, reverse edges) is numpy on

@@ -13,7 +13,7 @@ differentiates one of these ops.
 ...     x = tf.placeholder(tf.float32, (None, 8, 8, 3))
 ...     w = tf.Variable(np.ones((3, 3, 3, 4), np.float32))
 ...     y = tf.nn.conv2d(x, w, strides=[1, 2, 2, 1], padding="SAME")
-...     dx, dw = tf.gradients(y, [x, w], grad_ys=tf.placeholder(tf.float32, y.shape))
+...     dx, dw = tf.gradients(tf.reduce_sum(y), [x, w])
 >>> dx.op.type, dx.shape, dw.op.type, dw.shape
 ('Conv2DBackpropInput', (None, 8, 8, 3), 'Conv2DBackpropFilter', (3, 3, 3, 4))
 """
@@ -100,9 +100,8 @@ def bias_add_grad_grad(op, grads):
     gg = grads[0]
     if all(d is not None for d in x.shape):
         return [b.broadcast_to(gg, x.shape)]
-    # Unknown rows: add the bias to zeros of x's shape (x * 0 keeps x's run-time shape).
-    zeros = b.multiply(x, b.constant(0, dtype=x.dtype))
-    return [_create(op, "BiasAdd", [zeros, gg], {})]
+    # Unknown rows: add the bias to zeros of x's run-time shape.
+    return [_create(op, "BiasAdd", [_create(op, "ZerosLike", [x], {}), gg], {})]
 
 
 def fused_batch_norm_grad(op, grads):

@@ -19,6 +19,7 @@ scope win), a device *function* returns the op's device and may ignore what it s
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import threading
 from array import array
@@ -238,6 +239,28 @@ class OpColumns:
     def array(self, name: str, count: int) -> np.ndarray:
         """The first ``count`` items of integer column ``name``, as a new int64 array."""
         return np.frombuffer(getattr(self, name), np.int64, count).copy()
+
+
+#: Largest tensor, in bytes, a shape may describe (a size numpy and the byte counts can
+#: hold in an int64).
+MAX_TENSOR_BYTES = (1 << 63) - 1
+
+
+def _check_output_specs(specs) -> None:
+    """Every output dimension is unknown or an int >= 0, and the tensor's bytes fit in
+    an int64 (raises :class:`ShapeError`): a shape wrong at build fails at build."""
+    for spec in specs:
+        shape = spec.shape
+        if shape is None:
+            continue
+        for d in shape:
+            if d is not None and (not isinstance(d, (int, np.integer)) or d < 0):
+                raise ShapeError(f"output shape {tuple(shape)} has dimension {d!r}: "
+                                 "dimensions are ints >= 0 (or unknown)")
+        known = [int(d) for d in shape if d is not None]
+        if math.prod(known) * spec.dtype.itemsize > MAX_TENSOR_BYTES:
+            raise ShapeError(f"output shape {tuple(shape)} holds more than "
+                             f"{MAX_TENSOR_BYTES} bytes")
 
 
 class Graph:
@@ -495,6 +518,8 @@ class Graph:
         with self._lock:
             if name is not None and name.endswith("/"):
                 full_name = name[:-1]
+                if not _VALID_NAME.match(full_name):  # a graph read from elsewhere
+                    raise GraphError(f"{full_name!r} is not a valid op name")
             else:
                 base = name or op_type
                 if not _VALID_NAME.match(base):
@@ -504,8 +529,11 @@ class Graph:
                 raise GraphError(f"an op named {full_name!r} already exists")
             try:
                 specs = op_def.infer([t.spec for t in inputs], attrs)
+                _check_output_specs(specs)
             except ShapeError as e:
                 raise ShapeError(f"{op_type} op {full_name!r}: {e}") from None
+            except KeyError as e:  # a graph read from elsewhere may lack an attr
+                raise GraphError(f"{op_type} op {full_name!r} lacks its attr {e}") from None
             op = Operation(self, full_name, op_type, inputs, attrs, specs)
             self._apply_scopes(op)
             op._index = len(self._ops)

@@ -25,7 +25,8 @@ import numpy as np
 
 from core import builders as b
 from core.builders import Variable, convert_to_tensor, relu, sigmoid, tanh
-from core.builders_math import batch_normalization, layer_normalization, moments
+from core.builders_math import (batch_normalization, layer_normalization, moments,
+                                stop_gradient)
 from core.graph import Tensor
 
 __all__ = ["conv2d", "max_pool2d", "max_pool", "avg_pool2d", "avg_pool", "bias_add",
@@ -261,12 +262,13 @@ def softmax_cross_entropy_with_logits_v2(labels, logits, axis=-1, name=None, dim
 
 def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, dim=-1,
                                       name=None, axis=None) -> Tensor:
-    """TensorFlow 1.x's keyword-only form of :func:`softmax_cross_entropy_with_logits_v2`.
-    (TensorFlow 1.x stops the gradient to ``labels`` here; this lab has no StopGradient
-    yet, so labels that depend on variables get a gradient.)"""
+    """TensorFlow 1.x's keyword-only form of :func:`softmax_cross_entropy_with_logits_v2`,
+    which, as TensorFlow 1.x's, passes no gradient to ``labels`` (a ``StopGradient``)."""
     if _sentinel is not None or labels is None or logits is None:
         raise ValueError("softmax_cross_entropy_with_logits() takes labels= and logits= "
                          "by keyword")
+    logits = convert_to_tensor(logits)
+    labels = stop_gradient(convert_to_tensor(labels, dtype_hint=logits.dtype))
     return softmax_cross_entropy_with_logits_v2(labels, logits, axis=dim if axis is None else axis,
                                                 name=name)
 

@@ -39,9 +39,29 @@ def nbytes(spec: TensorSpec) -> int | None:
     return None if n is None else n * spec.dtype.itemsize
 
 
+class UnknownDimension(ShapeError):
+    """A cost needs a dimension that is unknown until run time and that no shape hint
+    (:class:`core.shapes.ShapeHints`) states.  ``op`` names the op whose cost needs it
+    and ``tensor`` the tensor (either may be None when not known where it is raised);
+    ``shape`` is the tensor's static shape."""
+
+    def __init__(self, op: str | None, tensor: str | None, shape):
+        self.op, self.tensor, self.shape = op, tensor, tuple(shape)
+        what = f"tensor {tensor!r}" if tensor else "a tensor"
+        need = f"the cost of op {op!r} needs {what}" if op else f"a cost needs {what}"
+        super().__init__(
+            f"{need} of shape {self.shape}, whose dimensions are unknown until run time: "
+            "state them with core.shapes.ShapeHints (batch=N, or a shape per placeholder) "
+            "on the cost model (cost_model.with_shape_hints(...)), or a workload's batch=")
+
+
 def known_shape(shape: Shape) -> Shape:
-    """A fully known shape, unknown dimensions counted as 1 (used only for cost estimates)."""
-    return tuple(1 if d is None else d for d in shape)
+    """``shape`` when every dimension is known (what a cost figure needs); raises
+    :class:`UnknownDimension` otherwise (a cost model resolves unknown dimensions from
+    the user's :class:`core.shapes.ShapeHints` before asking)."""
+    if any(d is None for d in shape):
+        raise UnknownDimension(None, None, shape)
+    return tuple(shape)
 
 
 # --- shape inference helpers ------------------------------------------------------------

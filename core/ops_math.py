@@ -303,10 +303,11 @@ MATH_OPS: dict[str, OpDef] = table(
     OpDef("BatchMatMulV2", infer_batch_matmul, flops_batch_matmul, kernels=_FLOAT_KERNELS,
           gradient=_grad("batch_matmul_grad"), **_BINARY),
     # Unary math.
+    # (Exp, Log and Pow run numpy's SIMD ufuncs on a CPU, on one thread: see cpu_math)
     OpDef("Exp", infer_float_unary, flops_per_output(8), kernels=_FLOAT_KERNELS,
-          gradient=_grad("exp_grad"), **_UNARY),
+          gradient=_grad("exp_grad"), min_inputs=1, max_inputs=1),
     OpDef("Log", infer_float_unary, flops_per_output(8), kernels=_FLOAT_KERNELS,
-          gradient=_grad("log_grad"), **_UNARY),
+          gradient=_grad("log_grad"), min_inputs=1, max_inputs=1),
     OpDef("Sqrt", infer_float_unary, flops_per_output(4), kernels=_FLOAT_KERNELS,
           gradient=_grad("sqrt_grad"), **_UNARY),
     OpDef("Rsqrt", infer_float_unary, flops_per_output(5), kernels=_FLOAT_KERNELS,
@@ -320,7 +321,7 @@ MATH_OPS: dict[str, OpDef] = table(
     OpDef("RealDiv", infer_float_binary, flops_per_output(1), kernels=_FLOAT_KERNELS,
           gradient=_grad("real_div_grad"), **_BINARY),
     OpDef("Pow", infer_float_binary, flops_per_output(10), kernels=_FLOAT_KERNELS,
-          gradient=_grad("pow_grad"), **_BINARY),
+          gradient=_grad("pow_grad"), min_inputs=2, max_inputs=2),
     OpDef("Maximum", infer_numeric_binary, flops_per_output(1), gradient=_grad("maximum_grad"),
           **_BINARY),
     OpDef("Minimum", infer_numeric_binary, flops_per_output(1), gradient=_grad("minimum_grad"),

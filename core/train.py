@@ -236,7 +236,17 @@ class GradientDescentOptimizer(Optimizer):
 class MomentumOptimizer(Optimizer):
     """``accum = momentum * accum + grad; var -= learning_rate * accum`` (with
     ``use_nesterov``: ``var -= learning_rate * (grad + momentum * accum)``), one slot
-    ``momentum`` per variable (``ApplyMomentum``)."""
+    ``momentum`` per variable (``ApplyMomentum``).
+
+    >>> import core as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     w = tf.Variable([3.0], name="w")
+    ...     opt = MomentumOptimizer(0.1, 0.9)
+    ...     _ = opt.minimize(tf.reduce_sum(w * w))
+    >>> opt.get_slot(w, "momentum").op.name, opt.get_slot(w, "momentum").op.colocation_groups()
+    ('w/Momentum', ['loc:@w'])
+    """
 
     _slot_names = ("momentum",)
 
@@ -257,7 +267,17 @@ class AdamOptimizer(Optimizer):
     """Adam (Kingma & Ba, 2015, Algorithm 1 with the efficient step size of its Section 2),
     as TensorFlow's ``ApplyAdam``: slots ``m`` and ``v`` per variable, and the variables
     ``beta1_power`` and ``beta2_power`` (``beta^t``) colocated with the first variable by
-    name, multiplied by ``beta1``/``beta2`` after every step's updates."""
+    name, multiplied by ``beta1``/``beta2`` after every step's updates.
+
+    >>> import core as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     w = tf.Variable([3.0], name="w")
+    ...     opt = AdamOptimizer(0.01)
+    ...     _ = opt.minimize(tf.reduce_sum(w * w))
+    >>> [v.op.name for v in opt.variables()]
+    ['w/Adam', 'w/Adam_1', 'beta1_power', 'beta2_power']
+    """
 
     _slot_names = ("m", "v")
 

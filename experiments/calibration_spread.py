@@ -46,7 +46,7 @@ from core.cluster import Cluster
 from core.costs import StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, predict, server_env,
                                   this_host_cluster)
-from experiments.compare_placers import WORKLOADS, placers_to_compare
+from experiments.compare_placers import WORKLOADS, placer_name, placers_to_compare
 from experiments.report import print_table, results_parser, save_table
 from experiments.sim_vs_real import DEFAULT_WORKLOADS, PLACERS, server_config
 
@@ -128,10 +128,10 @@ def spread_by_figure(workloads: list[str], placer_names: list[str], clusters: li
     min - 1) of its predicted step over ``clusters``, and per group of
     :data:`FIGURE_GROUPS` the spread when only that group's figures come from each
     cluster (the rest from the first)."""
-    chosen = placers_to_compare()
     rows = []
     for wname in workloads:
         w = WORKLOADS[wname]()
+        chosen = placers_to_compare(placer_names, w)
         for pname in placer_names:
             placement = chosen[pname].place(w.graph, clusters[0])
 
@@ -161,10 +161,10 @@ def run(calibrations: int, workloads: list[str], placer_names: list[str], *,
         clusters.append(cluster)
         rows.append({"calibration": str(i), "seconds": time.perf_counter() - t0,
                      **headline_figures(cluster, figures)})
-    chosen = placers_to_compare()
     predictions = []
     for wname in workloads:
         w = WORKLOADS[wname]()
+        chosen = placers_to_compare(placer_names, w)
         placements = {p: chosen[p].place(w.graph, clusters[0]) for p in placer_names}
         for pname, placement in placements.items():
             row = {"workload": wname, "placer": pname}
@@ -180,7 +180,7 @@ def main(argv=None):
     parser.add_argument("--calibrations", type=int, default=4,
                         help="calibrations in a row (default 4; at least 2)")
     parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
-    parser.add_argument("--placers", nargs="+", default=list(PLACERS), choices=list(PLACERS))
+    parser.add_argument("--placers", nargs="+", default=list(PLACERS), type=placer_name)
     parser.add_argument("--threads", type=int, default=0,
                         help="inter-op and intra-op threads of every device (0: the host's cores)")
     parser.add_argument("--quick", action="store_true", help="quick calibrations (for tests)")

@@ -19,7 +19,9 @@ column) is marked: every placer that chose it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import inspect
 import time
 
 import pandas as pd
@@ -43,7 +45,8 @@ from experiments.workloads import (data_parallel_step, inception_training_step,
                                    transformer_training_step)
 from experiments.workloads.mlp import Workload
 
-__all__ = ["CLUSTERS", "WORKLOADS", "compare", "placers_to_compare"]
+__all__ = ["CLUSTERS", "WORKLOADS", "compare", "placers_to_compare", "placer_name",
+           "DEFAULT_PLACERS"]
 
 
 CLUSTERS = {
@@ -81,17 +84,56 @@ TF_RUNNABLE_CLUSTERS = RUNNABLE_CLUSTERS + ("this_machine",)
 SPLIT_MARGIN = 0.1
 
 
-def placers_to_compare() -> dict[str, placers.Placer]:
-    """The placers the experiments compare, by the name the reports give them."""
+#: The placers the reports compare unless told (``--placers``): these names, or any the
+#: registry knows (:func:`placers.names`, entry points included).
+DEFAULT_PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
+
+
+def _configured() -> dict:
+    """The experiments' own settings of some placers, by the name the reports give."""
     return {
-        "simple": placers.SimplePlacer(),
-        "round_robin": placers.RoundRobinPlacer(),
-        "round_robin_vars": placers.RoundRobinPlacer(variables_only=True),
+        "simple": lambda: placers.SimplePlacer(),
+        "round_robin": lambda: placers.RoundRobinPlacer(),
+        "round_robin_vars": lambda: placers.RoundRobinPlacer(variables_only=True),
         # The runtime's executor dispatches one op at a time per task (see
         # CostModelPlacer's runtime model): its placements are judged on that.  A split
         # must be estimated SPLIT_MARGIN faster than one device to be taken.
-        "cost_model": placers.CostModelPlacer(runtime="interpreter", split_margin=SPLIT_MARGIN),
+        "cost_model": lambda: placers.CostModelPlacer(runtime="interpreter",
+                                                      split_margin=SPLIT_MARGIN),
     }
+
+
+def placer_name(name: str) -> str:
+    """``name`` if the reports can make that placer (an ``argparse`` type): one of
+    :data:`DEFAULT_PLACERS` or a registered placer; else an error listing them all."""
+    if name in _configured() or name in placers.names():
+        return name
+    known = sorted(set(_configured()) | set(placers.names()))
+    raise argparse.ArgumentTypeError(f"unknown placer {name!r}; known placers: {', '.join(known)}")
+
+
+def placers_to_compare(names=DEFAULT_PLACERS, workload: Workload | None = None
+                       ) -> dict[str, placers.Placer]:
+    """The placers the experiments compare, by the name the reports give them: the
+    experiments' settings for :data:`DEFAULT_PLACERS`, the registry's defaults for any
+    other name, told the workload's step (``fetches``) when their constructor takes it.
+    An unknown name raises :class:`placers.UnknownPlacer` listing the known ones."""
+    configured = _configured()
+    out = {}
+    for name in names:
+        if name in configured:
+            out[name] = configured[name]()
+            continue
+        options = {}
+        if workload is not None and workload.fetches:
+            try:
+                cls = type(placers.get(name))
+            except TypeError:  # a placer whose constructor needs arguments
+                cls = None
+            if cls is not None and "fetches" in inspect.signature(cls).parameters:
+                options["fetches"] = workload.fetch_ops
+        out[name] = placers.get(name, **options)
+    return out
 
 
 def _fits(workload: Workload, cluster: Cluster) -> bool:
@@ -104,12 +146,12 @@ def _fits(workload: Workload, cluster: Cluster) -> bool:
 
 
 def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, repeats,
-                     sim_config, tf_local=None) -> list:
+                     sim_config, placer_names=DEFAULT_PLACERS, tf_local=None) -> list:
     """The rows of one workload: each placer's placement, estimated, predicted, measured."""
     fetch_ops = w.fetch_ops or w.graph.get_operations()
     step_ops = ops_needed(fetch_ops)
     rows, placements = [], {}
-    for pname, placer in placers_to_compare().items():
+    for pname, placer in placers_to_compare(placer_names, w).items():
         t0 = time.perf_counter()
         p = placements[pname] = placer.place(w.graph, cluster)
         place_s = time.perf_counter() - t0
@@ -162,7 +204,8 @@ def _compare_placers(wname, w: Workload, cluster, backends, local, cost_model, r
 
 
 def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: int = 5,
-            blas_threads: int = 1, sim_config: sim.SimConfig | None = None) -> pd.DataFrame:
+            blas_threads: int = 1, sim_config: sim.SimConfig | None = None,
+            placer_names=DEFAULT_PLACERS) -> pd.DataFrame:
     """One row per (workload, placer); workloads the cluster cannot run are skipped.
     ``sim_config``: the simulator's settings (:data:`experiments.backends.RUNTIME_SIM`
     to model the runtime's executor; the default ones when None).
@@ -190,7 +233,7 @@ def compare(workloads: list[str], cluster: Cluster, backends=BACKENDS, repeats: 
             tf_local = (stack.enter_context(TFLocalCluster(cluster, env=env))
                         if "tensorflow" in backends and len(cluster.tasks) > 1 else None)
             rows += _compare_placers(wname, w, cluster, backends, local, cost_model, repeats,
-                                     sim_config, tf_local)
+                                     sim_config, placer_names, tf_local)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -209,6 +252,9 @@ def main(argv=None) -> pd.DataFrame:
                         help="simulate (sim), really run on server processes here (runtime), "
                              "both, run on TensorFlow's own runtime (tensorflow: needs "
                              "tensorflow installed), or only the cost model's estimate (none)")
+    parser.add_argument("--placers", nargs="+", type=placer_name, default=list(DEFAULT_PLACERS),
+                        help="placers to compare: any registered name (placers.names(), entry "
+                             f"points included) or {', '.join(DEFAULT_PLACERS)}")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per placement")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OPENBLAS_NUM_THREADS of the server processes (0: the library's "
@@ -239,7 +285,7 @@ def main(argv=None) -> pd.DataFrame:
         measured = "calibrated"
         print(f"calibrated this machine: {describe_calibration(figures)}")
     frame = compare(args.workloads, cluster, backends, args.repeats, args.blas_threads,
-                    sim_config)
+                    sim_config, args.placers)
     shown = frame.drop(columns=[c for c in frame if c.endswith("_per_device") and "MiB" in c])
     print_table(shown, f"placers on {args.cluster} ({len(cluster.devices)} devices, {measured}); "
                        "est: the cost model's estimate; sim: the simulator's; real: measured "

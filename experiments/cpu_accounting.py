@@ -38,7 +38,7 @@ from core.costs import StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
                                   predict, prepared_session, runtime_cluster_spec, server_env,
                                   this_host_cluster)
-from experiments.compare_placers import WORKLOADS, placers_to_compare
+from experiments.compare_placers import WORKLOADS, placer_name, placers_to_compare
 from experiments.machine_load import OtherLoad, cpu_seconds_of_tree
 from experiments.report import print_table, results_parser, save_table
 from experiments.sim_vs_real import server_config
@@ -89,10 +89,10 @@ def run(workloads, placer_names, *, steps: int = 200, threads: int = 0,
     if cluster is None:
         cluster, figures = calibrate_this_host(this_host_cluster(threads), env=env,
                                                config=config)
-    placer_objs = placers_to_compare()
     rows = []
     for wname in tqdm(workloads, desc="workloads", disable=not progress or len(workloads) < 2):
         w = WORKLOADS[wname]()
+        placer_objs = placers_to_compare(placer_names, w)
         # A fresh cluster per workload: variables outlive sessions and names repeat.
         with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env, config=config) as local:
             for pname in placer_names:
@@ -122,8 +122,7 @@ def totals(frame: pd.DataFrame) -> pd.DataFrame:
 def main(argv=None):
     parser = results_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
-    parser.add_argument("--placers", nargs="+", default=DEFAULT_PLACERS,
-                        choices=list(placers_to_compare()))
+    parser.add_argument("--placers", nargs="+", default=DEFAULT_PLACERS, type=placer_name)
     parser.add_argument("--steps", type=int, default=200,
                         help="measured steps per placement (default 200: the processes' CPU "
                              "time is counted in clock ticks, 10 ms each)")

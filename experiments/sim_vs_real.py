@@ -102,7 +102,8 @@ from core.costs import MeasuredCostModel, StaticCostModel
 from experiments.backends import (RUNTIME_SIM, calibrate_this_host, describe_calibration,
                                   measure_placements, predict, relative_spread,
                                   runtime_cluster_spec, server_env, this_host_cluster)
-from experiments.compare_placers import SPLIT_MARGIN, WORKLOADS, placers_to_compare
+from experiments.compare_placers import (SPLIT_MARGIN, WORKLOADS, placer_name,
+                                         placers_to_compare)
 from experiments.machine_load import wait_until_quiet
 from experiments.report import print_table, results_parser, save_table
 
@@ -212,7 +213,7 @@ def placement_quality(frame: pd.DataFrame, baselines=BASELINES) -> pd.DataFrame:
 
 def _measure_all(wname, w, cluster, local, repeats, placer_names, config,
                  measure=measure_placements) -> tuple[list, dict]:
-    placer_objs = placers_to_compare()
+    placer_objs = placers_to_compare(placer_names, w)
     placements = {pname: placer_objs[pname].place(w.graph, cluster) for pname in placer_names}
     # Placers that chose the same placement share one measurement: timing it twice would
     # only rank the machine's noise.
@@ -418,7 +419,8 @@ def _plot(frame: pd.DataFrame, path: Path) -> Path:
 def main(argv=None):
     parser = results_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS, choices=list(WORKLOADS))
-    parser.add_argument("--placers", nargs="+", default=list(PLACERS), choices=list(PLACERS))
+    parser.add_argument("--placers", nargs="+", default=list(PLACERS), type=placer_name,
+                        help="any registered placer name (placers.names()) or round_robin_vars")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                         help=f"timed steps per placement (default {DEFAULT_REPEATS})")
     parser.add_argument("--quick", action="store_true",

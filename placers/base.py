@@ -18,6 +18,7 @@ Contract (every placer, numbered as TensorFlow's ``placer.h`` numbers its rules)
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 from typing import Callable, Protocol, runtime_checkable
 
@@ -25,7 +26,15 @@ from core.graph import Graph
 from core.placement import Placement, log_placement
 from placers.constraints import Constraints, resolve
 
-__all__ = ["Placer", "BasePlacer", "register", "get", "names", "UnknownPlacer"]
+__all__ = ["Placer", "BasePlacer", "register", "get", "names", "UnknownPlacer",
+           "ENTRY_POINT_GROUP", "PlacerPluginError"]
+
+#: The entry-point group other distributions register placers in: ``name = module:Class``
+#: (a class or factory taking the placer's options), e.g. in a ``pyproject.toml``::
+#:
+#:     [project.entry-points."placement_lab.placers"]
+#:     my_placer = "my_package.placer:MyPlacer"
+ENTRY_POINT_GROUP = "placement_lab.placers"
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +101,15 @@ class UnknownPlacer(KeyError):
         return self.args[0]
 
 
+class PlacerPluginError(ImportError):
+    """A placer entry point that cannot be loaded; names the entry point and why."""
+
+    def __init__(self, name: str, value: str, reason: str):
+        self.name, self.value, self.reason = name, value, reason
+        super().__init__(f"the placer entry point {name!r} = {value!r} (group "
+                         f"{ENTRY_POINT_GROUP!r}) cannot be loaded: {reason}")
+
+
 _REGISTRY: dict[str, type] = {}
 
 
@@ -104,19 +122,38 @@ def register(name: str):
     return decorate
 
 
+def _plugins() -> dict:
+    """The entry points of :data:`ENTRY_POINT_GROUP` whose names the built-in registry
+    lacks (a plugin cannot shadow a built-in placer), by name; read on every call so a
+    distribution installed meanwhile is seen."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+            if ep.name not in _REGISTRY}
+
+
 def get(name_or_placer, **options) -> Placer:
     """A placer by registry name (``options`` go to its constructor), or a placer object
-    passed through unchanged.
+    passed through unchanged.  Names come from this package's registry and from the
+    entry points of :data:`ENTRY_POINT_GROUP`.
 
     >>> get("simple")
     SimplePlacer()
     """
     if isinstance(name_or_placer, str):
-        try:
-            cls = _REGISTRY[name_or_placer]
-        except KeyError:
-            raise UnknownPlacer(name_or_placer) from None
-        return cls(**options)
+        cls = _REGISTRY.get(name_or_placer)
+        if cls is None:
+            entry = _plugins().get(name_or_placer)
+            if entry is None:
+                raise UnknownPlacer(name_or_placer)
+            try:
+                cls = entry.load()
+            except Exception as e:  # any import failure of a third party's module
+                raise PlacerPluginError(entry.name, entry.value, f"{type(e).__name__}: {e}") from e
+            if not callable(cls):
+                raise PlacerPluginError(entry.name, entry.value, f"{cls!r} is not callable")
+        placer = cls(**options)
+        if not isinstance(placer, Placer):
+            raise PlacerPluginError(name_or_placer, repr(cls), "what it made has no place()")
+        return placer
     if isinstance(name_or_placer, Placer):
         if options:
             raise TypeError("options can only be given with a placer name")
@@ -125,5 +162,6 @@ def get(name_or_placer, **options) -> Placer:
 
 
 def names() -> list[str]:
-    """The registered placer names, sorted."""
-    return sorted(_REGISTRY)
+    """The placer names, sorted: the registry's and the entry points' of
+    :data:`ENTRY_POINT_GROUP`."""
+    return sorted(set(_REGISTRY) | set(_plugins()))

@@ -62,6 +62,10 @@ class _Model:
         self.ops = list(ops)
         self.cluster = cluster
         self.cost_model = cost_model
+        # A duck-typed model (op_time and transfer_time only) sizes tensors the default way.
+        self.hints = getattr(cost_model, "shape_hints", None)
+        self.tensor_bytes = getattr(cost_model, "tensor_bytes",
+                                    lambda t: tensor_bytes(t, self.hints))
         # The runtime estimated for: the one given, else the cluster's (sim.simulate's rule).
         self.runtime = get_runtime_model(runtime if runtime is not None else cluster.runtime_model)
         self.serial_dispatch = self.runtime.serial_dispatch
@@ -102,7 +106,7 @@ class _Model:
             op_def = op.op_def
             self.persistent[i] = op_def.persistent
             if not op_def.ref_inputs:  # assign ops write into the variable: no new memory
-                self.out_bytes[i] = sum(tensor_bytes(t) for t in op.outputs)
+                self.out_bytes[i] = sum(self.tensor_bytes(t) for t in op.outputs)
         self._op_time: dict = {}
         self._signature: list = [None] * n
         self._transfer: dict = {}
@@ -113,7 +117,10 @@ class _Model:
     def op_time(self, i: int, k: int) -> float:
         sig = self._signature[i]
         if sig is None:
-            sig = self._signature[i] = _signature(self.ops[i])
+            # With shape hints, an op's sizes depend on its tensors, not on its static
+            # signature alone.
+            sig = self._signature[i] = (_signature(self.ops[i]) if self.hints is None
+                                        else ("op", i))
         key = (sig, k)
         t = self._op_time.get(key)
         if t is None:
@@ -247,7 +254,7 @@ class _Model:
         def tensor_bytes_cached(t: Tensor) -> int:
             b = sizes.get(id(t))
             if b is None:
-                b = sizes[id(t)] = tensor_bytes(t)
+                b = sizes[id(t)] = self.tensor_bytes(t)
             return b
 
         while heap:

@@ -16,18 +16,34 @@ session first runs, and the gRPC backend only for ``grpc://`` targets.
 - the errors (:mod:`runtime.errors`).
 """
 
+import os as _os
+
+#: gRPC core experiments switched off in the processes that load gRPC through the
+#: runtime (the servers, their clients), unless ``GRPC_EXPERIMENTS`` is set already (set
+#: it, even empty, to keep gRPC's own defaults). With these on, gRPC 1.85 moves every
+#: socket event of the synchronous stack through its EventEngine's thread pool: one
+#: more thread handoff per message each way (a message round trip between two
+#: processes and the client's CPU per round trip both grew by about half on the 2-core
+#: test machine; large streamed tensors were not slower). gRPC reads it when it loads,
+#: so it is set here, before any module of the runtime imports ``grpc`` (and it is
+#: inherited by the server processes started here).
+GRPC_EXPERIMENTS_OFF = ("-event_engine_client,-event_engine_listener,"
+                        "-event_engine_for_all_other_endpoints")
+_os.environ.setdefault("GRPC_EXPERIMENTS", GRPC_EXPERIMENTS_OFF)
+
 # Eagerly, so that ``runtime.calibrate`` stays the function: importing the submodule
 # ``runtime.calibrate`` after a lazy lookup would rebind the name to the module.
 from runtime.calibrate import calibrate
 from runtime.config import SessionConfig
 from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
-                            LabRuntimeError, NotFound, OpError, Unavailable)
+                            LabRuntimeError, NotFound, OpError, ResourceExhausted,
+                            Unavailable)
 from runtime.variables import VariableStore
 
 __all__ = ["Session", "InteractiveSession", "SessionConfig", "Executor", "StepResult",
            "LocalDevices", "VariableStore", "calibrate", "LabRuntimeError", "OpError",
            "FailedPrecondition", "InvalidArgument", "DeadlineExceeded", "Unavailable",
-           "NotFound", "Server", "LocalCluster", "RemoteSession"]
+           "NotFound", "ResourceExhausted", "Server", "LocalCluster", "RemoteSession"]
 
 _LAZY = {"Session": "runtime.session", "InteractiveSession": "runtime.session",
          "Executor": "runtime.executor", "StepResult": "runtime.executor",

@@ -15,6 +15,7 @@ class                            raised when
 :class:`DeadlineExceeded`        a step ran past its ``operation_timeout``
 :class:`Unavailable`             a task cannot be reached: ``task``
 :class:`NotFound`                something named does not exist (a tensor, a device)
+:class:`ResourceExhausted`       a bound was reached (held tensor bytes, a size)
 ===============================  ====================================================
 
 >>> e = OpError("mul", "/job:localhost/replica:0/task:0/device:CPU:0", "boom")
@@ -27,7 +28,7 @@ class                            raised when
 from __future__ import annotations
 
 __all__ = ["LabRuntimeError", "OpError", "FailedPrecondition", "InvalidArgument",
-           "DeadlineExceeded", "Unavailable", "NotFound", "ERRORS"]
+           "DeadlineExceeded", "Unavailable", "NotFound", "ResourceExhausted", "ERRORS"]
 
 
 class LabRuntimeError(RuntimeError):
@@ -95,7 +96,12 @@ class NotFound(LabRuntimeError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ResourceExhausted(LabRuntimeError, MemoryError):
+    """A bound was reached: tensors held for steps that do not run here, a tensor
+    larger than a server takes."""
+
+
 #: The classes by name, for services that rebuild an error sent over the wire.
 ERRORS = {cls.__name__: cls for cls in (LabRuntimeError, OpError, FailedPrecondition,
                                         InvalidArgument, DeadlineExceeded, Unavailable,
-                                        NotFound)}
+                                        NotFound, ResourceExhausted)}

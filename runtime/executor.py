@@ -4,8 +4,11 @@ Contract (the in-process :class:`runtime.session.Session` and the gRPC worker se
 both call it):
 
 ``Executor(devices: LocalDevices, variables: VariableStore)``, then
-``run_step(ops, placement, *, fetches=(), targets=(), feeds=None, recv=None, send=None,
-send_to=None, step_id=0, trace=False, timeout=None) -> StepResult``.
+``run_step(ops, placement, *, fetches=(), targets=(), feeds=None, io=None,
+send_to=None, step_id=0, trace=False, timeout=None, fetch_into=None) -> StepResult``.
+``io`` is the step's :class:`StepIO`, the one object through which the part exchanges
+tensors with the other tasks (its ``recv``, ``send``, ``recv_async`` and ``watch``
+below; TensorFlow's per-step rendezvous).
 
 1. ``ops`` are the ops of this task's part of the step (every op the step needs that is
    placed on one of this task's devices, any order).  The executor builds a
@@ -107,11 +110,11 @@ from core.ops import get_op_def
 from core.runtime_model import INTERPRETER
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
-                            LabRuntimeError, OpError, Unavailable)
+                            LabRuntimeError, NotFound, OpError, Unavailable)
 from runtime.local_devices import LocalDevices
 from runtime.variables import VariableStore
 
-__all__ = ["Executor", "StepResult", "fuse_matmul_relu"]
+__all__ = ["Executor", "StepResult", "StepIO", "fuse_matmul_relu"]
 
 # Node kinds: what the executor does with each op of a plan.
 KERNEL, VARIABLE, FED, REMOTE, SINK = range(5)
@@ -599,6 +602,69 @@ def shares_variable(value, store: VariableStore) -> bool:
         if isinstance(buf, np.ndarray) and np.shares_memory(value, buf):
             return True
     return len(store) >= 64  # many variables: copy rather than search
+
+
+class StepIO:
+    """What one task's part of a step exchanges with the other tasks, as one object
+    (``Executor.run_step(io=...)``; the module docstring says when each is called):
+
+    - ``recv(tensor_name, src_device, dst_device)``: a tensor (or, for
+      ``"^op"``, a control edge) from another task; may block.
+    - ``recv_async``: None, or ``recv_async(tensor_name, src_device, dst_device,
+      callback)`` used instead of ``recv`` for tensors bound for a CPU device: the value
+      if it is there already, else None and ``callback(value, error)`` later, from the
+      thread that delivers it.
+    - ``send(tensor_name, value, dst_device, final)``: push a tensor to another task;
+      ``final`` (only when :attr:`final_sends`) is True once every op of this part has
+      run (only sends remain), so the answer may carry the tensor.
+    - ``watch(abort)``: called once as the step starts with a function that stops it
+      (another task's part failed).
+    - :attr:`copies_on_send`: ``send`` copies what it needs before it returns (a
+      variable's live buffer goes to it without the executor's own copy).
+
+    The base class receives and sends nothing (a part with no edges to other tasks);
+    :meth:`from_functions` builds one from plain functions.
+
+    >>> io = StepIO.from_functions(recv=lambda name, src, dst: 1.0)
+    >>> io.recv("x:0", "a", "b"), io.recv_async, io.final_sends
+    (1.0, None, False)
+    """
+
+    copies_on_send = False
+    final_sends = False
+    recv_async = None
+
+    def recv(self, tensor_name: str, src_device: str, dst_device: str):
+        raise NotFound(f"tensor {tensor_name!r} from {src_device} has no way here: the "
+                       "step was run without a recv")
+
+    def send(self, tensor_name: str, value, dst_device: str, final: bool = False) -> None:
+        raise NotFound(f"tensor {tensor_name!r} for {dst_device} has no way there: the "
+                       "step was run without a send")
+
+    def watch(self, abort: Callable[[BaseException], None]) -> None:
+        pass
+
+    @classmethod
+    def from_functions(cls, *, recv: Callable | None = None, send: Callable | None = None,
+                       recv_async: Callable | None = None,
+                       watch: Callable | None = None, copies_on_send: bool = False,
+                       final_sends: bool = False) -> "StepIO":
+        """A :class:`StepIO` whose methods are these functions (those left out keep the
+        base class's); ``send`` takes ``final`` only when ``final_sends``."""
+        io = cls()
+        if recv is not None:
+            io.recv = recv
+        if send is not None:
+            io.send = send
+        if watch is not None:
+            io.watch = watch
+        io.recv_async = recv_async
+        io.copies_on_send, io.final_sends = copies_on_send, final_sends
+        return io
+
+
+_NO_IO = StepIO()
 
 
 class _Step:
@@ -1183,31 +1249,16 @@ class Executor:
     # -- running ---------------------------------------------------------------------------
     def run_step(self, ops: Sequence[Operation], placement, *, fetches: Sequence[str] = (),
                  targets: Sequence[str] = (), feeds: Mapping[str, np.ndarray] | None = None,
-                 recv: Callable | None = None, send: Callable | None = None,
-                 send_to: Mapping | None = None, step_id: int = 0, trace: bool = False,
-                 timeout: float | None = None,
-                 on_abort: Callable[[Callable[[BaseException], None]], None] | None = None,
-                 send_copies: bool = False, recv_async: Callable | None = None,
-                 send_final: bool = False,
+                 io: StepIO | None = None, send_to: Mapping | None = None, step_id: int = 0,
+                 trace: bool = False, timeout: float | None = None,
                  fetch_into: Mapping[str, np.ndarray] | None = None) -> StepResult:
         """Run this task's part of one step; see the module docstring.
 
-        ``recv_async(tensor_name, src_device, dst_device, callback)``, when given, is
-        used instead of ``recv`` for tensors bound for a CPU device: it returns the value
-        if it is there already, else None and calls ``callback(value, error)`` later
-        from the thread that delivers it (no helper thread waits; cheap ops it makes
-        ready run right there).
-
-        ``send_copies``: ``send`` has copied what it needs of a value when it returns,
-        so a variable's live buffer goes to it without the executor's own copy.
-
-        ``send_final``: ``send`` takes a fourth argument, True when every op of this
-        part has run (only sends remain: the step ends as soon as they return), so the
-        worker can let its answer carry the tensor instead of a message of its own.
-
-        ``on_abort``, when given, is called once with a function ``abort(error)`` that
-        stops the step (no further op starts; ``run_step`` raises ``error``): the
-        worker calls it when another task's part of the step failed.
+        ``io``: the step's :class:`StepIO` (its tensors to and from other tasks; None:
+        the part has no such edges). With its ``recv_async`` no helper thread waits for
+        a tensor: cheap ops the tensor makes ready run in the delivering thread. Its
+        ``watch`` gets a function ``abort(error)`` that stops the step (no further op
+        starts; ``run_step`` raises ``error``).
 
         ``fetch_into`` (fetched tensor name -> numpy array): buffers offered for fetched
         tensors, each to the CPU kernel that writes that tensor (:func:`fetch_writers`)
@@ -1219,16 +1270,17 @@ class Executor:
         """
         feeds = feeds or {}
         xp = self.plan_for(ops, placement, fetches, targets, feeds.keys(), send_to)
-        step = _Step(self, xp, recv, send, trace)
-        step.send_copies = send_copies
-        step.recv_async = recv_async
-        step.send_final = send_final
+        io = io if io is not None else _NO_IO
+        step = _Step(self, xp, io.recv if io is not _NO_IO else None,
+                     io.send if io is not _NO_IO else None, trace)
+        step.send_copies = io.copies_on_send
+        step.recv_async = io.recv_async
+        step.send_final = io.final_sends
         if fetch_into:
             writers = xp.fetch_writers
             step.out_into = {writers[n]: buf for n, buf in fetch_into.items()
                              if n in writers} or None
-        if on_abort is not None:
-            on_abort(step.fail)
+        io.watch(step.fail)
         plan = xp.plan
         start = perf_counter()
         step.start = start

@@ -44,7 +44,7 @@ from core.placement import PlacementError
 from core.trace import MemoryRecord, OOMEvent, OpRecord, TransferRecord
 from runtime import errors
 from runtime.protos import graph_pb2
-from runtime.wire import WireError, as_wire_array, check_meta, make_meta
+from runtime.tensor_codec import WireError, as_wire_array, check_meta, make_meta
 
 __all__ = ["CodecError", "tensor_to_proto", "tensor_from_proto", "named_tensors",
            "add_named_tensors", "tensors_from_proto", "attr_to_proto", "attr_from_proto",

@@ -32,6 +32,7 @@ from core.cluster import ClusterSpec
 from runtime import wire
 from runtime.errors import LabRuntimeError
 from runtime.protos import master_pb2_grpc, tensor_pb2
+from runtime.segment_pool import reap_orphans
 
 __all__ = ["LocalCluster", "free_ports", "wait_until_serving", "reap_segments",
            "ClusterStartError"]
@@ -62,8 +63,8 @@ def reap_segments(pid: int) -> int:
     pooled and exported tensors: their names carry the creator's pid), which a process
     killed with SIGKILL leaves behind; return how many.  A receiver's mapping of one
     stays valid."""
+    from runtime.segment_pool import POOL_PREFIX
     from runtime.shm import SEGMENT_PREFIX, list_segments, unlink_segment
-    from runtime.worker import POOL_PREFIX
     names = [n for prefix in (SEGMENT_PREFIX, POOL_PREFIX)
              for n in list_segments(f"{prefix}{pid}_")]
     return sum(unlink_segment(n) for n in names)
@@ -128,7 +129,8 @@ class LocalCluster:
                  env: Mapping | None = None, attempts: int = 3, start: bool = True):
         self._request = dict(spec or {"ps": 1, "worker": 2})
         self._config = config
-        self._hardware = hardware
+        # Absolute: the servers start in the repository's folder, not the caller's.
+        self._hardware = None if hardware is None else Path(hardware).resolve()
         self._shm = shm
         self._local_sockets = local_sockets
         self._start_timeout = start_timeout
@@ -246,8 +248,9 @@ class LocalCluster:
     def restart(self, job: str, task: int = 0) -> None:
         """Start a killed (or stopped) task again on its address; wait until it serves."""
         proc = self.processes.get((job, task))
-        if proc is not None and proc.poll() is None:
-            self._terminate(proc)
+        if proc is not None:
+            self._terminate(proc)  # reaps its segments too, whether it died by itself or not
+        reap_orphans()
         deadline = time.monotonic() + self._start_timeout
         while True:  # the port may linger a moment after the old process died
             self._spawn(job, task)
@@ -284,6 +287,7 @@ class LocalCluster:
                 p.wait(5.0)
             reap_segments(p.pid)
         self.processes.clear()
+        reap_orphans()  # of earlier processes of a task restarted, killed by others
 
     def stop(self) -> None:
         """Stop every server process (idempotent); remove the temporary files."""

@@ -57,7 +57,8 @@ import numpy as np
 
 from core.cluster import Cluster
 from core.devices import DeviceSpec
-from core.graph import Graph, Operation
+from core.graph import Graph, GraphError, Operation
+from core.ops import ShapeError
 from core.placement import Placement, log_placement
 from core.serialize import extend_graph
 from runtime import errors, wire
@@ -67,7 +68,8 @@ from runtime.graph_codec import (add_named_tensors, error_from_proto, error_to_p
                                  node_to_proto, nodes_from_proto, stats_to_proto,
                                  tensor_from_proto)
 from runtime.protos import graph_pb2, master_pb2, master_pb2_grpc, tensor_pb2, worker_pb2
-from runtime.worker import (SEGMENT_HEADER, UNKNOWN_PARTITION, PeerChannels, StepAborted,
+from runtime.segment_pool import SEGMENT_HEADER
+from runtime.worker import (UNKNOWN_PARTITION, PeerChannels, StepAborted,
                             WorkerService, task_name, transport_error)
 
 __all__ = ["MasterService", "needed_ops", "RPC_MARGIN", "master_in_this_process"]
@@ -198,7 +200,14 @@ class MasterService(master_pb2_grpc.MasterServicer):
                     "graph_out_of_sync")
             fresh = list(nodes)[have - base:]
             if fresh:
-                extend_graph(sess.graph, nodes_from_proto(fresh))
+                try:
+                    extend_graph(sess.graph, nodes_from_proto(fresh))
+                except (GraphError, ShapeError, TypeError, ValueError, KeyError) as err:
+                    # The builders' checks, for a graph that did not come through them.
+                    raise errors.InvalidArgument(
+                        f"the graph sent to {self.task_name} is invalid: "
+                        f"{err.args[0] if isinstance(err, KeyError) and err.args else err}"
+                    ) from None
                 sess.nodes.extend(fresh)
 
     def close_session(self, handle: str) -> None:
@@ -398,7 +407,7 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 if t.shape is None or None in tuple(t.shape):
                     continue
                 try:
-                    dtype = wire._wire_dtype(t.dtype, name)
+                    dtype = wire.wire_dtype(t.dtype, name)
                 except wire.WireError:
                     continue
                 shape = tuple(int(d) for d in t.shape)
@@ -426,34 +435,8 @@ class MasterService(master_pb2_grpc.MasterServicer):
         graph = sess.graph
         fetches = tuple(request.fetches)
         targets = tuple(request.targets)
-        feeds_by_name = {}
-        for f in request.feeds:
-            try:
-                t = graph.get_tensor_by_name(f.name)
-            except (KeyError, ValueError):
-                raise errors.NotFound(f"cannot feed {f.name!r}: the graph has no such tensor") from None
-            meta = f.value.meta
-            shape = tuple(t.shape) if t.shape is not None else None
-            if meta.dtype != t.dtype.name:
-                raise errors.InvalidArgument(
-                    f"Cannot feed a value of dtype {meta.dtype} to Tensor {f.name!r} of dtype "
-                    f"{t.dtype.name}")
-            if shape is not None and (len(meta.shape) != len(shape) or any(
-                    d is not None and d != s for d, s in zip(shape, meta.shape))):
-                raise errors.InvalidArgument(
-                    f"Cannot feed value of shape {tuple(meta.shape)} for Tensor {f.name!r}, "
-                    f"which has shape {shape}")
-            feeds_by_name[f.name] = f
-        for name in fetches:
-            try:
-                graph.get_tensor_by_name(name)
-            except (KeyError, ValueError):
-                raise errors.NotFound(f"The name {name!r} refers to a Tensor which does not "
-                                      "exist in the session's graph") from None
-        for name in targets:
-            if name not in graph:
-                raise errors.NotFound(f"The name {name!r} refers to an Operation not in the "
-                                      "graph.") from None
+        feeds_by_name = _checked_feeds(graph, request.feeds)
+        _check_fetches(graph, fetches, targets)
         sig = self._signature(sess, fetches, targets, frozenset(feeds_by_name))
         timeout = sess.config.operation_timeout
         deadline = time.monotonic() + timeout + RPC_MARGIN
@@ -545,18 +528,9 @@ class MasterService(master_pb2_grpc.MasterServicer):
                 break
         if local is not None and not first_error:
             try:
-                self._register(sess, local, sig.node_count, deadline=deadline)
-                wsess, wpart = self.worker.partition(sess.handle, local.handle)
-                if wpart is None:  # evicted from the worker's session table
-                    self._register(sess, local, sig.node_count, fresh=True, deadline=deadline)
-                    wsess, wpart = self.worker.partition(sess.handle, local.handle)
-                feeds = {n: tensor_from_proto(feeds_by_name[n].value, n) for n in local.feeds}
-                if shared:
-                    self._offers(graph, sig, local, offers)
-                result, sends = self.worker.run_partition(
-                    wsess, wpart, step_id, feeds, trace=trace, timeout=timeout,
-                    fetch_into={name: view for name, (_, view) in offers.items()} or None)
-                results[self.task] = (result, sends)
+                results[self.task] = self._run_own_part(
+                    sess, sig, local, step_id, feeds_by_name, trace, deadline,
+                    offers if shared else None)
             except BaseException as err:  # noqa: BLE001
                 fail(err)
             finally:
@@ -587,27 +561,28 @@ class MasterService(master_pb2_grpc.MasterServicer):
         if first_error:
             raise first_error[0]
 
-        stats = graph_pb2.StepStats() if trace else None
-        own_values: dict = {}
-        for p in sig.parts:
-            r = results[p.task]
-            if isinstance(r, worker_pb2.RunGraphResponse):
-                response.values.extend(r.values)
-                if trace:
-                    _merge_stats(stats, r.stats)
-            else:
-                result, sends = r
-                own_values = result.values
-                if trace:
-                    part_stats = stats_to_proto(result.ops, result.transfers, result.memory,
-                                                result.oom, sends, result.capacity,
-                                                result.start, result.end)
-                    _merge_stats(stats, part_stats)
-        if trace:
-            response.stats.CopyFrom(stats)
+        own_values = _gather(sig, results, trace, response)
         # Last: nothing may fail once a value sits in a segment held for the client.
         self._add_values(response, own_values, shared, offers)
         return response
+
+    def _run_own_part(self, sess, sig: _Signature, part: _TaskPart, step_id: int,
+                      feeds_by_name: dict, trace: bool, deadline: float,
+                      offers: dict | None) -> tuple:
+        """Run this task's part of the step in this thread (no RPC), registered first;
+        ``offers``: fill it with segments the fetched tensors may be written into
+        (:meth:`_offers`; None: no shared answer). Returns ``(StepResult, sends)``."""
+        self._register(sess, part, sig.node_count, deadline=deadline)
+        wsess, wpart = self.worker.partition(sess.handle, part.handle)
+        if wpart is None:  # evicted from the worker's session table
+            self._register(sess, part, sig.node_count, fresh=True, deadline=deadline)
+            wsess, wpart = self.worker.partition(sess.handle, part.handle)
+        feeds = {n: tensor_from_proto(feeds_by_name[n].value, n) for n in part.feeds}
+        if offers is not None:
+            self._offers(sess.graph, sig, part, offers)
+        return self.worker.run_partition(
+            wsess, wpart, step_id, feeds, trace=trace, timeout=sess.config.operation_timeout,
+            fetch_into={name: view for name, (_, view) in (offers or {}).items()} or None)
 
     def _add_values(self, response: master_pb2.RunStepResponse, values: dict,
                     shared: bool, offers: dict | None = None) -> None:
@@ -765,6 +740,67 @@ class MasterService(master_pb2_grpc.MasterServicer):
     def close(self) -> None:
         pass
 
+
+
+def _checked_feeds(graph: Graph, feeds) -> dict:
+    """The request's feeds by tensor name, each checked against its tensor (it exists,
+    its dtype and shape fit)."""
+    feeds_by_name = {}
+    for f in feeds:
+        try:
+            t = graph.get_tensor_by_name(f.name)
+        except (KeyError, ValueError):
+            raise errors.NotFound(f"cannot feed {f.name!r}: the graph has no such tensor") from None
+        meta = f.value.meta
+        shape = tuple(t.shape) if t.shape is not None else None
+        if meta.dtype != t.dtype.name:
+            raise errors.InvalidArgument(
+                f"Cannot feed a value of dtype {meta.dtype} to Tensor {f.name!r} of dtype "
+                f"{t.dtype.name}")
+        if shape is not None and (len(meta.shape) != len(shape) or any(
+                d is not None and d != s for d, s in zip(shape, meta.shape))):
+            raise errors.InvalidArgument(
+                f"Cannot feed value of shape {tuple(meta.shape)} for Tensor {f.name!r}, "
+                f"which has shape {shape}")
+        feeds_by_name[f.name] = f
+    return feeds_by_name
+
+
+def _check_fetches(graph: Graph, fetches, targets) -> None:
+    """Every fetched tensor and target op exists (NotFound naming it otherwise)."""
+    for name in fetches:
+        try:
+            graph.get_tensor_by_name(name)
+        except (KeyError, ValueError):
+            raise errors.NotFound(f"The name {name!r} refers to a Tensor which does not "
+                                  "exist in the session's graph") from None
+    for name in targets:
+        if name not in graph:
+            raise errors.NotFound(f"The name {name!r} refers to an Operation not in the "
+                                  "graph.") from None
+
+
+def _gather(sig, results: dict, trace: bool, response: master_pb2.RunStepResponse) -> dict:
+    """The parts' answers into ``response`` (the remote parts' values, and the step's
+    stats when traced); return this task's own fetched values."""
+    stats = graph_pb2.StepStats() if trace else None
+    own_values: dict = {}
+    for p in sig.parts:
+        r = results[p.task]
+        if isinstance(r, worker_pb2.RunGraphResponse):
+            response.values.extend(r.values)
+            if trace:
+                _merge_stats(stats, r.stats)
+        else:
+            result, sends = r
+            own_values = result.values
+            if trace:
+                _merge_stats(stats, stats_to_proto(result.ops, result.transfers, result.memory,
+                                                   result.oom, sends, result.capacity,
+                                                   result.start, result.end))
+    if trace:
+        response.stats.CopyFrom(stats)
+    return own_values
 
 def _merge_stats(into: graph_pb2.StepStats, part: graph_pb2.StepStats) -> None:
     """Append ``part``'s records to ``into``; the step spans both."""

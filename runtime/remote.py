@@ -37,7 +37,7 @@ from runtime.graph_codec import (CodecError, add_named_tensors, error_from_proto
 from runtime.master import RPC_MARGIN, master_in_this_process
 from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
 from runtime.shm import shm_available
-from runtime.worker import SegmentMaps
+from runtime.segment_pool import SegmentMaps
 
 __all__ = ["RemoteSession", "build_trace", "take_shared"]
 
@@ -112,7 +112,8 @@ class RemoteSession:
     Raises :class:`runtime.errors.Unavailable` when nothing answers at ``target``.
     """
 
-    def __init__(self, target: str, graph: Graph, config: SessionConfig | None = None):
+    def __init__(self, target: str, graph: Graph, config: SessionConfig | None = None,
+                 security=None):
         if not target.startswith("grpc://"):
             raise errors.InvalidArgument(f"a remote target looks like 'grpc://host:port', not "
                                          f"{target!r}")
@@ -124,7 +125,7 @@ class RemoteSession:
         self._closed = False
         self._placement_entries: dict[str, str] = {}
         self._placement: Placement | None = None
-        self._channel = wire.create_channel(self.address)
+        self._channel = wire.create_channel(self.address, security=security)
         self._stub = master_pb2_grpc.MasterStub(self._channel)
         # Steps as messages on a connection or stream that stays open: a message costs
         # a fraction of a call's set-up on both sides (runtime.wire.StreamCaller).

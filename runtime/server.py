@@ -44,13 +44,15 @@ from typing import Any, Mapping
 
 from core.cluster import Cluster, ClusterSpec, split_address, usable_cpu_cores
 from runtime import wire
+from runtime.call_guard import STREAM_IDLE_SECONDS, CallGuard
 from runtime.config import SessionConfig
-from runtime.errors import InvalidArgument
+from runtime.errors import InvalidArgument, LabRuntimeError
 from runtime.master import MasterService
 from runtime.protos import master_pb2, master_pb2_grpc, worker_pb2
+from runtime.segment_pool import reap_orphans
 from runtime.worker import SHM_MIN_BYTES, PeerChannels, WorkerService, add_worker_to_server
 
-__all__ = ["Server", "hardware_view", "main", "LOOPBACK_HOSTS"]
+__all__ = ["Server", "hardware_view", "default_bind_host", "main", "LOOPBACK_HOSTS"]
 
 _log = logging.getLogger(__name__)
 
@@ -83,6 +85,26 @@ def hardware_view(spec: "ClusterSpec | Mapping", job: str, task: int,
                    nvlink=base.nvlink)
 
 
+def default_bind_host(host: str) -> str:
+    """The interface a server binds for the spec's ``host`` when not told: loopback
+    always, of the address's family (an IPv4 loopback address is kept as it is).
+
+    >>> default_bind_host("[::1]"), default_bind_host("127.0.0.2"), default_bind_host("10.1.2.3")
+    ('::1', '127.0.0.2', '127.0.0.1')
+    >>> default_bind_host("[fe80::1]"), default_bind_host("localhost")
+    ('::1', '127.0.0.1')
+    """
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:  # a name: IPv4 loopback
+        return wire.LOCALHOST
+    if ip.version == 6:
+        return "::1"
+    return str(ip) if ip.is_loopback else wire.LOCALHOST
+
+
 class Server:
     """One task of a cluster, serving the master and worker services.
 
@@ -95,8 +117,10 @@ class Server:
         config: a :class:`runtime.config.SessionConfig` (or its dict): thread counts of
             this task's devices; the default config of sessions.
         start: start serving now (else call :meth:`start`).
-        bind_host: the interface to bind (``127.0.0.1``: nothing outside the host can
-            reach the server).
+        bind_host: the interface to bind; by default the loopback address of the
+            spec's host (its own when it is one, ``::1`` for an IPv6 address, else
+            ``127.0.0.1``): nothing outside the host can reach the server unless told
+            (:func:`default_bind_host`).
         hardware: a calibrated :class:`core.cluster.Cluster` (or its JSON path) to place
             on instead of the default view.
         shm_min_bytes: tensors at least this large go to tasks on the same host through
@@ -108,6 +132,14 @@ class Server:
         max_receive_bytes: the largest message (gRPC) or frame (local socket) taken;
             larger ones are refused before they are read (``RESOURCE_EXHAUSTED``).
         max_local_connections: local-socket connections held at once, per listener.
+        security: a :class:`runtime.security.Security`: serve TLS and check a shared
+            token on every gRPC call, and use them towards the other tasks (a
+            cluster across hosts; the same for every task and client).
+        stream_idle_seconds: a gRPC stream that waits longer for its next message is
+            ended (its handler thread freed); streams hold at most ``max_workers``
+            less an eighth (at least 4 threads stay for unary calls), and at most
+            :data:`runtime.call_guard.MAX_STREAMS_PER_PEER` per connection
+            (:class:`runtime.call_guard.CallGuard`).
 
     Attributes: ``target`` (``grpc://host:port``), ``cluster_spec``, ``job_name``,
     ``task_index``, ``cluster`` (the hardware view), ``worker``, ``master``.
@@ -115,11 +147,12 @@ class Server:
 
     def __init__(self, server_or_cluster_def, job_name: str | None = None,
                  task_index: int | None = None, protocol: str | None = None, config=None,
-                 start: bool = True, *, bind_host: str = wire.LOCALHOST,
+                 start: bool = True, *, bind_host: str | None = None,
                  hardware: "Cluster | str | os.PathLike | None" = None,
                  shm_min_bytes: int | None = SHM_MIN_BYTES, local_sockets: bool = True,
                  max_workers: int = 256, max_receive_bytes: int = wire.MAX_RECEIVE_BYTES,
-                 max_local_connections: int = wire.MAX_LOCAL_CONNECTIONS):
+                 max_local_connections: int = wire.MAX_LOCAL_CONNECTIONS,
+                 stream_idle_seconds: float = STREAM_IDLE_SECONDS, security=None):
         if protocol not in (None, "grpc"):
             raise InvalidArgument(f"unknown protocol {protocol!r}; only 'grpc' is supported")
         spec = ClusterSpec(server_or_cluster_def)
@@ -137,17 +170,26 @@ class Server:
         self.address = address
         self.cluster = hardware_view(spec, job_name, task_index, hardware)
         host, port = split_address(address)
-        self._peers = PeerChannels()
+        if bind_host is None:
+            bind_host = default_bind_host(host)
+        self.bind_host = bind_host.strip("[]")
+        self.security = security
+        self._peers = PeerChannels(security)
         self.worker = WorkerService(self.cluster, job_name, task_index, self.config,
                                     peers=self._peers, shm_min_bytes=shm_min_bytes)
         self.master = MasterService(self.cluster, self.worker, self._peers)
+        self.guard = CallGuard(max_streams=max_workers - max(4, max_workers // 8),
+                               stream_idle_seconds=stream_idle_seconds,
+                               token=security.token if security is not None else None)
         try:
             self._server, self.port = wire.create_server(
-                bind_host, port, max_workers=max_workers,
-                options=wire.server_options(max_receive_bytes))
+                self.bind_host, port, max_workers=max_workers,
+                options=wire.server_options(max_receive_bytes), interceptors=[self.guard],
+                credentials=security.server_credentials() if security is not None else None)
         except BaseException:
             self.worker.close()
             self.master.close()
+            self.guard.close()
             raise
         add_worker_to_server(self.worker, self._server)
         master_pb2_grpc.add_MasterServicer_to_server(self.master, self._server)
@@ -171,8 +213,14 @@ class Server:
 
     @property
     def target(self) -> str:
-        """``grpc://host:port``: what a client passes to ``Session``."""
-        return f"grpc://{self.address}"
+        """``grpc://host:port``: what a client passes to ``Session``: the address bound
+        (the spec's host when bound to every interface)."""
+        host, spec_host = self.bind_host, split_address(self.address)[0]
+        if host in ("0.0.0.0", "::", "") or (
+                spec_host in LOOPBACK_HOSTS and default_bind_host(spec_host) == host):
+            # The spec's name for it (the local sockets are named after that address).
+            return f"grpc://{spec_host}:{self.port}"
+        return f"grpc://[{host}]:{self.port}" if ":" in host else f"grpc://{host}:{self.port}"
 
     @property
     def server_def(self) -> dict:
@@ -182,6 +230,7 @@ class Server:
     def start(self) -> None:
         """Start serving (idempotent)."""
         if not self._started:
+            reap_orphans()  # of servers of this host that were killed
             _stop_at_exit(self)
             self._server.start()
             # Only once the gRPC port is ours: the local sockets are named after it.
@@ -221,9 +270,11 @@ class Server:
             if self._local_calls is not None:
                 self._local_calls.close()
             self._server.stop(grace).wait()
+            self.guard.close()
             self.master.close()
             self.worker.close()
             self._peers.close()
+            reap_orphans()
             self._stopped.set()
 
     def __enter__(self) -> "Server":
@@ -264,9 +315,15 @@ def _stop_running() -> None:
 
 
 def _load_spec(path: str) -> dict:
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not JSON: {err}") from None
     if isinstance(data, dict) and isinstance(data.get("cluster"), dict):
         data = data["cluster"]
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds no cluster spec: expected an object "
+                         '{"job": ["host:port", ...]}')
     return data
 
 
@@ -313,12 +370,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", type=int, default=0, help="this task's index (default 0)")
     parser.add_argument("--config", help="JSON file with a SessionConfig dict")
     parser.add_argument("--hardware", help="calibrated Cluster JSON to place on")
-    parser.add_argument("--bind", default=wire.LOCALHOST,
-                        help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--bind", default=None,
+                        help="interface to bind (default: loopback, ::1 for an IPv6 address)")
     parser.add_argument("--no-shm", action="store_true",
                         help="send tensors to same-host tasks over the socket only")
     parser.add_argument("--no-local-sockets", action="store_true",
                         help="take calls and tensors from same-host processes by gRPC only")
+    parser.add_argument("--tls-cert", help="PEM certificate: serve TLS (with --tls-key)")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-ca", help="PEM CA that the other tasks' certificates are "
+                                         "verified against (default: --tls-cert)")
+    parser.add_argument("--token-file", help="file holding the cluster's shared token, "
+                                             "checked on every call")
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="stop when the parent process exits")
     parser.add_argument("--log-level", default="INFO", type=str.upper,
@@ -327,18 +390,28 @@ def main(argv: list[str] | None = None) -> int:
                              "log_device_placement lines too)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
-    config = (SessionConfig.from_dict(json.loads(Path(args.config).read_text()))
-              if args.config else None)
     parent = os.getppid()
     tune_malloc()
     try:
+        config = (SessionConfig.from_dict(json.loads(Path(args.config).read_text()))
+                  if args.config else None)
+        security = None
+        if args.tls_cert or args.tls_key or args.tls_ca or args.token_file:
+            from runtime.security import Security
+            security = Security.from_files(token_file=args.token_file, cert=args.tls_cert,
+                                           key=args.tls_key, ca=args.tls_ca)
         server = Server(_load_spec(args.cluster), args.job, args.task, config=config,
                         bind_host=args.bind, hardware=args.hardware,
                         shm_min_bytes=None if args.no_shm else SHM_MIN_BYTES,
-                        local_sockets=not args.no_local_sockets)
+                        local_sockets=not args.no_local_sockets, security=security)
     except wire.BindError as err:
         _log.error("%s", err)
         return 3
+    except (OSError, ValueError, TypeError, KeyError, LabRuntimeError) as err:
+        # A file that is missing or not JSON, a spec or config that is wrong: one line,
+        # and the usage error's status (as argparse's own).
+        _log.error("%s", err.args[0] if isinstance(err, KeyError) and err.args else err)
+        return 2
 
     def on_signal(signum, frame):  # noqa: ARG001
         threading.Thread(target=server.stop, daemon=True).start()

@@ -2,7 +2,9 @@
 
 Contract:
 
-1. ``Session(target=None, graph=None, config=None, *, cluster=None)``.
+1. ``Session(target=None, graph=None, config=None, *, cluster=None, security=None)``
+   (``security``: a :class:`runtime.security.Security` for a ``grpc://`` target that
+   asks for TLS or a token).
    ``target=None`` (or ``""``) runs in-process on this machine
    (``Cluster.this_machine(job="localhost")`` unless ``cluster`` is given; the session's
    task is the cluster's master task, ``/job:localhost/replica:0/task:0``);
@@ -188,7 +190,19 @@ def check_feed(tensor: Tensor, value) -> np.ndarray:
         raise TypeError(f"The value of a feed cannot be a graph element ({value!r}); feed a "
                         "numpy array or a Python value")
     target = tensor.dtype.np
-    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if isinstance(value, np.ndarray):
+        arr = value
+    else:
+        try:
+            arr = np.asarray(value)
+        except ValueError as err:  # a ragged nested list: numpy says "inhomogeneous"
+            raise InvalidArgument(
+                f"Cannot feed a ragged value to Tensor {tensor.name!r} of shape "
+                f"{tensor.shape}: its nested lists differ in length ({err})") from None
+    if arr.dtype == object:
+        raise InvalidArgument(f"Cannot feed a value of Python objects to Tensor "
+                              f"{tensor.name!r}: a ragged list, or elements that are not "
+                              "numbers")
     kind = arr.dtype.kind
     if kind not in _OK_KINDS.get(target.kind, target.kind):
         raise InvalidArgument(f"Cannot feed a value of dtype {arr.dtype.name} to Tensor "
@@ -230,7 +244,8 @@ class Session:
     """A TF 1.x session (see the module docstring for the contract)."""
 
     def __init__(self, target: str | None = None, graph: Graph | None = None,
-                 config: SessionConfig | Mapping | None = None, *, cluster=None):
+                 config: SessionConfig | Mapping | None = None, *, cluster=None,
+                 security=None):
         if config is None:
             config = SessionConfig()
         elif isinstance(config, Mapping):
@@ -258,7 +273,8 @@ class Session:
                         f"target {target!r} needs the gRPC backend (runtime.remote), which is "
                         f"not available here ({e})") from e
                 raise
-            self._remote = remote.RemoteSession(self._target, self._graph, config)
+            self._remote = remote.RemoteSession(self._target, self._graph, config,
+                                                security=security)
             return
         from core.cluster import Cluster
         from runtime.executor import Executor

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from runtime.protos import tensor_pb2
-from runtime.wire import WireError, as_wire_array, check_meta, make_meta
+from runtime.tensor_codec import WireError, as_wire_array, check_meta, make_meta
 
 __all__ = ["SHM_DIR", "SEGMENT_PREFIX", "ShmError", "SegmentLedger", "shm_available",
            "export_array", "import_array", "create_segment", "release_mapping",

@@ -10,7 +10,7 @@ Every :class:`runtime.server.Server` runs one :class:`WorkerService` (protocol:
   the devices' inter-op pools;
 - per master session, the graph (rebuilt from ``NodeDef`` messages), its placement, and
   the registered *partitions* (the ops of one step signature on this task);
-- a :class:`Rendezvous`: tensors other tasks pushed, keyed
+- a :class:`runtime.rendezvous.Rendezvous`: tensors other tasks pushed, keyed
   ``"src_device;tensor;dst_device;step_id"`` (:func:`runtime.wire.rendezvous_key`).
 
 Tensors are **pushed**: when an op's output is consumed on another task, the executor's
@@ -53,26 +53,30 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Mapping
 
 import grpc
 import numpy as np
 
-from core.cluster import Cluster, ClusterSpec, split_address
+from core.cluster import Cluster, split_address
 from core.devices import DeviceSpec
 from core.graph import Graph
 from core.placement import Placement
 from core.serialize import extend_graph
 from runtime import errors, wire
 from runtime.config import SessionConfig
-from runtime.executor import shares_variable
+from runtime.executor import StepIO, shares_variable
 from runtime.graph_codec import (add_named_tensors, error_to_proto, nodes_from_proto,
-                                 stats_to_proto, tensor_from_proto, tensor_to_proto)
+                                 stats_to_proto, tensor_from_proto)
 from runtime.protos import graph_pb2, tensor_pb2, worker_pb2, worker_pb2_grpc
+from runtime.rendezvous import (MAX_UNCLAIMED_AGE, MAX_UNCLAIMED_BYTES, Rendezvous,
+                                StepAborted)
+from runtime.segment_pool import (POOL_PREFIX, SEGMENT_HEADER, BufferPool,  # noqa: F401
+                                  PooledSegment, SegmentMaps, SegmentPool, decode_pooled)
 
 __all__ = ["WorkerService", "Rendezvous", "StepAborted", "PeerChannels", "WorkerClient",
            "task_name", "task_of_device", "transport_error", "SHM_MIN_BYTES",
-           "UNKNOWN_PARTITION"]
+           "UNKNOWN_PARTITION", "MAX_UNCLAIMED_BYTES", "MAX_UNCLAIMED_AGE"]
 
 #: Tensors at least this large go through shared memory to a task on the same host
 #: (below it the socket is as fast and needs no segment).
@@ -88,11 +92,6 @@ ANSWER_MAX_BYTES = 64 * 1024
 #: restarted, or never got it): the master registers again and retries.
 UNKNOWN_PARTITION = "UnknownPartition"
 
-# Steps whose rendezvous entries are older than this are dropped (a master died
-# between the pushes and the RunGraph): seconds.
-_STALE_STEP_SECONDS = 600.0
-
-
 def task_name(job: str, task: int) -> str:
     """``/job:<job>/replica:0/task:<task>``."""
     return f"/job:{job}/replica:0/task:{task}"
@@ -103,10 +102,6 @@ def task_of_device(device: str) -> tuple[str, int]:
     """``(job, task)`` of a full device name."""
     spec = DeviceSpec.from_string(device)
     return spec.job, spec.task
-
-
-class StepAborted(errors.LabRuntimeError):
-    """The step was aborted because another part of it failed."""
 
 
 def transport_error(err: wire.TransportError, task: str) -> errors.LabRuntimeError:
@@ -122,425 +117,115 @@ def transport_error(err: wire.TransportError, task: str) -> errors.LabRuntimeErr
 
 
 # ---------------------------------------------------------------------------
-# Rendezvous
+# One part's tensors to and from the other tasks
 
-class _Slot:
-    __slots__ = ("event", "value", "error", "callback")
+class _PartIO(StepIO):
+    """The :class:`runtime.executor.StepIO` of one part of one step on a worker: takes
+    received tensors from the worker's rendezvous, pushes sent ones to their task (see
+    the module docstring), and is watched by the rendezvous for the step's abort.
+    ``sends`` lists ``(tensor, dst_device, start, end)`` of the pushes; ``failed``, a
+    push's error (a peer gone); :meth:`finish` waits for the pushes still streaming."""
 
-    def __init__(self):
-        self.event = threading.Event()
-        self.value = None
-        self.error: BaseException | None = None
-        self.callback = None  # take_async's, until the value or an abort comes
+    copies_on_send = True
 
+    def __init__(self, worker: "WorkerService", step_id: int, deadline: float,
+                 placement: Placement, answer_to: tuple | None):
+        self.worker, self.step_id, self.deadline = worker, step_id, deadline
+        self.placement, self.answer_to = placement, answer_to
+        self.final_sends = answer_to is not None
+        self.pushes: list[Future] = []
+        self.sends: list = []
+        self.failed: list[BaseException] = []
+        self.held: list = []  # (dst_task, key, frame) for the answer to carry
 
-class Rendezvous:
-    """Tensors in flight to this task, by rendezvous key; thread-safe.
+    def recv(self, tensor_name: str, src_device: str, dst_device: str):
+        key = wire.rendezvous_key(src_device, tensor_name, dst_device, self.step_id)
+        return self.worker.rendezvous.take(key, self.step_id, self.deadline)
 
-    ``put`` (a push arrived) and ``take`` (the executor's recv) may come in either
-    order; ``take`` blocks until the value is there, the step is aborted, or the
-    deadline passes. ``finish_step`` forgets a step (late pushes for it are dropped).
+    def recv_async(self, tensor_name: str, src_device: str, dst_device: str, callback):
+        key = wire.rendezvous_key(src_device, tensor_name, dst_device, self.step_id)
+        return self.worker.rendezvous.take_async(key, self.step_id, callback)
 
-    >>> r = Rendezvous()
-    >>> r.put("a;x:0;b;7", np.ones(2))
-    >>> r.take("a;x:0;b;7", 7, time.monotonic() + 1).tolist()
-    [1.0, 1.0]
-    """
+    def watch(self, abort) -> None:
+        self.worker.rendezvous.watch(self.step_id, abort)
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._steps: dict[int, dict[str, _Slot]] = {}
-        self._born: dict[int, float] = {}
-        self._closed_steps: OrderedDict[int, BaseException | None] = OrderedDict()
-        self._watchers: dict[int, list[Callable[[BaseException], None]]] = {}
+    def _on_pushed(self, fut: Future) -> None:
+        err = fut.exception()
+        if err is not None and not self.failed:
+            self.failed.append(err)
+            # Our own recvs may wait for a reply the dead peer will never send.
+            self.worker.rendezvous.abort(self.step_id, StepAborted(
+                f"step {self.step_id} aborted: {err}"))
 
-    def _slot(self, key: str, step_id: int) -> _Slot | None:
-        # Under the lock. None when the step already finished.
-        if step_id in self._closed_steps:
-            return None
-        slots = self._steps.get(step_id)
-        if slots is None:
-            slots = self._steps[step_id] = {}
-            self._born[step_id] = time.monotonic()
-        slot = slots.get(key)
-        if slot is None:
-            slot = slots[key] = _Slot()
-        return slot
-
-    def put(self, key: str, value: Any) -> None:
-        """A tensor arrived for ``key`` (dropped if its step already finished)."""
-        step_id = wire.parse_rendezvous_key(key).step_id
-        with self._lock:
-            slot = self._slot(key, step_id)
-            if slot is None:
-                return
-            callback, slot.callback = slot.callback, None
-            if callback is None:
-                slot.value = value
-        if callback is not None:
-            callback(value, None)
+    def send(self, tensor_name: str, value, dst_device: str, final: bool = False) -> None:
+        worker, deadline, sends = self.worker, self.deadline, self.sends
+        producer = tensor_name[1:] if tensor_name.startswith("^") else \
+            tensor_name.rpartition(":")[0]
+        key = wire.rendezvous_key(self.placement[producer], tensor_name, dst_device,
+                                  self.step_id)
+        dst_task = task_of_device(dst_device)
+        nbytes = getattr(value, "nbytes", 0)
+        if (final and dst_task == self.answer_to and nbytes <= ANSWER_MAX_BYTES
+                and not worker._pushes_locally(dst_task)):
+            # The part's answer goes to that task right after this: it carries the
+            # tensor (a copy, made here), one gRPC message fewer than a push of its
+            # own, which would wait for gRPC's sending thread. (A push on a local
+            # socket leaves at once from this thread: held, it would wait for the
+            # rest of the part and the answer; measured slower.)
+            start = time.perf_counter()
+            self.held.append((dst_task, key, next(wire.encode_frames(value, key))))
+            sends.append((tensor_name, dst_device, start, time.perf_counter()))
+            return
+        if nbytes <= wire.DEFAULT_CHUNK_BYTES:
+            # One message queued on the open stream: cheap enough to do right here
+            # (the frame is a copy: a variable's buffer may change afterwards).
+            worker._push(dst_task, key, value, deadline, sends)
+            return
+        # Large: copy it now, once (a variable's live buffer could change once send
+        # returns). To a same-host peer the copy goes into a pooled shared-memory
+        # segment and only a reference travels, from here; else the copy is the
+        # stream's frames themselves (made anyway), streamed by a pusher thread.
+        arr = wire.as_wire_array(value, key)
+        staged = time.perf_counter()  # the copy is part of the transfer
+        segment = worker._stage_in_segment(dst_task, arr)
+        if segment is not None:
+            worker._push(dst_task, key, arr, deadline, sends, segment, start=staged)
+            return
+        if not shares_variable(arr, worker.variables):
+            fut = worker._pushers.submit(worker._push, dst_task, key, arr, deadline, sends)
         else:
-            slot.event.set()
-
-    def take(self, key: str, step_id: int, deadline: float) -> Any:
-        """Block until ``key``'s tensor is here (``deadline``: ``time.monotonic()``)."""
-        with self._lock:
-            error = self._closed_steps.get(step_id)
-            slot = self._slot(key, step_id)
-        if slot is None:
-            raise error or StepAborted(f"step {step_id} is over")
-        if not slot.event.wait(max(0.0, deadline - time.monotonic())):
-            raise errors.DeadlineExceeded(
-                f"tensor {key!r} did not arrive before the step's deadline", [key])
-        if slot.error is not None:
-            raise slot.error
-        value, slot.value = slot.value, None
-        return value
-
-    def watch(self, step_id: int, abort: Callable[[BaseException], None]) -> None:
-        """Call ``abort(error)`` when ``step_id`` is aborted (at once if it was): the
-        executor's step stops, not only its recvs (a part busy computing would
-        otherwise run to its end while the step already failed)."""
-        with self._lock:
-            if step_id not in self._closed_steps:
-                self._watchers.setdefault(step_id, []).append(abort)
-                return
-            error = self._closed_steps[step_id]
-        if error is not None:
-            abort(error)
-
-    def take_async(self, key: str, step_id: int, callback: Callable) -> Any:
-        """``key``'s tensor if it is here; else None, and ``callback(value, None)``
-        runs when it arrives (in the delivering thread) or ``callback(None, error)``
-        when the step is aborted. A step that finishes first drops the callback."""
-        with self._lock:
-            error = self._closed_steps.get(step_id)
-            slot = self._slot(key, step_id)
-            if slot is not None:
-                if slot.event.is_set():
-                    if slot.error is None:
-                        value, slot.value = slot.value, None
-                        return value
-                    error = slot.error
-                else:
-                    slot.callback = callback
-                    return None
-        raise error or StepAborted(f"step {step_id} is over")
-
-    def abort(self, step_id: int, error: BaseException) -> None:
-        """Wake every ``take`` of ``step_id`` with ``error``; later ones fail too."""
-        with self._lock:
-            slots = self._steps.pop(step_id, {})
-            self._born.pop(step_id, None)
-            watchers = self._watchers.pop(step_id, ())
-            self._remember(step_id, error)
-        for slot in slots.values():
-            callback = slot.callback
-            if callback is not None:
-                slot.callback = None
-                callback(None, error)
-            elif not slot.event.is_set():
-                slot.error = error
-                slot.event.set()
-        for abort in watchers:
-            abort(error)
-
-    def finish_step(self, step_id: int) -> None:
-        """Forget ``step_id``'s tensors; later pushes for it are dropped."""
-        now = time.monotonic()
-        with self._lock:
-            self._steps.pop(step_id, None)
-            self._born.pop(step_id, None)
-            self._watchers.pop(step_id, None)
-            if step_id not in self._closed_steps:
-                self._remember(step_id, None)
-            stale = [s for s, t in self._born.items() if now - t > _STALE_STEP_SECONDS]
-            for s in stale:
-                self._steps.pop(s, None)
-                self._born.pop(s, None)
-
-    def _remember(self, step_id: int, error) -> None:
-        self._closed_steps[step_id] = error
-        while len(self._closed_steps) > 4096:
-            self._closed_steps.popitem(last=False)
-
-    def pending(self) -> int:
-        """Number of tensors held (for tests: 0 when no step is running)."""
-        with self._lock:
-            return sum(1 for slots in self._steps.values() for s in slots.values()
-                       if s.event.is_set() and s.value is not None)
-
-
-# ---------------------------------------------------------------------------
-# Reused memory for large tensors
-#
-# Fresh memory is expensive here: the first touch of 64 MiB of new pages costs more
-# than copying 64 MiB (page faults, measured 40+ ms against 10 ms). So large tensors
-# move through memory that is reused from step to step. To a task of the same host the
-# sender copies the tensor into one of its pooled shared-memory segments (the one copy:
-# the tensor may be a variable's live buffer) and pushes only a reference; the receiver
-# uses the tensor in place, without a copy, and marks the segment free (a flag in the
-# segment's first byte) once nothing refers to the tensor any more; the sender reuses
-# only segments so marked. A receiver that dies leaves its segments marked: they are
-# never reused, and unlinked when the pool holds too many or closes. (runtime.shm's
-# single-use "receiver unlinks" handoff is the TensorStore demo's.)
-
-#: Name prefix of pooled segments (runtime.shm's single-use ones start with "plab_").
-POOL_PREFIX = "plabpool_"
-
-#: Bytes before the tensor in a pooled segment. Byte 0 is 1 from the moment the sender
-#: hands the tensor over until the receiver no longer refers to it.
-SEGMENT_HEADER = 64
-
-
-class PooledSegment:
-    """A segment of a :class:`SegmentPool`: ``name``, ``size`` and ``buf``, its mapping
-    (an ``mmap``: ``buf[0]`` is the flag, the tensor follows :data:`SEGMENT_HEADER`)."""
-
-    __slots__ = ("name", "size", "buf")
-
-    def __init__(self, name: str, size: int, buf):
-        self.name, self.size, self.buf = name, size, buf
-
-    def __repr__(self) -> str:
-        return f"<PooledSegment {self.name} size={self.size}>"
-
-
-class SegmentPool:
-    """Shared-memory segments of this process, reused for same-host pushes.
-
-    The sender owns them (it unlinks them in :meth:`close`); receivers map them by name
-    and keep the mapping. An array of this process over a segment's mapping (the master's
-    offer of a fetched tensor's memory to its kernel) may outlive the pool's use of it:
-    letting a segment go unlinks its name at once and unmaps it once no array views it
-    (:func:`runtime.shm.release_mapping`). Thread-safe.
-    """
-
-    def __init__(self, keep: int = 4):
-        self._lock = threading.Lock()
-        self._free: dict[int, list] = {}
-        self._all: list = []
-        self._keep = keep
-
-    def acquire(self, nbytes: int):
-        """A segment with room for ``nbytes`` after :data:`SEGMENT_HEADER` that no
-        receiver holds (its flag clear); the caller sets the flag when it hands it over,
-        and gives it back with :meth:`release` in any case."""
-        from runtime.shm import create_segment
-
-        # Whole MiB: fewer size classes.
-        size = -(-(nbytes + SEGMENT_HEADER) // (1 << 20)) * (1 << 20)
-        with self._lock:
-            free = self._free.get(size, ())
-            for i, segment in enumerate(free):
-                if segment.buf[0] == 0:  # the last receiver let go of it
-                    return free.pop(i)
-        name = f"{POOL_PREFIX}{os.getpid()}_{secrets.token_hex(6)}"
-        segment = PooledSegment(name, size, create_segment(name, size))
-        with self._lock:
-            self._all.append(segment)
-        return segment
-
-    def release(self, segment) -> None:
-        """Back to the pool (reused once its receiver let go). Beyond ``keep`` of a
-        size, the oldest one its receiver let go of is unlinked.  One still held (its
-        flag set) stays: its receiver may not have opened it by name yet (a push just
-        sent), and unlinking it then would lose the tensor; :meth:`close` unlinks
-        whatever is left."""
-        with self._lock:
-            free = self._free.setdefault(segment.size, [])
-            free.append(segment)
-            if len(free) <= self._keep:
-                return
-            done = next((s for s in free if s.buf[0] == 0), None)
-            if done is None:
-                return
-            free.remove(done)
-            self._all.remove(done)
-        _destroy(done)
-
-    def discard(self, segment) -> None:
-        """Let ``segment`` (acquired from this pool) go instead of releasing it: never
-        reused, whatever its flag says (a kernel of a failed step may still be writing
-        into it)."""
-        with self._lock:
-            free = self._free.get(segment.size, [])
-            if segment in free:
-                free.remove(segment)
-            if segment not in self._all:
-                return
-            self._all.remove(segment)
-        _destroy(segment)
-
-    def close(self) -> None:
-        with self._lock:
-            segments, self._all, self._free = self._all, [], {}
-        for segment in segments:
-            _destroy(segment)
-
-
-def _destroy(segment: PooledSegment) -> None:
-    """Unlink ``segment``'s name, and unmap it once no array of this process views it."""
-    from runtime.shm import release_mapping, unlink_segment
-    unlink_segment(segment.name)
-    release_mapping(segment.buf)
-
-
-class BufferPool:
-    """Receive buffers reused from step to step (fresh 64 MiB costs more in page faults
-    than the copy into it). :meth:`acquire` lends a buffer out as an array whose views
-    all keep it as their ``base``; the buffer comes back to the pool when the last of
-    them is gone, like :meth:`SegmentMaps.lease`."""
-
-    def __init__(self, keep: int = 4):
-        self._lock = threading.Lock()
-        self._free: dict[int, list[np.ndarray]] = {}
-        self._keep = keep
-
-    def acquire(self, nbytes: int) -> np.ndarray:
-        """A writable uint8 array of ``nbytes``, reused if one is free."""
-        import weakref
-
-        with self._lock:
-            free = self._free.get(nbytes)
-            buf = free.pop() if free else None
-        if buf is None:
-            buf = np.empty(nbytes, np.uint8)
-        # Through a memoryview: views of `lent` then keep `lent` itself as their base
-        # (numpy would collapse them onto `buf`), so its finalizer waits for all of them.
-        lent = np.frombuffer(memoryview(buf), np.uint8)
-        weakref.finalize(lent, self._give_back, buf)
-        return lent
-
-    def _give_back(self, buf: np.ndarray) -> None:
-        with self._lock:
-            free = self._free.setdefault(buf.nbytes, [])
-            if len(free) < self._keep:
-                free.append(buf)
-
-
-class SegmentMaps:
-    """Mappings of other processes' pooled segments, opened once by name (at most
-    ``keep`` of them: beyond that, mappings nothing refers to are closed, e.g. those of
-    segments a sender has since unlinked, which would hold their memory otherwise)."""
-
-    def __init__(self, keep: int = 16):
-        self._lock = threading.Lock()
-        self._maps: dict[str, Any] = {}
-        self._keep = keep
-
-    def lease(self, name: str, offset: int, nbytes: int, key: str) -> np.ndarray:
-        """The tensor bytes of a pooled segment in place (no copy); the segment's flag
-        is cleared, handing it back to its sender, once the array and every view of it
-        are gone (views of it keep it as their ``base``)."""
-        import weakref
-
-        if offset < SEGMENT_HEADER:
-            raise wire.WireError(key, "shm", f"ref offset {offset} lies in the segment header")
-        mapping = self._mapping(name, offset, nbytes, key)
-        array = np.frombuffer(mapping, np.uint8, count=nbytes, offset=offset)
-        weakref.finalize(array, _release_segment, mapping)
-        return array
-
-    def view(self, name: str, offset: int, nbytes: int, key: str) -> np.ndarray:
-        mapping = self._mapping(name, offset, nbytes, key)
-        return np.frombuffer(mapping, np.uint8, count=nbytes, offset=offset)
-
-    def _mapping(self, name: str, offset: int, nbytes: int, key: str):
-        import mmap
-
-        from runtime import shm
-        with self._lock:
-            mapping = self._maps.get(name)
-            if mapping is None or len(mapping) < offset + nbytes:
-                if "/" in name or not name.startswith(POOL_PREFIX):
-                    raise wire.WireError(key, "shm", f"bad pooled segment name {name!r}")
-                try:
-                    fd = os.open(shm.SHM_DIR / name, os.O_RDWR)
-                except FileNotFoundError:
-                    raise wire.WireError(key, "shm", f"segment {name!r} does not exist") from None
-                try:
-                    mapping = mmap.mmap(fd, os.fstat(fd).st_size)
-                finally:
-                    os.close(fd)
-                if len(self._maps) >= self._keep:
-                    self._close_unused()
-                self._maps[name] = mapping
-        if offset < 0 or offset + nbytes > len(mapping):
-            raise wire.WireError(key, "shm", f"ref [{offset}, +{nbytes}) lies outside {name!r}")
-        return mapping
-
-    def _close_unused(self) -> None:
-        # Under the lock. A mapping with live arrays refuses to close (BufferError).
-        for name, mapping in list(self._maps.items()):
+            # Copied into the frames here, before send returns, while the pusher
+            # already streams the first ones.
+            frames: queue.SimpleQueue = queue.SimpleQueue()
+            fut = worker._pushers.submit(worker._push, dst_task, key, arr, deadline, sends,
+                                         None, iter(frames.get, None), staged)
             try:
-                mapping.close()
-            except BufferError:
-                continue
-            del self._maps[name]
+                for frame in wire.encode_frames(arr, key):
+                    frames.put(frame)
+            finally:
+                frames.put(None)  # the stream ends (early: the receiver refuses it)
+        fut.add_done_callback(self._on_pushed)
+        self.pushes.append(fut)
 
-    def close(self) -> None:
-        with self._lock:
-            maps, self._maps = list(self._maps.values()), {}
-        for m in maps:
+    def finish(self, answer_frames: list | None) -> None:
+        """After the part ran: the held tensors into ``answer_frames`` (or pushed, when
+        the answer must wait for large pushes anyway), and every push done before the
+        deadline (else DeadlineExceeded)."""
+        if self.held:
+            if any(not fut.done() for fut in self.pushes):
+                # The answer waits for the large pushes still streaming: not these.
+                for dst_task, key, frame in self.held:
+                    self.worker._send_frame(dst_task, key, frame)
+            else:
+                answer_frames.extend(frame for _, _, frame in self.held)
+        for fut in list(self.pushes):
+            remaining = max(0.0, self.deadline - time.monotonic())
             try:
-                m.close()
-            except BufferError:
-                pass
-
-
-def _release_segment(mapping) -> None:
-    try:
-        mapping[0] = 0  # see SEGMENT_HEADER
-    except ValueError:  # the mapping was closed (shutting down)
-        pass
-
-
-def decode_pooled(first, rest, buffers: BufferPool, maps: SegmentMaps) -> tuple[str, np.ndarray]:
-    """Like :func:`runtime.wire.decode_keyed` for a pushed tensor (first frame, later
-    frames), but into a reused buffer; a pooled segment's tensor is used in place
-    (:meth:`SegmentMaps.lease`). The same checks: meta on the first chunk, dtype, byte
-    counts, order, key."""
-    header, data = wire.split_frame(first)
-    key = header.key
-    if not header.HasField("meta"):
-        raise wire.WireError(key, "meta", "first chunk carries no TensorMeta")
-    dtype, shape = wire.check_meta(header.meta, key)
-    nbytes = header.meta.nbytes
-    if header.WhichOneof("payload") == "shm":
-        ref = header.shm
-        if ref.nbytes != nbytes:
-            raise wire.WireError(key, "nbytes", "ShmRef size differs from TensorMeta",
-                                 expected=nbytes, got=ref.nbytes)
-        if next(iter(rest), None) is not None:
-            raise wire.WireError(key, "chunks", "a shared-memory tensor must be a single chunk")
-        buf = maps.lease(ref.name, ref.offset, nbytes, key)
-        return key, buf.view(dtype).reshape(shape)
-    buf = buffers.acquire(nbytes)
-    received = 0
-    index = 0
-    it = iter(rest)
-    while True:
-        if index:
-            if header.HasField("meta") or (header.key and header.key != key):
-                raise wire.WireError(key, "meta", f"chunk {index} carries a second header")
-        if header.offset != received:
-            raise wire.WireError(key, "order", f"chunk {index} is out of order",
-                                 expected=received, got=header.offset)
-        end = received + len(data)
-        if end > nbytes:
-            raise wire.WireError(key, "nbytes", f"chunk {index} overruns the announced size",
-                                 expected=nbytes, got=end)
-        buf[received:end] = np.frombuffer(data, np.uint8)
-        received = end
-        index += 1
-        item = next(it, None)
-        if item is None:
-            break
-        header, data = wire.split_frame(item, key)
-    if received != nbytes:
-        raise wire.WireError(key, "nbytes", "stream ended early", expected=nbytes, got=received)
-    return key, buf.view(dtype).reshape(shape)
+                fut.result(timeout=remaining)
+            except TimeoutError:
+                raise errors.DeadlineExceeded(
+                    f"pushing tensors from {self.worker.task_name} ran past the step's "
+                    "deadline") from None
 
 
 # ---------------------------------------------------------------------------
@@ -559,9 +244,10 @@ def _peer_channel_options() -> list:
 class WorkerClient:
     """Stubs of one peer's Worker service over one long-lived channel."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, security=None):
         self.address = address
-        self.channel = wire.create_channel(address, options=_peer_channel_options())
+        self.channel = wire.create_channel(address, options=_peer_channel_options(),
+                                           security=security)
         self.stub = worker_pb2_grpc.WorkerStub(self.channel)
         desc = worker_pb2.DESCRIPTOR.services_by_name["Worker"]
         # PushTensor takes pre-serialized frames (runtime.wire.encode_frames) or messages.
@@ -587,10 +273,16 @@ class WorkerClient:
 
     def push_stream(self) -> "_PushStream":
         """The open PushStream to this peer (a new one if the last one ended)."""
+        from runtime.call_guard import CLIENT_STREAM_IDLE_SECONDS
         with self._stream_lock:
             stream = self._stream
+            if stream is not None and not stream.ended and (
+                    time.monotonic() - stream.last_sent > CLIENT_STREAM_IDLE_SECONDS):
+                stream.close()  # the peer may be ending it for idling: a new one
+                stream = None
             if stream is None or stream.ended:
                 stream = self._stream = _PushStream(self._push_stream_call)
+            stream.last_sent = time.monotonic()
             return stream
 
     def local_sender(self, fresh: bool = False) -> "wire.LocalPushSender | None":
@@ -633,6 +325,7 @@ class _PushStream:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self.ended = False
         self.error: BaseException | None = None
+        self.last_sent = time.monotonic()  # when push_stream() last handed it out
         # A long deadline: the stream outlives steps; keepalive and the TCP connection
         # tell a dead peer long before it.
         self._future = call.future(self._messages(), timeout=24 * 3600.0, wait_for_ready=False)
@@ -664,9 +357,11 @@ class _PushStream:
 class PeerChannels:
     """One :class:`WorkerClient` per peer address, shared by a server's master and
     worker; :meth:`reset` replaces a peer's channel after it failed (so a restarted
-    peer is reached at once)."""
+    peer is reached at once). ``security``: the cluster's
+    :class:`runtime.security.Security` (TLS, token) for every channel."""
 
-    def __init__(self):
+    def __init__(self, security=None):
+        self.security = security
         self._lock = threading.Lock()
         self._clients: dict[str, WorkerClient] = {}
 
@@ -674,7 +369,7 @@ class PeerChannels:
         with self._lock:
             client = self._clients.get(address)
             if client is None:
-                client = self._clients[address] = WorkerClient(address)
+                client = self._clients[address] = WorkerClient(address, self.security)
             return client
 
     def existing(self, address: str) -> WorkerClient | None:
@@ -737,11 +432,14 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         peers: the server's :class:`PeerChannels`.
         shm_min_bytes: tensors at least this large go to same-host peers through shared
             memory; ``None`` always uses the socket.
+        max_unclaimed_bytes, max_unclaimed_age: the bounds of tensors pushed for steps
+            that do not run here (:class:`Rendezvous`).
     """
 
     def __init__(self, cluster: Cluster, job: str, task: int, config: SessionConfig | None = None,
                  *, peers: PeerChannels | None = None, shm_min_bytes: int | None = SHM_MIN_BYTES,
-                 max_sessions: int = 64):
+                 max_sessions: int = 64, max_unclaimed_bytes: int = MAX_UNCLAIMED_BYTES,
+                 max_unclaimed_age: float = MAX_UNCLAIMED_AGE):
         from runtime import shm
         from runtime.executor import Executor
         from runtime.local_devices import LocalDevices
@@ -754,7 +452,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self.devices = LocalDevices.for_task(cluster, job, task, self.config)
         self.variables = VariableStore()
         self.executor = Executor(self.devices, self.variables)
-        self.rendezvous = Rendezvous()
+        self.rendezvous = Rendezvous(max_unclaimed_bytes=max_unclaimed_bytes,
+                                     max_unclaimed_age=max_unclaimed_age)
+        self._closing = threading.Event()
+        threading.Thread(target=self._sweep, daemon=True,
+                         name=f"rendezvous sweep {self.task_name}").start()
         self.peers = peers or PeerChannels()
         self.incarnation = secrets.token_hex(8)
         self.shm_min_bytes = shm_min_bytes if shm.shm_available() else None
@@ -775,6 +477,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self._task_names: dict[str, tuple[str, int]] = {}
 
     # -- helpers ---------------------------------------------------------------------
+    def _sweep(self) -> None:
+        period = min(5.0, self.rendezvous.max_unclaimed_age / 4)
+        while not self._closing.wait(period):
+            self.rendezvous.sweep()
+
     def _host_of(self, job: str, task: int) -> str:
         address = self.cluster.task(job, task).address or ""
         try:
@@ -872,103 +579,18 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         ``fetch_into``: buffers offered for fetched tensors (the executor's ``run_step``).
         """
         timeout = sess.config.operation_timeout if timeout is None or timeout <= 0 else timeout
-        deadline = time.monotonic() + timeout
-        placement = part.placement
-        rendezvous = self.rendezvous
-        pushes: list[Future] = []
-        sends: list = []
-        failed: list[BaseException] = []
-        held: list = []  # (dst_task, key, frame) for the answer to carry
-
-        def recv(tensor_name: str, src_device: str, dst_device: str):
-            key = wire.rendezvous_key(src_device, tensor_name, dst_device, step_id)
-            return rendezvous.take(key, step_id, deadline)
-
-        def recv_async(tensor_name: str, src_device: str, dst_device: str, callback):
-            key = wire.rendezvous_key(src_device, tensor_name, dst_device, step_id)
-            return rendezvous.take_async(key, step_id, callback)
-
-        def on_pushed(fut: Future) -> None:
-            err = fut.exception()
-            if err is not None and not failed:
-                failed.append(err)
-                # Our own recvs may wait for a reply the dead peer will never send.
-                rendezvous.abort(step_id, StepAborted(f"step {step_id} aborted: {err}"))
-
-        def send(tensor_name: str, value, dst_device: str, final: bool = False) -> None:
-            producer = tensor_name[1:] if tensor_name.startswith("^") else \
-                tensor_name.rpartition(":")[0]
-            key = wire.rendezvous_key(placement[producer], tensor_name, dst_device, step_id)
-            dst_task = task_of_device(dst_device)
-            nbytes = getattr(value, "nbytes", 0)
-            if (final and dst_task == answer_to and nbytes <= ANSWER_MAX_BYTES
-                    and not self._pushes_locally(dst_task)):
-                # The part's answer goes to that task right after this: it carries the
-                # tensor (a copy, made here), one gRPC message fewer than a push of its
-                # own, which would wait for gRPC's sending thread. (A push on a local
-                # socket leaves at once from this thread: held, it would wait for the
-                # rest of the part and the answer; measured slower.)
-                start = time.perf_counter()
-                held.append((dst_task, key, next(wire.encode_frames(value, key))))
-                sends.append((tensor_name, dst_device, start, time.perf_counter()))
-                return
-            if nbytes <= wire.DEFAULT_CHUNK_BYTES:
-                # One message queued on the open stream: cheap enough to do right here
-                # (the frame is a copy: a variable's buffer may change afterwards).
-                self._push(dst_task, key, value, deadline, sends)
-                return
-            # Large: copy it now, once (a variable's live buffer could change once send
-            # returns). To a same-host peer the copy goes into a pooled shared-memory
-            # segment and only a reference travels, from here; else the copy is the
-            # stream's frames themselves (made anyway), streamed by a pusher thread.
-            arr = wire.as_wire_array(value, key)
-            staged = time.perf_counter()  # the copy is part of the transfer
-            segment = self._stage_in_segment(dst_task, arr)
-            if segment is not None:
-                self._push(dst_task, key, arr, deadline, sends, segment, start=staged)
-                return
-            if not shares_variable(arr, self.variables):
-                fut = self._pushers.submit(self._push, dst_task, key, arr, deadline, sends)
-            else:
-                # Copied into the frames here, before send returns, while the pusher
-                # already streams the first ones.
-                frames: queue.SimpleQueue = queue.SimpleQueue()
-                fut = self._pushers.submit(self._push, dst_task, key, arr, deadline, sends,
-                                           None, iter(frames.get, None), staged)
-                try:
-                    for frame in wire.encode_frames(arr, key):
-                        frames.put(frame)
-                finally:
-                    frames.put(None)  # the stream ends (early: the receiver refuses it)
-            fut.add_done_callback(on_pushed)
-            pushes.append(fut)
-
+        io = _PartIO(self, step_id, time.monotonic() + timeout, part.placement, answer_to)
         try:
             result = self.executor.run_step(
-                part.ops, placement, fetches=part.fetches, targets=part.targets, feeds=feeds,
-                recv=recv, send=send, send_to=part.send_to, step_id=step_id, trace=trace,
-                timeout=timeout, on_abort=lambda abort: rendezvous.watch(step_id, abort),
-                send_copies=True, recv_async=recv_async, send_final=answer_to is not None,
-                fetch_into=fetch_into)
+                part.ops, part.placement, fetches=part.fetches, targets=part.targets,
+                feeds=feeds, io=io, send_to=part.send_to, step_id=step_id, trace=trace,
+                timeout=timeout, fetch_into=fetch_into)
         except BaseException as err:
-            if failed:  # the root cause: a peer we push to is gone
-                raise failed[0] from err
+            if io.failed:  # the root cause: a peer we push to is gone
+                raise io.failed[0] from err
             raise
-        if held:
-            if any(not fut.done() for fut in pushes):
-                # The answer waits for the large pushes still streaming: not these.
-                for dst_task, key, frame in held:
-                    self._send_frame(dst_task, key, frame)
-            else:
-                answer_frames.extend(frame for _, _, frame in held)
-        for fut in list(pushes):
-            remaining = max(0.0, deadline - time.monotonic())
-            try:
-                fut.result(timeout=remaining)
-            except TimeoutError:
-                raise errors.DeadlineExceeded(
-                    f"pushing tensors from {self.task_name} ran past the step's deadline") from None
-        return result, sends
+        io.finish(answer_frames)
+        return result, io.sends
 
     def _task_of_name(self, name: str) -> tuple[str, int] | None:
         """``(job, task)`` of a task name ``/job:j/replica:0/task:i``; None when it is
@@ -1138,7 +760,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 raise wire.WireError("", "chunks", "stream ended before the first chunk")
             key, array = decode_pooled(first, it, self.buffers, self.segment_maps)
             self.rendezvous.put(key, array)
-        except wire.WireError as err:
+        except (wire.WireError, MemoryError) as err:  # MemoryError: ResourceExhausted
             wire.abort_with(context, err)
         except ValueError as err:  # a malformed key
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
@@ -1150,7 +772,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             for frame in request_iterator:
                 self._take_frame(frame)
                 received += 1
-        except wire.WireError as err:
+        except (wire.WireError, MemoryError) as err:
             wire.abort_with(context, err)
         except ValueError as err:  # a malformed key
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
@@ -1201,6 +823,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 
     def close(self) -> None:
         """Stop the pushers and the executor's helper threads, free the devices."""
+        self._closing.set()
         if self._local_listener is not None:
             self._local_listener.close()
         self._pushers.shutdown(wait=False, cancel_futures=True)

@@ -48,7 +48,8 @@ def op_durations(plan, devices, cost_model: CostModel) -> list[float]:
     non-numeric time (the first such op, in op order)."""
     ops, op_device = plan.ops, plan.op_device
     op_time = cost_model.op_time
-    if type(cost_model) is not StaticCostModel:
+    if type(cost_model) is not StaticCostModel or cost_model.shape_hints is not None:
+        # (with shape hints an op's sizes depend on its tensors, not its signature alone)
         times = [op_time(op, devices[d]) for op, d in zip(ops, op_device)]
         for op, d, t in zip(ops, op_device, times):
             if not _valid(t):

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import replace
-from heapq import heappop, heappush
+from heapq import heappop
 
 import numpy as np
 import simpy
@@ -78,6 +78,7 @@ from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
 from sim.durations import multithreaded, op_durations, transfer_durations
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
+from sim.handlers import RunState, make_handlers
 from sim.links import link_successors, static_transfer_order
 from sim.memory import TrackedLog, device_capacity, memory_records
 from sim.pools import (DispatchCalendar, HostCores, InterOpPool, rescale_speedup,
@@ -458,32 +459,61 @@ class _Simulation:
     def run(self) -> Trace:
         """Run the step on a fresh SimPy environment; return its trace.
 
-        The event handlers are closures over local lists (``StepState``'s counters and
-        the resources, inlined): a closure reads its variables as fast as locals, where
-        ``self.x`` is a dictionary look-up, and the handlers run ~230k times at 100k ops.
-        A call copies in all of a closure's variables, and a call or a loop over a few
-        items costs as much as a dozen lines of straight code: so the hot handlers
-        (op_done, transfer_done, ready) are long-lived generators, sent a value per
-        event (:func:`_process`: no frame to set up per call), do the common case
-        straight, written out where it would be a call, and leave the rarer
-        configurations' work (serial dispatch, control messages, a task's late start)
-        to small helpers.  Memory is an int
-        appended per end and per allocation (a record tuple per change and the
-        reference counts were a fifth of the run); bytes in use are kept only when a
-        device could run out (:class:`sim.memory.TrackedLog`).
+        The event handlers (:mod:`sim.handlers`) share the state :meth:`_run_state`
+        sets up.  Memory is an int appended per end and per allocation (a record tuple
+        per change and the reference counts were a fifth of the run); bytes in use are
+        kept only when a device could run out (:class:`sim.memory.TrackedLog`).
         """
-        plan, config, runtime = self.plan, self.config, self.runtime
-        self.env = env = _Environment()
+        r = self._run_state()
+        make_handlers(self, r)
+        plan, n, m, log = self.plan, r.n, r.m, self.log
+        try:
+            # Resident state (variables) exists before the step starts.
+            all_bytes = plan.array("buffer_bytes")
+            for b in plan.resident:
+                if all_bytes[b]:
+                    r.log.append(~(r.n_made + b))  # (the run's log: tracked, if it is)
+            # A step that ran to its end notes each op's and transfer's end and each
+            # allocation once (an op's or a received copy's with bytes): so the log's
+            # length tells whether it stalled (a scan of op_end for None, comparing
+            # each float with None, took 20 ms at 100k ops).
+            complete_log = (len(log) + n + m + int(np.count_nonzero(self.op_alloc_array))
+                            + int(np.count_nonzero(all_bytes[r.n_tensors:])))
+            initial = np.flatnonzero(plan.array("initial_pending") == 0).tolist()
+            if r.cheap is None:
+                for i in initial:
+                    r.ready(i)
+            else:
+                by_device: dict[int, list] = {}
+                for i in initial:
+                    by_device.setdefault(r.op_device[i], []).append(i)
+                for ops in by_device.values():
+                    r.begin_on_device(ops)
+            r.env.run()
+        except OutOfMemory as e:
+            e.trace = self._trace(stopped=True)
+            raise
+        if len(log) != complete_log:
+            raise SimulationStalled([plan.op_names[i] for i in range(n) if r.op_end[i] is None])
+        return self._trace()
+
+    def _run_state(self) -> RunState:
+        """The state one run's handlers share (:class:`sim.handlers.RunState`): the
+        records it fills, the counters, the plan's lists, the resources."""
+        plan, runtime = self.plan, self.runtime
+        r = RunState()
+        self.env = r.env = _Environment()
         # (ids by next(ids): calling the bound __next__, a method-wrapper, cost a third more)
-        queue, ids = env._queue, env._eid
-        n, m, n_tensors = plan.n_ops, plan.n_transfers, plan.n_tensors
+        r.queue, r.ids = r.env._queue, r.env._eid
+        r.n, r.m, r.n_tensors = n, m, n_tensors = plan.n_ops, plan.n_transfers, plan.n_tensors
+        r.n_made = n + m  # log code of allocation ~(n_made + b): resident buffer b
 
         # What the run records (the trace's columns).
-        self.op_start = op_start = [None] * n
-        self.op_end = op_end = [None] * n
-        self.op_thread = op_thread = [0] * n
-        self.op_cores = op_cores = [0] * n
-        self.x_start = x_start = [None] * m  # (a transfer's end is worked out: _TraceColumns)
+        self.op_start = r.op_start = [None] * n
+        self.op_end = r.op_end = [None] * n
+        self.op_thread = r.op_thread = [0] * n
+        self.op_cores = r.op_cores = [0] * n
+        self.x_start = r.x_start = [None] * m  # (a transfer's end is worked out: _TraceColumns)
         # Ends and allocations in the order they happen, for the memory records
         # (sim.memory.memory_records): an int append each, where a record was a tuple.
         # (Called as log.append: the interpreter specializes that call, not one of the
@@ -493,557 +523,76 @@ class _Simulation:
         # device's capacity.
         self.oom_events = []
         self.in_use = [0] * len(self.devices)
-        self.log = log = []
+        self.log = r.log = []
         if self.track_memory:
-            log = TrackedLog(self.log, plan, self.op_alloc_array, self.in_use, self.capacity,
-                             self._out_of_memory)
+            r.log = TrackedLog(self.log, plan, self.op_alloc_array, self.in_use, self.capacity,
+                               self._out_of_memory)
 
         # StepState's counters (see core.dataflow), driven inline.  (Plan columns are
         # read only where needed, as a plan makes each list on first use.)
-        pending = plan.array("initial_pending").tolist()
-        succ_ptr, succ = self.succ or plan.csr_op_succ  # less control crossings
+        r.pending = plan.array("initial_pending").tolist()
+        r.succ_ptr, r.succ = self.succ or plan.csr_op_succ  # less control crossings
         # (most ops' successors are on other devices: a flag per op tells which have
         # some, where comparing two of succ_ptr was a few lines more per op end)
-        has_succ = (self.succ_count > 0).tolist()
-        sole_consumer, consumer_ptr, consumers = _sole(*plan.array("csr_transfer_consumers"))
-        op_device = plan.op_device
-        transfer_dst = plan.transfer_dst if self.runtime.serial_dispatch else None
-        transfer_src = plan.transfer_src if self.runtime.serial_dispatch else None
+        r.has_succ = (self.succ_count > 0).tolist()
+        r.sole_consumer, r.consumer_ptr, r.consumers = _sole(*plan.array("csr_transfer_consumers"))
+        r.op_device = plan.op_device
+        serial = r.serial = runtime.serial_dispatch
+        r.transfer_dst = plan.transfer_dst if serial else None
+        r.transfer_src = plan.transfer_src if serial else None
         all_bytes = plan.array("buffer_bytes")
         # The log codes of allocations, made once (0: no bytes): per op, of its
         # outputs; per transfer, of its received copy.
-        op_note = np.where(self.op_alloc_array > 0, ~np.arange(n), 0).tolist()
-        recv_note = np.where(all_bytes[n_tensors:] > 0, ~(n + np.arange(m)), 0).tolist()
-        n_made = n + m  # log code of allocation ~(n_made + b): resident buffer b
+        r.op_note = np.where(self.op_alloc_array > 0, ~np.arange(n), 0).tolist()
+        r.recv_note = np.where(all_bytes[n_tensors:] > 0, ~(n + np.arange(m)), 0).tolist()
 
         # Resources.
-        durations, want_cores = self.durations, self.want_cores
-        slowdown, host_of = self.slowdown, self.host_of
-        pool_free = [pool.free for pool in self.pools]
-        pool_waiting = [pool.waiting for pool in self.pools]
-        transfer_time = self.transfer_durations
-        n_links = len(self.link_names)
+        r.durations, r.want_cores = self.durations, self.want_cores
+        r.slowdown, r.host_of = self.slowdown, self.host_of
+        r.pool_free = [pool.free for pool in self.pools]
+        r.pool_waiting = [pool.waiting for pool in self.pools]
+        r.transfer_time = self.transfer_durations
+        r.static = static = self.static
+        r.next_first, r.next_second = self.next_first, self.next_second
+        r.next_ptr, r.next_on_links = self.next_ptr, self.next_on_links
+        # the static link order's countdowns (the last entry: "no next transfer")
+        r.need = list(self.need) + [1 << 60] if static else None
+        r.start_at = self.start_at
+        r.late = any(self.start_at)  # some task's part of the step starts after time 0
+        self._dispatch_state(r)
+        # Each op's sends (see _sole): one per op, straight; all of them, the flat form.
+        r.counted_down = static and not serial
+        if r.counted_down:
+            r.sole_send, r.send_ptr, r.sends = _sole(*plan.array("csr_op_sends"), none=m)
+        else:
+            r.sole_send, (r.send_ptr, r.sends) = None, plan.csr_op_sends
+        r.control_crossings = self.control_crossings
+        return r
 
-        static = self.static
-        need = None
-        next_first, next_second = self.next_first, self.next_second
-        next_ptr, next_on_links = self.next_ptr, self.next_on_links
-        if static:  # the static link order's countdowns (see the transfers below)
-            need = list(self.need) + [1 << 60]  # the last entry: "no next transfer"
-
-        # -- ops: threads, cores (sim.pools) --
-        start_at = self.start_at
-        late = any(start_at)  # some task's part of the step starts after time 0
-
-        def schedule(at, handler, value):
-            """``handler(value)`` at time ``at`` (for the rarer kinds of events; the ends
-            of ops and transfers are pushed written out)."""
-            heappush(queue, (at, next(ids), handler, value))
-
-        def ready_process():
-            """Op ``i`` is ready (each value sent): it takes a thread of its device's pool
-            and its cores and starts, or waits for them."""
-            while True:
-                i = yield
-                d = op_device[i]
-                if late and env._now < start_at[d]:  # the task's part has not started yet
-                    schedule(start_at[d], ready, i)
-                    continue
-                free_slots = pool_free[d]
-                if not free_slots or pool_waiting[d]:
-                    heappush(pool_waiting[d], (env._now, i))
-                    continue
-                # take_thread and start, written out: most ops get their thread and
-                # cores here (a call fewer per op, ~2% of the run).
-                slot = heappop(free_slots)
-                cores = want_cores[i]
-                duration = durations[i]
-                if cores:
-                    host = host_of[d]
-                    free = host.free
-                    if not free or host.waiting:
-                        heappush(host.waiting, (env._now, i, slot))
-                        continue
-                    if cores > free:  # a multithreaded kernel takes what is free, runs longer
-                        cores = free
-                        duration *= slowdown[d][cores]
-                    host.free = free - cores
-                now = env._now
-                if serial:
-                    duration = dispatched(i, duration, cores)
-                op_start[i] = now
-                op_thread[i] = slot
-                op_cores[i] = cores
-                code = op_note[i]
-                if code:  # its outputs' buffers
-                    log.append(code)
-                heappush(queue, (now + duration, next(ids), op_done, i))
-
-        ready = _process(ready_process)
-
-        def take_thread(i, slot):
-            """Op ``i`` got thread ``slot``: it takes its cores and starts, or waits for
-            them."""
-            cores = want_cores[i]
-            if not cores:
-                start(i, slot, 0)
-                return
-            host = host_of[op_device[i]]
-            if host.free and not host.waiting:
-                if cores > host.free:  # a multithreaded kernel takes what is free
-                    cores = host.free
-                host.free -= cores
-                start(i, slot, cores)
-            else:
-                heappush(host.waiting, (env._now, i, slot))
-
-        serial = self.runtime.serial_dispatch
-        task_of = self.task_of
-        serial_part = self.serial_parts() if serial else None
-        dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
+    def _dispatch_state(self, r: RunState) -> None:
+        """The serial dispatchers' part of the run's state: when each task's is free,
+        the host CPU each task's work takes, the cores' calendars, the step's fixed
+        work, and the cheap ops each thread runs itself next."""
+        runtime, serial = self.runtime, r.serial
+        r.task_of = task_of = self.task_of
+        r.serial_part = self.serial_parts() if serial else None
+        r.dispatch_free = dispatch_free = [0.0] * (max(task_of) + 1 if task_of else 0)
         # The host CPU each task's work takes (serial dispatch): its dispatcher's work
         # and its CPU kernels' core-seconds (Trace.meta["cpu_booked"]).
-        self.cpu_booked = booked = [0.0] * len(dispatch_free)
-        calendar_of = self.dispatch_calendars() if serial and runtime.dispatch_cores else None
+        self.cpu_booked = r.booked = booked = [0.0] * len(dispatch_free)
+        r.calendar_of = calendar_of = (self.dispatch_calendars()
+                                       if serial and runtime.dispatch_cores else None)
         if serial and runtime.step_costs_on_cores:
             for t, (earliest, work) in enumerate(self.step_cost_work()):
                 begin = calendar_of[t].book(earliest, 0.0, work) if calendar_of and work \
                     else earliest
                 dispatch_free[t] = begin + work
                 booked[t] += work
-
-        def reserve(t, now, work):
-            """Task ``t``'s dispatcher does ``work`` seconds from when it is free (and,
-            with RuntimeModel.dispatch_cores, a core of its host is): when it begins."""
-            begin = dispatch_free[t] if dispatch_free[t] > now else now
-            if calendar_of is not None and work > 0:
-                begin = calendar_of[t].book(begin, now, work)
-            dispatch_free[t] = begin + work
-            booked[t] += work
-            return begin
+        r.transfer_cpu = self.transfer_cpu if serial else None
         # RuntimeModel.inline_elements: the ops each thread (device, slot) runs itself next.
-        cheap = self.inline_ops() if serial and runtime.inline_elements is not None else None
-        stacks = [[[] for _ in range(pool.threads)] for pool in self.pools] if cheap else None
-
-        def dispatched(i, duration, cores):
-            """RuntimeModel.serial_dispatch: the time op ``i`` takes from now, when its first
-            part waits for its task's dispatcher, which serves one op at a time (its
-            GIL), and holds it.  With RuntimeModel.dispatch_cores, its kernel's ``cores``
-            are booked on its host's calendar for the rest of the op: the
-            interpreters' work then finds those cores taken."""
-            now = env._now
-            t = task_of[op_device[i]]
-            first = serial_part[i] if serial_part[i] < duration else duration
-            begin = reserve(t, now, first)
-            if cores and duration > first:
-                booked[t] += (duration - first) * cores
-                if calendar_of is not None:
-                    calendar_of[t].occupy(begin + first, begin + duration, cores, now)
-            return duration + (begin - now)
-
-        def start(i, slot, cores):
-            """Op ``i`` starts on thread ``slot`` with ``cores`` (see ready, where most
-            ops start)."""
-            duration = durations[i]
-            if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
-                duration *= slowdown[op_device[i]][cores]
-            now = env._now
-            if serial:
-                duration = dispatched(i, duration, cores)
-            op_start[i] = now
-            op_thread[i] = slot
-            op_cores[i] = cores
-            code = op_note[i]
-            if code:  # its outputs' buffers
-                log.append(code)
-            heappush(queue, (now + duration, next(ids), op_done, i))
-
-        def finish_inline(i, d):
-            """op_done's hand-out under RuntimeModel.inline_elements: the thread that ran
-            ``i`` goes on with an op it made ready on its device (cheap ones first, the
-            last made ready first), taking the freed cores first; ops of its task
-            waiting for cores wait on (they would need the interpreter lock it holds);
-            the other successors queue."""
-            own = op_thread[i]
-            now_ready = []
-            lo, hi = succ_ptr[i], succ_ptr[i + 1]
-            if lo != hi:
-                for j in succ[lo:hi]:
-                    left = pending[j] - 1
-                    pending[j] = left
-                    if not left:
-                        now_ready.append(j)
-            stack = stacks[d][own]
-            other, queued = False, []
-            for j in now_ready:  # the executor's _dispatch
-                if op_device[j] == d and (cheap[j] or not other):
-                    other = other or not cheap[j]
-                    stack.append(j)
-                else:
-                    queued.append(j)
-            after = stack.pop() if stack else None
-            cores = op_cores[i]
-            if after is not None:
-                # It holds the interpreter's lock: it takes the freed cores first.
-                got = 0
-                if cores:  # a CPU op: of its cores and the free ones, as in take_thread
-                    host = host_of[d]
-                    total = host.free + cores
-                    got = want_cores[after]
-                    if got > total:
-                        got = total
-                    host.free = 0
-                    cores = total - got  # what is left goes to the waiting ops below
-                start(after, own, got)
-            if cores:
-                host = host_of[d]
-                free_cores = host.free + cores
-                waiting = host.waiting
-                passed = None
-                while free_cores and waiting:
-                    entry = heappop(waiting)
-                    _, j, slot = entry
-                    if after is not None and task_of[op_device[j]] == task_of[d]:
-                        # It would need the interpreter lock this thread holds.
-                        passed = passed or []
-                        passed.append(entry)
-                        continue
-                    got = want_cores[j]
-                    if got > free_cores:
-                        got = free_cores
-                    free_cores -= got
-                    start(j, slot, got)
-                if passed:
-                    for entry in passed:
-                        heappush(waiting, entry)
-                host.free = free_cores
-            if after is None:
-                heappush(pool_free[d], own)
-            for j in queued:
-                ready(j)
-
-        def op_done_process():
-            """Op ``i`` ended (each value sent)."""
-            while True:
-                i = yield
-                op_end[i] = env._now
-                log.append(i)
-                # StepState.op_finished: the buffers it read and its unread outputs let go
-                # of (ascending, as the log notes its end), then freed resources are handed
-                # out, then the successors that became ready queue (ascending), then its
-                # sends go.
-                d = op_device[i]
-                free_slots = pool_free[d]
-                if cheap is None:
-                    cores = op_cores[i]
-                    if cores:  # its cores go to the ops waiting for them (sim.pools)
-                        host = host_of[d]
-                        free_cores = host.free + cores
-                        waiting = host.waiting
-                        while free_cores and waiting:
-                            _, j, slot = heappop(waiting)
-                            got = want_cores[j]
-                            if got > free_cores:
-                                got = free_cores
-                            free_cores -= got
-                            start(j, slot, got)
-                        host.free = free_cores
-                    heappush(free_slots, op_thread[i])
-                    if has_succ[i]:
-                        for j in succ[succ_ptr[i]:succ_ptr[i + 1]]:
-                            left = pending[j] - 1
-                            pending[j] = left
-                            if not left:
-                                ready(j)
-                else:
-                    finish_inline(i, d)
-                waiting = pool_waiting[d]
-                while free_slots and waiting:
-                    take_thread(heappop(waiting)[1], heappop(free_slots))
-                if counted_down:  # the static order's countdown (put_on_links), written out
-                    k = sole_send[i]  # (see _sole; none: m, the sentinel never counted to 0)
-                    if k >= 0:
-                        left = need[k] - 1
-                        need[k] = left
-                        if not left:
-                            start_transfer(k)
-                    else:
-                        p = ~k
-                        for k in sends[send_ptr[p]:send_ptr[p + 1]]:
-                            left = need[k] - 1
-                            need[k] = left
-                            if not left:
-                                start_transfer(k)
-                else:
-                    lo, hi = send_ptr[i], send_ptr[i + 1]
-                    if lo != hi:
-                        for k in sends[lo:hi]:
-                            send(k)
-                if control_crossings is not None and i in control_crossings:
-                    send_control(i, d)
-
-        op_done = _process(op_done_process)
-
-        def send_control(i, d):
-            """Op ``i`` ended: the messages of its control edges to other tasks go."""
-            now, t = env._now, task_of[d]
-            for latency, dst_task, js in control_crossings[i]:
-                arrival = now + latency
-                if serial:  # the sender's dispatcher sends it: the first half of the
-                    # latency; the receiver's takes it in, the second (control_done)
-                    arrival = reserve(t, now, latency / 2) + latency / 2
-                schedule(arrival, control_done, (latency, dst_task, js))
-
-        # -- transfers (sim.links) --
-        # A transfer starts when it was sent and every link of its route is free with
-        # it at the head of the link's queue.  Each link order has its own helpers,
-        # chosen once here: putting a transfer that was sent on its links, and handing
-        # on the links of a transfer that ended.
-        if static:
-            # Countdowns: need[k] counts what transfer k still waits for (being sent,
-            # and each link of its route offering itself).  When a transfer ends, each
-            # link of its route offers itself to the transfer after it in that link's
-            # queue (next_on_links).  Being sent counts down here (written out in
-            # op_done); a route of two links at most is handed on in transfer_done,
-            # release_links is for longer ones.
-            def put_on_links(k):
-                left = need[k] - 1
-                need[k] = left
-                if not left:
-                    start_transfer(k)
-
-            def release_links(k):
-                following = next_on_links[next_ptr[k]:next_ptr[k + 1]]
-                startable = False
-                for j in following:
-                    left = need[j] - 1
-                    need[j] = left
-                    if not left:
-                        startable = True
-                if startable:
-                    # Start them in the order of their first link in this route, as a
-                    # scan of the freed links would.
-                    for j in following:
-                        if not need[j]:
-                            need[j] = -1  # started (it may be next on two of these links)
-                            start_transfer(j)
-        else:
-            transfer_links = list(map(self.route_ids.__getitem__, self.pair_of.tolist()))
-            link_busy = [False] * n_links
-            link_heap = [[] for _ in range(n_links)]  # (ready time, transfer)
-
-            def can_start(k):
-                for l in transfer_links[k]:
-                    if link_busy[l] or link_heap[l][0][1] != k:
-                        return False
-                return True
-
-            def take_links(links):
-                for l in links:
-                    link_busy[l] = True
-                    heappop(link_heap[l])
-
-            def put_on_links(k):
-                links = transfer_links[k]
-                key = (env._now, k)
-                for l in links:
-                    heappush(link_heap[l], key)
-                if can_start(k):
-                    take_links(links)
-                    start_transfer(k)
-
-            def release_links(k):
-                links = transfer_links[k]
-                for l in links:
-                    link_busy[l] = False
-                for l in links:
-                    if link_heap[l]:
-                        j = link_heap[l][0][1]
-                        if can_start(j):
-                            take_links(transfer_links[j])
-                            start_transfer(j)
-
-        transfer_cpu = self.transfer_cpu if serial else None
-
-        def start_transfer(k):
-            now = env._now
-            code = recv_note[k]
-            if code:  # the received copy's buffer
-                log.append(code)
-            x_start[k] = now
-            heappush(queue, (now + transfer_time[k], next(ids), transfer_done, k))
-
-        def dispatch_send(k):
-            """RuntimeModel.serial_dispatch: the sender's dispatcher sends transfer ``k``
-            (half its route's latency of work, from when the dispatcher is free); then
-            the transfer is sent and goes on its links (handed_over)."""
-            now, t = env._now, task_of[transfer_src[k]]
-            sent_at = reserve(t, now, transfer_cpu[k]) + transfer_cpu[k]
-            schedule(sent_at, put_on_links, k)  # (then it goes on its links)
-
-        # What an op's end does with each of its sends: with serial dispatch, its
-        # dispatcher sends it first; then it goes on its links (the static order counts
-        # it down: written out in op_done, as `counted_down`).
-        send = dispatch_send if serial else put_on_links
-        counted_down = static and not serial
-        # Each op's sends (see _sole): one per op, straight; all of them, the flat form.
-        if counted_down:
-            sole_send, send_ptr, sends = _sole(*plan.array("csr_op_sends"), none=m)
-        else:
-            sole_send, (send_ptr, sends) = None, plan.csr_op_sends
-
-        def transfer_done_process():
-            """Transfer ``k`` ended (each value sent)."""
-            while True:
-                k = yield
-                # StepState.transfer_done: the source buffer's reference (as the log notes
-                # its end), consumers' counts (the buffer is freed before any consumer
-                # starts, as StepState reports it).
-                log.append(n + k)
-                if serial:  # the receiver's dispatcher takes it in first
-                    take_in(k)
-                else:  # taken_in, written out (one call fewer per transfer on the hot path)
-                    j = sole_consumer[k]  # (see _sole)
-                    if j >= 0:
-                        left = pending[j] - 1
-                        pending[j] = left
-                        if not left:
-                            ready(j)
-                    else:
-                        p = ~j
-                        for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
-                            left = pending[j] - 1
-                            pending[j] = left
-                            if not left:
-                                ready(j)
-                if static:
-                    j = next_first[k]
-                    if j >= 0:
-                        # Two links at most (release_links, written out): the transfers they
-                        # offer themselves to start as they reach zero, which is in the
-                        # order of their first link (one after both links reaches zero at
-                        # the second).  Nearly every transfer starts here: start_transfer
-                        # is written out, once per link (calls, or a loop over the two
-                        # links, cost 2-4% of the run).
-                        left = need[j] - 1
-                        need[j] = left
-                        if not left:
-                            now = env._now
-                            code = recv_note[j]
-                            if code:  # the received copy's buffer
-                                log.append(code)
-                            x_start[j] = now
-                            heappush(queue, (now + transfer_time[j], next(ids),
-                                             transfer_done, j))
-                        j = next_second[k]
-                        left = need[j] - 1
-                        need[j] = left
-                        if not left:  # (as for the first link)
-                            now = env._now
-                            code = recv_note[j]
-                            if code:  # the received copy's buffer
-                                log.append(code)
-                            x_start[j] = now
-                            heappush(queue, (now + transfer_time[j], next(ids),
-                                             transfer_done, j))
-                        continue
-                release_links(k)
-
-        transfer_done = _process(transfer_done_process)
-
-        def take_in(k):
-            """RuntimeModel.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
-            takes it in (half its route's latency of work, from when it is free)."""
-            now, t = env._now, task_of[transfer_dst[k]]
-            reserve(t, now, transfer_cpu[k])
-            schedule(dispatch_free[t], taken_in, k)
-
-        def taken_in(k):
-            """RuntimeModel.serial_dispatch: the receiver's dispatcher took transfer
-            ``k`` in (half its route's latency of work): its consumers' counts
-            drop."""
-            j = sole_consumer[k]  # (see _sole)
-            if j >= 0:
-                left = pending[j] - 1
-                pending[j] = left
-                if not left:
-                    ready(j)
-                return
-            p = ~j
-            for j in consumers[consumer_ptr[p]:consumer_ptr[p + 1]]:
-                left = pending[j] - 1
-                pending[j] = left
-                if not left:
-                    ready(j)
-
-        control_crossings = self.control_crossings
-
-        def control_done(message):
-            """A control edge's message from another task arrived."""
-            latency, t, js = message
-            if serial and latency:  # the receiver's dispatcher takes it in first
-                now = env._now
-                reserve(t, now, latency / 2)
-                schedule(dispatch_free[t], control_done, (0.0, t, js))
-                return
-            for j in js:
-                left = pending[j] - 1
-                pending[j] = left
-                if not left:
-                    ready(j)
-
-        def begin_on_device(ops):
-            """RuntimeModel.inline_elements: a device's ops ready at its part's start, as
-            the runtime's executor starts them: the others queue for the pool first,
-            then one thread runs the cheap ones itself, one after another (each with
-            what it makes ready on the device)."""
-            d = op_device[ops[0]]
-            if env._now < start_at[d]:  # the task's part has not started yet
-                schedule(start_at[d], begin_on_device, ops)
-                return
-            for j in ops:
-                if not cheap[j]:
-                    ready(j)
-            mine = [j for j in ops if cheap[j]]
-            free_slots = pool_free[d]
-            if not mine:
-                return
-            if not free_slots:  # (a pool of fewer threads than pending work: queue them)
-                for j in mine:
-                    ready(j)
-                return
-            slot = heappop(free_slots)
-            stacks[d][slot].extend(reversed(mine[1:]))
-            take_thread(mine[0], slot)
-
-        try:
-            # Resident state (variables) exists before the step starts.
-            for b in plan.resident:
-                if all_bytes[b]:
-                    log.append(~(n_made + b))
-            # A step that ran to its end notes each op's and transfer's end and each
-            # allocation once (an op's or a received copy's with bytes): so the log's
-            # length tells whether it stalled (a scan of op_end for None, comparing
-            # each float with None, took 20 ms at 100k ops).
-            complete_log = (len(self.log) + n + m + int(np.count_nonzero(self.op_alloc_array))
-                            + int(np.count_nonzero(all_bytes[n_tensors:])))
-            initial = np.flatnonzero(plan.array("initial_pending") == 0).tolist()
-            if cheap is None:
-                for i in initial:
-                    ready(i)
-            else:
-                by_device: dict[int, list] = {}
-                for i in initial:
-                    by_device.setdefault(op_device[i], []).append(i)
-                for ops in by_device.values():
-                    begin_on_device(ops)
-            env.run()
-        except OutOfMemory as e:
-            e.trace = self._trace(stopped=True)
-            raise
-        if len(self.log) != complete_log:
-            raise SimulationStalled([plan.op_names[i] for i in range(n) if op_end[i] is None])
-        return self._trace()
+        r.cheap = self.inline_ops() if serial and runtime.inline_elements is not None else None
+        r.stacks = ([[[] for _ in range(pool.threads)] for pool in self.pools]
+                    if r.cheap else None)
 
     def _out_of_memory(self, d, nbytes, op, tensor):
         plan, now = self.plan, self.env._now
@@ -1167,22 +716,6 @@ class _TraceColumns:
         return [make(MemoryRecord, (names[d], t, b)) for d, t, b in zip(device, time, use)]
 
 
-def _process(handler) -> callable:
-    """The ``send`` of the long-lived generator ``handler()``, started: each value sent
-    is handled from its ``yield`` to the next one (``while True: i = yield; ...``).
-
-    The run's hot handlers (an op ready, an op's or a transfer's end) are such
-    generators, not plain closures: a call copies every variable a closure reads
-    into a new frame and clears them after (~850 instructions for a handler reading
-    25 of them), where a generator keeps its frame between values (a send: ~350).
-    None of them is sent a value while it handles one (a generator cannot be
-    re-entered): they only schedule each other's events or call the others.
-    """
-    process = handler()
-    next(process)
-    return process.send
-
-
 def _without_gc(make):
     """``make`` with the cyclic garbage collector paused: making ~350k records would
     otherwise trigger collections that walk the whole graph again and again (it
@@ -1227,6 +760,6 @@ def _tensor_bytes_of(cost_model: CostModel):
     """The tensor sizer for :meth:`StepPlan.build`: the default function itself when
     the model does not override it (the plan then sizes each distinct (dtype, shape)
     once)."""
-    if type(cost_model).tensor_bytes is CostModel.tensor_bytes:
+    if type(cost_model).tensor_bytes is CostModel.tensor_bytes and cost_model.shape_hints is None:
         return _tensor_bytes
     return cost_model.tensor_bytes

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 import core as tf
 from core.graph import Graph, Operation, Tensor
 
-__all__ = ["Workload", "mlp_training_step", "mlp_forward"]
+__all__ = ["Workload", "mlp_training_step", "mlp_forward", "MODEL_VARIABLES"]
+
+#: The collection of a model's own variables (TensorFlow's ``GraphKeys.MODEL_VARIABLES``):
+#: weights and moving statistics, not optimizer slots, the global step or input data.
+MODEL_VARIABLES = "model_variables"
 
 
 @dataclass
 class Workload:
     """A built benchmark graph and what to run: ``fetches`` (the step), ``init`` (the
     variables' initializer, run once before the steps) and ``feeds`` (placeholder ->
-    array, possibly empty)."""
+    array, possibly empty).
+
+    ``flops`` is the step's arithmetic where the builder counts it; ``loss`` the scalar
+    the step lowers (None for a graph without one).  ``expert``, where the papers place
+    the model by hand, is ``expert(cluster) -> device function`` (``op -> device name or
+    None``), the hand placement for that cluster's GPUs (see :meth:`expert_placement`).
+    """
 
     name: str
     graph: Graph
@@ -24,10 +36,33 @@ class Workload:
     init: Operation | None = None
     feeds: dict = field(default_factory=dict)
     flops: float = 0.0
+    loss: Tensor | None = None
+    expert: Callable | None = None
 
     @property
     def fetch_ops(self) -> list[Operation]:
         return [f.op if isinstance(f, Tensor) else f for f in self.fetches]
+
+    def parameters(self, trainable_only: bool = False) -> int:
+        """Elements of the model's variables (``trainable_only``: of its trainable ones):
+        the ``model_variables`` collection where the builder fills it, else every global
+        variable.
+
+        >>> mlp_training_step(batch=2, layers=2, width=8, inputs=4, outputs=2).parameters()
+        58
+        """
+        variables = (self.graph.get_collection(MODEL_VARIABLES)
+                     or tf.global_variables(self.graph))
+        return sum(math.prod(v.shape) for v in variables if v.trainable or not trainable_only)
+
+    def expert_placement(self, cluster):
+        """The papers' hand placement of this model on ``cluster`` (a
+        :class:`core.placement.Placement`, through :class:`placers.FunctionPlacer`).
+        Raises ValueError when the workload has none."""
+        if self.expert is None:
+            raise ValueError(f"workload {self.name!r} has no expert placement")
+        import placers  # experiments may import placers; the module stays light without it
+        return placers.FunctionPlacer(self.expert(cluster)).place(self.graph, cluster)
 
 
 def _layer_sizes(layers: int, width: int, inputs: int, outputs: int) -> list[int]:

@@ -67,7 +67,19 @@ def rnn_training_step(batch: int = 16, steps: int = 8, layers: int = 2, hidden: 
                 loss = loss + 0.1 * tf.reduce_mean(tf.square(h))
         step = _sgd(loss, params, learning_rate)
         init = tf.global_variables_initializer()
-    return Workload("rnn", g, [step], init, flops=flops)
+    return Workload("rnn", g, [step], init, flops=flops, loss=loss, expert=_rnn_expert)
+
+
+def _rnn_expert(cluster):
+    """Layer ``i`` (its forward ops, and its gradients, named after them) on GPU ``i``
+    (mod the GPUs): the RNNLM hand placement of Mirhoseini et al. (ICML 2017)."""
+    from experiments.workloads.common import gpu_devices, scope_device_fn
+
+    def slot(name: str) -> int | None:
+        head = name.split("/", 1)[0]
+        return int(head[5:]) if head.startswith("layer") and head[5:].isdigit() else None
+
+    return scope_device_fn(slot, gpu_devices(cluster))
 
 
 def inception_training_step(batch: int = 32, width: int = 128, blocks: int = 3,

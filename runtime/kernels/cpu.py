@@ -57,7 +57,7 @@ import numpy as np
 from numba import njit, prange
 
 from .layout import broadcast_layout, normalize_axes, reduce_layout
-from .opcodes import (ABS, ADD, ASSIGN, EXP, LOG, MAXIMUM, MINIMUM, MUL, NEG, POW, REAL_DIV, RELU,
+from .opcodes import (ABS, ADD, ASSIGN, MAXIMUM, MINIMUM, MUL, NEG, REAL_DIV, RELU,
                       RELU_GRAD, RSQRT, RSQRT_GRAD, SIGMOID, SIGMOID_GRAD, SIGN, SQRT,
                       SQRT_GRAD, SQUARE, SQUARED_DIFFERENCE, SUB, TANH, TANH_GRAD)
 from .registry import FLOATING, NUMERIC, register
@@ -115,8 +115,6 @@ def _binary_element(code, a, b):
         return b * a * (1 - a)
     if code == REAL_DIV:
         return a / b
-    if code == POW:
-        return a ** b
     if code == MAXIMUM:
         return a if a >= b else b
     if code == MINIMUM:
@@ -311,12 +309,6 @@ def _unary_float_range(code, x, out, start, stop):
             e = math.exp(-abs(v))
             r = 1 / (1 + e)
             c[i] = r if v >= 0 else e * r
-    elif code == EXP:
-        for i in range(stop - start):
-            c[i] = math.exp(a[i])
-    elif code == LOG:
-        for i in range(stop - start):
-            c[i] = math.log(a[i]) if a[i] > 0 else (-math.inf if a[i] == 0 else math.nan)
     elif code == SQRT:
         for i in range(stop - start):
             c[i] = math.sqrt(a[i]) if a[i] >= 0 else math.nan

@@ -5,8 +5,8 @@
   Minimum, SquaredDifference, SqrtGrad, RsqrtGrad) runs :mod:`.cpu`'s op-code drivers
   (one compiled function per dtype; broadcasting, the parallel variants, read-only views).
 * BatchMatMulV2 is one BLAS gemm per matrix of the broadcast batch (numba's ``np.dot``
-  in a loop over the batch: the BLAS is single-threaded, see :mod:`.blas`); a batch
-  big enough runs its matrices over the intra-op threads.
+  in a loop over the batch, adjoints read in place; the BLAS is single-threaded, see
+  :mod:`.blas`); a batch big enough runs its matrices over the intra-op threads.
 * AddN adds its inputs pairwise into one output buffer with the elementwise driver.
 * Pure data movement (Pad, Split, Tile, StridedSlice and its gradient, Squeeze), Cast,
   Fill and the like are numpy copies, which release the GIL and which numba would not beat.
@@ -21,6 +21,8 @@ array([0.5, 1.5])
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit, prange
 
@@ -28,8 +30,8 @@ from core.ops_math import strided_slice_index
 
 from . import cpu
 from .cpu import _binary, _pool_threads, _readonly, _unary
-from .opcodes import (ABS, ADD, EXP, LOG, MAXIMUM, MINIMUM, POW, REAL_DIV, RSQRT, RSQRT_GRAD, SIGN,
-                      SQRT, SQRT_GRAD, SQUARE, SQUARED_DIFFERENCE)
+from .opcodes import (ABS, MAXIMUM, MINIMUM, REAL_DIV, RSQRT, RSQRT_GRAD, SIGN, SQRT, SQRT_GRAD,
+                      SQUARE, SQUARED_DIFFERENCE)
 from .registry import FLOATING, NUMERIC, register
 from .threading_layer import parallel_region
 
@@ -61,7 +63,6 @@ def _register_unary(op_type: str, code: int, dtypes, floating: bool, doc: str) -
 
 for _op, _code, _dtypes, _doc in (
         ("RealDiv", REAL_DIV, FLOATING, "x / y, broadcasting."),
-        ("Pow", POW, FLOATING, "x ** y, broadcasting."),
         ("Maximum", MAXIMUM, NUMERIC, "max(x, y), broadcasting."),
         ("Minimum", MINIMUM, NUMERIC, "min(x, y), broadcasting."),
         ("SquaredDifference", SQUARED_DIFFERENCE, NUMERIC, "(x - y) ** 2, broadcasting."),
@@ -70,8 +71,6 @@ for _op, _code, _dtypes, _doc in (
     _register_binary(_op, _code, _dtypes, _doc)
 
 for _op, _code, _dtypes, _floating, _doc in (
-        ("Exp", EXP, FLOATING, True, "exp(x)."),
-        ("Log", LOG, FLOATING, True, "log(x) (-inf at 0, nan below)."),
         ("Sqrt", SQRT, FLOATING, True, "sqrt(x)."),
         ("Rsqrt", RSQRT, FLOATING, True, "1 / sqrt(x)."),
         ("Square", SQUARE, NUMERIC, False, "x * x."),
@@ -80,12 +79,78 @@ for _op, _code, _dtypes, _floating, _doc in (
     _register_unary(_op, _code, _dtypes, _floating, _doc)
 
 
+# Exp, Log and Pow call numpy's ufuncs: numpy has SIMD exp/log/pow, while numba (without
+# Intel's SVML) calls libm once per element, 4-20x numpy's time on a large tensor (see
+# experiments.bench_kernels).  The ufuncs release the GIL; the ops are single-threaded
+# in the op table (multithreaded=False), so the simulator charges them one thread.
+
+@register("Exp", CPU, FLOATING)
+def exp(ctx, inputs, attrs):
+    """exp(x) (numpy's SIMD ufunc)."""
+    return (np.asarray(np.exp(inputs[0])),)  # (a 0-d input gives a numpy scalar)
+
+
+@register("Log", CPU, FLOATING)
+def log(ctx, inputs, attrs):
+    """log(x): -inf at 0, nan below (numpy's SIMD ufunc)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (np.asarray(np.log(inputs[0])),)
+
+
+@register("Pow", CPU, FLOATING)
+def pow_(ctx, inputs, attrs):
+    """x ** y, broadcasting (numpy's ufunc)."""
+    x, y = inputs
+    with np.errstate(all="ignore"):
+        return (np.asarray(np.power(x, y)),)
+
+
+@njit(cache=True, nogil=True)
+def _add_range(a, b, out, start, stop, in_place):
+    """``out = a + b`` (``out += b`` when ``in_place``: then ``a`` is unused) over
+    ``[start, stop)``.  The in-place loop names only ``out`` and ``b``: with ``a`` aliasing
+    ``out`` LLVM's run-time overlap check would fall back to a scalar loop."""
+    c = out[start:stop]
+    y = b[start:stop]
+    if in_place:
+        for j in range(stop - start):
+            c[j] += y[j]
+    else:
+        x = a[start:stop]
+        for j in range(stop - start):
+            c[j] = x[j] + y[j]
+
+
+@njit(cache=True, nogil=True)
+def _add_serial(a, b, out, in_place):
+    _add_range(a, b, out, 0, out.size, in_place)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _add_parallel(a, b, out, in_place, nchunks):
+    n = out.size
+    for c in prange(nchunks):
+        _add_range(a, b, out, c * n // nchunks, (c + 1) * n // nchunks, in_place)
+
+
 @register("AddN", CPU, NUMERIC)
 def add_n(ctx, inputs, attrs):
-    """The sum of the inputs (one shape): pairwise into one buffer."""
-    out = np.array(inputs[0], order="C", copy=True)
-    for x in inputs[1:]:
-        _binary(ADD, ctx, out, x, out=out)
+    """The sum of the inputs (one shape): the first two added into a new buffer, each
+    further one added into it in place."""
+    out = np.empty(inputs[0].shape, dtype=inputs[0].dtype)
+    flat = [cpu._readonly_flat(x) for x in inputs]
+    dst = out.reshape(-1)
+    if len(flat) == 1:
+        dst[:] = flat[0]
+        return (out,)
+    threads = _pool_threads(ctx, out.size, cpu.PARALLEL_MIN_ELEMENTS)
+    for k in range(1, len(flat)):
+        a, in_place = (flat[0], False) if k == 1 else (dst, True)
+        if threads == 1:
+            _add_serial(a, flat[k], dst, in_place)
+        else:
+            with parallel_region:
+                _add_parallel(a, flat[k], dst, in_place, threads * 4)
     return (out,)
 
 
@@ -180,12 +245,28 @@ def tile(ctx, inputs, attrs):
     return (np.tile(inputs[0], tuple(int(m) for m in attrs["multiples"])),)
 
 
+_SLICE_KEYS = ("begin", "end", "strides", "begin_mask", "end_mask", "ellipsis_mask",
+               "new_axis_mask", "shrink_axis_mask")
+
+
+@functools.lru_cache(maxsize=1024)
+def _slice_index(shape: tuple, spec: tuple) -> tuple:
+    """:func:`core.ops_math.strided_slice_index` cached per shape and slice spec (its
+    Python work cost several times a small slice's copy)."""
+    return strided_slice_index(shape, dict(zip(_SLICE_KEYS, spec)))[0]
+
+
+def _index_of(shape: tuple, attrs) -> tuple:
+    spec = tuple(tuple(v) if isinstance(v, (list, tuple)) else v
+                 for v in (attrs.get(k, 0) for k in _SLICE_KEYS))
+    return _slice_index(tuple(shape), spec)
+
+
 @register("StridedSlice", CPU, NUMERIC)
 def strided_slice(ctx, inputs, attrs):
     """TF's StridedSlice (masks included), resolved by :func:`core.ops_math.strided_slice_index`."""
     x = inputs[0]
-    index, _ = strided_slice_index(x.shape, attrs)
-    return (np.array(x[index], order="C"),)
+    return (np.array(x[_index_of(x.shape, attrs)], order="C"),)
 
 
 @register("StridedSliceGrad", CPU, NUMERIC)
@@ -194,71 +275,89 @@ def strided_slice_grad(ctx, inputs, attrs):
     dy = inputs[-1]
     full = (tuple(int(d) for d in attrs["shape"]) if "shape" in attrs
             else tuple(int(d) for d in np.asarray(inputs[0])))
-    index, _ = strided_slice_index(full, attrs)
     out = np.zeros(full, dtype=dy.dtype)
-    out[index] = dy
+    out[_index_of(full, attrs)] = dy
     return (out,)
 
 
 # --- BatchMatMulV2 ----------------------------------------------------------------------------
 
 @njit(cache=True, nogil=True)
-def _batch_range(x, y, out, xi, yi, lo, hi):
-    """``out[b] = x[xi[b]] @ y[yi[b]]`` for ``lo <= b < hi``: one BLAS gemm each."""
+def _batch_range(x, y, out, xi, yi, adj_x, adj_y, lo, hi):
+    """``out[b] = op(x[xi[b]]) @ op(y[yi[b]])`` for ``lo <= b < hi``, op transposing
+    when ``adj_*``: one BLAS gemm each, a transpose read in place (an F-ordered view).
+    One call per branch, so that each names one array layout."""
     for b in range(lo, hi):
-        np.dot(x[xi[b]], y[yi[b]], out[b])
+        if adj_x and adj_y:
+            np.dot(x[xi[b]].T, y[yi[b]].T, out[b])
+        elif adj_x:
+            np.dot(x[xi[b]].T, y[yi[b]], out[b])
+        elif adj_y:
+            np.dot(x[xi[b]], y[yi[b]].T, out[b])
+        else:
+            np.dot(x[xi[b]], y[yi[b]], out[b])
 
 
 @njit(cache=True, nogil=True)
-def _batch_serial(x, y, out, xi, yi):
-    _batch_range(x, y, out, xi, yi, 0, out.shape[0])
+def _batch_serial(x, y, out, xi, yi, adj_x, adj_y):
+    _batch_range(x, y, out, xi, yi, adj_x, adj_y, 0, out.shape[0])
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _batch_parallel(x, y, out, xi, yi, nchunks):
+def _batch_parallel(x, y, out, xi, yi, adj_x, adj_y, nchunks):
     n = out.shape[0]
     for c in prange(nchunks):
-        _batch_range(x, y, out, xi, yi, c * n // nchunks, (c + 1) * n // nchunks)
+        _batch_range(x, y, out, xi, yi, adj_x, adj_y, c * n // nchunks, (c + 1) * n // nchunks)
 
 
-def _batch_operand(a: np.ndarray, adjoint: bool, batch: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """``a`` as a C-ordered stack of its own matrices (adjointed when asked) and, per
-    matrix of the broadcast ``batch``, the index of the one it uses."""
-    if adjoint:
-        a = np.swapaxes(a, -1, -2)
-    own = a.shape[:-2]
-    stack = _readonly(np.ascontiguousarray(a).reshape((-1,) + a.shape[-2:]))
-    ids = np.arange(stack.shape[0], dtype=np.int64).reshape(own)
-    return stack, np.ascontiguousarray(np.broadcast_to(ids, batch)).reshape(-1)
+@functools.lru_cache(maxsize=256)
+def _batch_plan(x_shape: tuple, y_shape: tuple, adj_x: bool, adj_y: bool):
+    """``(out_shape, (m, n, k), xi, yi)`` of a BatchMatMulV2: per matrix of the broadcast
+    batch, the index of the matrix of x and of y it uses (cached per shapes: working it
+    out cost more than a small product's gemms)."""
+    m = x_shape[-1] if adj_x else x_shape[-2]
+    k = x_shape[-2] if adj_x else x_shape[-1]
+    n = y_shape[-2] if adj_y else y_shape[-1]
+    batch = np.broadcast_shapes(x_shape[:-2], y_shape[:-2])
+
+    def ids(own):
+        i = np.arange(int(np.prod(own)), dtype=np.int64).reshape(own)
+        i = np.ascontiguousarray(np.broadcast_to(i, batch)).reshape(-1)
+        i.setflags(write=False)
+        return i
+    return batch + (m, n), (m, n, k), ids(x_shape[:-2]), ids(y_shape[:-2])
+
+
+def _stack(a: np.ndarray) -> np.ndarray:
+    """``a`` as a read-only C-ordered stack of its matrices (a view when it already is)."""
+    rows, cols = a.shape[-2], a.shape[-1]
+    return _readonly(np.ascontiguousarray(a).reshape((-1, rows, cols)))
 
 
 @register("BatchMatMulV2", CPU, FLOATING)
 def batch_matmul(ctx, inputs, attrs):
     """``x @ y`` over the broadcast batch axes (``adj_x``/``adj_y`` transpose the last
-    two), one BLAS gemm per matrix; the matrices spread over the intra-op threads when
-    there are at least two per thread and enough work."""
+    two, read in place), one BLAS gemm per matrix; the matrices spread over the intra-op
+    threads when there are at least two per thread and enough work."""
     x, y = inputs
-    m = x.shape[-1] if attrs.get("adj_x") else x.shape[-2]
-    n = y.shape[-2] if attrs.get("adj_y") else y.shape[-1]
-    k = x.shape[-2] if attrs.get("adj_x") else x.shape[-1]
-    batch = np.broadcast_shapes(x.shape[:-2], y.shape[:-2])
-    out = np.empty(batch + (m, n), dtype=x.dtype)
+    adj_x, adj_y = bool(attrs.get("adj_x")), bool(attrs.get("adj_y"))
+    out_shape, (m, n, k), xi, yi = _batch_plan(x.shape, y.shape, adj_x, adj_y)
+    out = np.empty(out_shape, dtype=x.dtype)
     if out.size == 0:
         return (out,)
     if k == 0:
         out[...] = 0
         return (out,)
-    xs, xi = _batch_operand(x, bool(attrs.get("adj_x")), batch)
-    ys, yi = _batch_operand(y, bool(attrs.get("adj_y")), batch)
     flat = out.reshape((-1, m, n))
     count = flat.shape[0]
     cpu._blas_single_threaded()
     threads = _pool_threads(ctx, count * m * n * k, cpu.GEMM_PARALLEL_MIN_MACS)
+    args = (_stack(x), _stack(y), flat, xi, yi, adj_x, adj_y)
     if threads == 1 or count < 2 * threads:
-        _batch_serial(xs, ys, flat, xi, yi)
+        _batch_serial(*args)
     else:
         with parallel_region:
-            _batch_parallel(xs, ys, flat, xi, yi, min(count, threads * 4))
+            _batch_parallel(*args, min(count, threads * 4))
     return (out,)
 
 
@@ -305,19 +404,29 @@ def random_uniform(ctx, inputs, attrs):
 
 def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = True) -> None:
     """Compile (or load from numba's cache) this family's own numba functions for
-    ``dtypes``: BatchMatMulV2's batch loops (the elementwise ops share :mod:`.cpu`'s
+    ``dtypes``: AddN's and BatchMatMulV2's loops (the elementwise ops share :mod:`.cpu`'s
     drivers, which :func:`.cpu.warmup` compiles).
 
     >>> warmup(("float32",), parallel=False)
     """
     for name in dtypes:
         dtype = np.dtype(name)
+        v = _readonly(np.ones(4, dtype))
+        o = np.empty(4, dtype)
+        _add_serial(v, v, o, False)
+        _add_serial(o, v, o, True)
+        if parallel:
+            with parallel_region:
+                _add_parallel(v, v, o, False, 2)
+                _add_parallel(o, v, o, True, 2)
         if dtype.kind != "f":
             continue
         m3 = _readonly(np.ones((2, 2, 2), dtype))
         o3 = np.empty((2, 2, 2), dtype)
-        ids = np.arange(2, dtype=np.int64)
-        _batch_serial(m3, m3, o3, ids, ids)
-        if parallel:
-            with parallel_region:
-                _batch_parallel(m3, m3, o3, ids, ids, 2)
+        ids = _readonly(np.arange(2, dtype=np.int64))
+        for adj_x in (False, True):
+            for adj_y in (False, True):
+                _batch_serial(m3, m3, o3, ids, ids, adj_x, adj_y)
+                if parallel:
+                    with parallel_region:
+                        _batch_parallel(m3, m3, o3, ids, ids, adj_x, adj_y, 2)

@@ -23,11 +23,8 @@ Design
 * FusedBatchNormV3: one pass of per-channel sums (float64, shifted by the first row so
   the variance does not cancel), then one pass ``y = x * a + b``; its gradient the same
   two passes.  Row chunks over the threads, partial sums per chunk.
-* GatherV2 copies rows; UnsortedSegmentSum adds rows into segments (columns split over
-  the threads, so no two write one element).  Out-of-range indices raise ValueError as
-  TensorFlow's CPU kernels do (a negative segment id is dropped, as TensorFlow does).
-* The softmax cross-entropies and LogSoftmax: one row per loop iteration,
-  max-subtracted, sums in float64.
+* GatherV2, UnsortedSegmentSum, the softmax cross-entropies and LogSoftmax are in
+  :mod:`.cpu_nn_rows`.
 
 >>> import numpy as np
 >>> from runtime.kernels import KernelContext, get_kernel
@@ -41,7 +38,7 @@ array([[ 5.,  7.],
 from __future__ import annotations
 
 import functools
-import math
+import sys
 
 import numpy as np
 from numba import njit, prange
@@ -51,6 +48,7 @@ from .cpu import (_CHUNKS_PER_THREAD, _NUMBA_THREADS, GEMM_MIN_ROWS_PER_CHUNK,
                   GEMM_PARALLEL_MIN_MACS, PARALLEL_MIN_ELEMENTS,
                   _binary, _blas_single_threaded, _pool_threads, _readonly, _reduce_sum,
                   _set_pool_threads)
+from . import cpu_nn_rows
 from .opcodes import ADD
 from .registry import FLOATING, NUMERIC, register
 from .threading_layer import parallel_region
@@ -441,7 +439,8 @@ def _pool_parallel(x, out, geo, average, nchunks):
 
 @njit(cache=True, nogil=True)
 def _pool_grad_range(x, g, dx, geo, average, n0, n1):
-    """MaxPoolGrad (x the forward input) or AvgPoolGrad (x unused) of images n0..n1."""
+    """MaxPoolGrad (x the forward input) or AvgPoolGrad (x unused) of images n0..n1,
+    added into dx (zeros)."""
     h_in, w_in, c_in = dx.shape[1], dx.shape[2], dx.shape[3]
     ho_n, wo_n, kh_n, kw_n, sh, sw, pt, pl = (geo[0], geo[1], geo[2], geo[3], geo[4], geo[5],
                                               geo[8], geo[9])
@@ -449,7 +448,6 @@ def _pool_grad_range(x, g, dx, geo, average, n0, n1):
     best_w = np.empty(c_in, np.int64)
     best = np.empty(c_in, dx.dtype)
     for n in range(n0, n1):
-        dx[n] = 0
         for ho in range(ho_n):
             h0 = max(ho * sh - pt, 0)
             h1 = min(ho * sh - pt + kh_n, h_in)
@@ -459,11 +457,13 @@ def _pool_grad_range(x, g, dx, geo, average, n0, n1):
                 gv = g[n, ho, wo]
                 if average:
                     inv = 1.0 / ((h1 - h0) * (w1 - w0))
+                    for c in range(c_in):  # once per window, in dx's dtype
+                        best[c] = gv[c] * inv
                     for h in range(h0, h1):
                         for w in range(w0, w1):
                             d = dx[n, h, w]
                             for c in range(c_in):
-                                d[c] += gv[c] * inv
+                                d[c] += best[c]
                     continue
                 first = x[n, h0, w0]
                 for c in range(c_in):
@@ -521,7 +521,7 @@ def _pool(ctx, x, attrs, average: bool):
 def _pool_grad(ctx, x, g, shape, attrs, average: bool):
     _check_nhwc(attrs)
     geo = _pool_geometry(shape, attrs)
-    dx = np.empty(shape, g.dtype)
+    dx = np.zeros(shape, g.dtype)
     if dx.size == 0:
         return (dx,)
     g = _contiguous(g)
@@ -736,259 +736,6 @@ def fused_batch_norm_grad(ctx, inputs, attrs):
             np.empty(0, dtype), np.empty(0, dtype))
 
 
-# --- gather and segment sums ------------------------------------------------------------------
-
-@njit(cache=True, nogil=True)
-def _gather_range(params, idx, out, r0, r1):
-    """out[o, m, :] = params[o, idx[m], :] for flat rows r = (o, m), r0 <= r < r1."""
-    m_n = idx.shape[0]
-    inner = params.shape[2]
-    for r in range(r0, r1):
-        o = r // m_n
-        m = r - o * m_n
-        src = params[o, idx[m]]
-        dst = out[o, m]
-        for i in range(inner):
-            dst[i] = src[i]
-
-
-@njit(cache=True, nogil=True)
-def _gather_serial(params, idx, out):
-    _gather_range(params, idx, out, 0, out.shape[0] * out.shape[1])
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _gather_parallel(params, idx, out, nchunks):
-    rows = out.shape[0] * out.shape[1]
-    for c in prange(nchunks):
-        _gather_range(params, idx, out, c * rows // nchunks, (c + 1) * rows // nchunks)
-
-
-def _flat_index(indices) -> np.ndarray:
-    idx = np.ascontiguousarray(indices).reshape(-1)
-    if idx.dtype not in (np.int32, np.int64):
-        raise ValueError(f"indices must be int32 or int64, got {idx.dtype}")
-    return _readonly(idx)
-
-
-@register("GatherV2", CPU, NUMERIC)
-def gather(ctx, inputs, attrs):
-    """params' slices at ``indices`` along ``axis``; an index outside [0, size) raises
-    ValueError, as TensorFlow's CPU kernel does."""
-    params, indices = inputs
-    axis = int(attrs.get("axis", 0)) % params.ndim
-    size = params.shape[axis]
-    idx = _flat_index(indices)
-    if idx.size and (idx.min() < 0 or idx.max() >= size):
-        bad = int(np.flatnonzero((idx < 0) | (idx >= size))[0])
-        raise ValueError(f"GatherV2: indices[{bad}] = {int(idx[bad])} is not in [0, {size})")
-    outer = math.prod(params.shape[:axis])
-    inner = math.prod(params.shape[axis + 1:])
-    out = np.empty(params.shape[:axis] + indices.shape + params.shape[axis + 1:], params.dtype)
-    if out.size == 0:
-        return (out,)
-    p3 = _contiguous(params).reshape(outer, size, inner)
-    o3 = out.reshape(outer, idx.size, inner)
-    threads = _pool_threads(ctx, out.size, PARALLEL_MIN_ELEMENTS)
-    rows = outer * idx.size
-    if threads == 1 or rows < 2:
-        _gather_serial(p3, idx, o3)
-    else:
-        with parallel_region:
-            _gather_parallel(p3, idx, o3, min(rows, threads * _CHUNKS_PER_THREAD))
-    return (out,)
-
-
-@njit(cache=True, nogil=True)
-def _segment_sum_range(data, ids, out, i0, i1):
-    """out[ids[m], i] += data[m, i] for columns i0 <= i < i1 (negative ids dropped)."""
-    for m in range(data.shape[0]):
-        s = ids[m]
-        if s < 0:
-            continue
-        src = data[m, i0:i1]
-        dst = out[s, i0:i1]
-        for i in range(i1 - i0):
-            dst[i] += src[i]
-
-
-@njit(cache=True, nogil=True)
-def _segment_sum_serial(data, ids, out):
-    out[:] = 0
-    _segment_sum_range(data, ids, out, 0, data.shape[1])
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _segment_sum_parallel(data, ids, out, nchunks):
-    out[:] = 0
-    inner = data.shape[1]
-    for c in prange(nchunks):
-        _segment_sum_range(data, ids, out, c * inner // nchunks, (c + 1) * inner // nchunks)
-
-
-@register("UnsortedSegmentSum", CPU, NUMERIC)
-def unsorted_segment_sum(ctx, inputs, attrs):
-    """out[s] = sum of the data rows whose segment id is s (``num_segments`` rows);
-    negative ids are dropped and an id >= num_segments raises ValueError (TensorFlow)."""
-    data, ids = inputs
-    segments = int(attrs["num_segments"])
-    flat = _flat_index(ids)
-    if flat.size and flat.max() >= segments:
-        bad = int(np.flatnonzero(flat >= segments)[0])
-        raise ValueError(f"UnsortedSegmentSum: segment_ids[{bad}] = {int(flat[bad])} is not in "
-                         f"[0, {segments})")
-    tail = data.shape[ids.ndim:]
-    inner = math.prod(tail)
-    out = np.empty((segments,) + tail, data.dtype)
-    if out.size == 0:
-        return (out,)
-    d2 = _contiguous(data).reshape(flat.size, inner)
-    o2 = out.reshape(segments, inner)
-    threads = _pool_threads(ctx, data.size, PARALLEL_MIN_ELEMENTS)
-    if threads == 1 or inner < 64 * threads:
-        _segment_sum_serial(d2, flat, o2)
-    else:
-        with parallel_region:
-            _segment_sum_parallel(d2, flat, o2, min(inner // 64, threads))
-    return (out,)
-
-
-# --- losses ------------------------------------------------------------------------------------
-
-@njit(cache=True, nogil=True)
-def _xent_range(x, labels, sparse, loss, back, r0, r1):
-    """Softmax cross-entropy of rows r0..r1: loss[r] and back[r] = softmax - labels
-    (``sparse``: ``labels[r, 0]`` is the class index, as a float of an int)."""
-    cols = x.shape[1]
-    for r in range(r0, r1):
-        xr = x[r]
-        b = back[r]
-        m = xr[0]
-        for j in range(1, cols):
-            m = max(m, xr[j])
-        s = 0.0
-        for j in range(cols):
-            e = math.exp(xr[j] - m)
-            b[j] = e
-            s += e
-        lse = math.log(s)
-        inv = 1 / s
-        if sparse:
-            k = int(labels[r, 0])
-            for j in range(cols):
-                b[j] *= inv
-            b[k] -= 1
-            loss[r] = lse - (xr[k] - m)
-        else:
-            lr = labels[r]
-            total = 0.0
-            for j in range(cols):
-                b[j] = b[j] * inv - lr[j]
-                total += lr[j] * (lse - (xr[j] - m))
-            loss[r] = total
-
-
-@njit(cache=True, nogil=True)
-def _xent_serial(x, labels, sparse, loss, back):
-    _xent_range(x, labels, sparse, loss, back, 0, x.shape[0])
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _xent_parallel(x, labels, sparse, loss, back, nchunks):
-    rows = x.shape[0]
-    for c in prange(nchunks):
-        _xent_range(x, labels, sparse, loss, back, c * rows // nchunks, (c + 1) * rows // nchunks)
-
-
-def _xent(ctx, x, labels, sparse: bool):
-    rows, cols = x.shape
-    loss = np.empty(rows, x.dtype)
-    back = np.empty((rows, cols), x.dtype)
-    if rows == 0:
-        return loss, back
-    if cols == 0:
-        raise ValueError("softmax cross-entropy needs at least one class")
-    x = _contiguous(x)
-    threads = _pool_threads(ctx, x.size, PARALLEL_MIN_ELEMENTS)
-    if threads == 1 or rows < 2:
-        _xent_serial(x, labels, sparse, loss, back)
-    else:
-        with parallel_region:
-            _xent_parallel(x, labels, sparse, loss, back,
-                           min(rows, threads * _CHUNKS_PER_THREAD))
-    return loss, back
-
-
-@register("SoftmaxCrossEntropyWithLogits", CPU, FLOATING)
-def softmax_xent(ctx, inputs, attrs):
-    """(loss, backprop): ``-sum(labels * log_softmax(features))`` per row and
-    ``softmax(features) - labels``."""
-    features, labels = inputs
-    return _xent(ctx, features, _contiguous(labels.astype(features.dtype, copy=False)), False)
-
-
-@register("SparseSoftmaxCrossEntropyWithLogits", CPU, FLOATING)
-def sparse_softmax_xent(ctx, inputs, attrs):
-    """(loss, backprop) for integer labels; a label outside [0, classes) raises
-    ValueError, as TensorFlow's CPU kernel does."""
-    features, labels = inputs
-    classes = features.shape[1]
-    if labels.size and (labels.min() < 0 or labels.max() >= classes):
-        bad = int(np.flatnonzero((labels < 0) | (labels >= classes))[0])
-        raise ValueError(f"SparseSoftmaxCrossEntropyWithLogits: received a label value of "
-                         f"{int(labels[bad])} which is outside the valid range of [0, {classes})")
-    # Labels as a float column: one compiled function per float dtype serves both ops.
-    column = _readonly(labels.astype(features.dtype).reshape(-1, 1))
-    return _xent(ctx, features, column, True)
-
-
-@njit(cache=True, nogil=True)
-def _log_softmax_range(x, out, r0, r1):
-    cols = x.shape[1]
-    for r in range(r0, r1):
-        xr = x[r]
-        m = xr[0]
-        for j in range(1, cols):
-            m = max(m, xr[j])
-        s = 0.0
-        for j in range(cols):
-            s += math.exp(xr[j] - m)
-        shift = m + math.log(s)
-        o = out[r]
-        for j in range(cols):
-            o[j] = xr[j] - shift
-
-
-@njit(cache=True, nogil=True)
-def _log_softmax_serial(x, out):
-    _log_softmax_range(x, out, 0, x.shape[0])
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _log_softmax_parallel(x, out, nchunks):
-    rows = x.shape[0]
-    for c in prange(nchunks):
-        _log_softmax_range(x, out, c * rows // nchunks, (c + 1) * rows // nchunks)
-
-
-@register("LogSoftmax", CPU, FLOATING)
-def log_softmax(ctx, inputs, attrs):
-    """``logits - log(sum(exp(logits)))`` over the last axis, max-subtracted."""
-    x = inputs[0]
-    out = np.empty(x.shape, x.dtype)
-    if x.size == 0:
-        return (out,)
-    x2 = _rows(x)
-    out2 = out.reshape(x2.shape)
-    threads = _pool_threads(ctx, x.size, PARALLEL_MIN_ELEMENTS)
-    if threads == 1 or x2.shape[0] < 2:
-        _log_softmax_serial(x2, out2)
-    else:
-        with parallel_region:
-            _log_softmax_parallel(x2, out2, min(x2.shape[0], threads * _CHUNKS_PER_THREAD))
-    return (out,)
-
-
 # --- warm-up ------------------------------------------------------------------------------------
 
 def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = True) -> None:
@@ -1011,13 +758,10 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = Tru
 
 
 def _warm_dtype(ctx, dtype) -> None:
-    x = np.ones((2, 3, 3, 2), dtype)
-    for idx_dtype in (np.int32, np.int64):
-        ids = np.zeros((2,), idx_dtype)
-        gather(ctx, (x.reshape(2, 18), ids), {"axis": 0})
-        unsorted_segment_sum(ctx, (x.reshape(2, 18), ids), {"num_segments": 2})
+    cpu_nn_rows.warm(ctx, dtype)
     if dtype.kind != "f":
         return
+    x = np.ones((2, 3, 3, 2), dtype)
     w = np.ones((2, 2, 2, 2), dtype)
     conv = {"strides": (1, 1, 1, 1), "padding": "SAME"}
     (y,) = conv2d(ctx, (x, w), conv)
@@ -1034,28 +778,30 @@ def _warm_dtype(ctx, dtype) -> None:
     c = np.ones(2, dtype)
     outs = fused_batch_norm(ctx, (x, c, c, c, c), {"is_training": True})
     fused_batch_norm_grad(ctx, (x, x, c, outs[3], outs[4], outs[5]), {"is_training": True})
-    logits = x.reshape(6, 6)
-    softmax_xent(ctx, (logits, logits), {})
-    for idx_dtype in (np.int32, np.int64):
-        sparse_softmax_xent(ctx, (logits, np.zeros(6, idx_dtype)), {})
-    log_softmax(ctx, (logits,), {})
 
 
 class _everything_parallel:
     """Within it, every nn kernel takes its parallel path whatever the size (warmup's
-    tiny arrays): the thresholds the paths test are lowered to nothing."""
+    tiny arrays): the thresholds the paths test, here and in :mod:`.cpu_nn_rows`, are
+    lowered to nothing (warmup runs before any step, so no kernel sees them lowered)."""
+
+    _LOWERED = {"PARALLEL_MIN_ELEMENTS": 0, "GEMM_PARALLEL_MIN_MACS": 0,
+                "GEMM_MIN_ROWS_PER_CHUNK": 1}
 
     def __init__(self, active: bool):
         self.active = active
+        self.saved: list = []
 
     def __enter__(self):
-        global PARALLEL_MIN_ELEMENTS, GEMM_PARALLEL_MIN_MACS, GEMM_MIN_ROWS_PER_CHUNK
-        self.saved = (PARALLEL_MIN_ELEMENTS, GEMM_PARALLEL_MIN_MACS, GEMM_MIN_ROWS_PER_CHUNK)
         if self.active:
-            PARALLEL_MIN_ELEMENTS = GEMM_PARALLEL_MIN_MACS = 0
-            GEMM_MIN_ROWS_PER_CHUNK = 1
+            for module in (sys.modules[__name__], cpu_nn_rows):
+                for name, value in self._LOWERED.items():
+                    if hasattr(module, name):
+                        self.saved.append((module, name, getattr(module, name)))
+                        setattr(module, name, value)
         return self
 
     def __exit__(self, *exc):
-        global PARALLEL_MIN_ELEMENTS, GEMM_PARALLEL_MIN_MACS, GEMM_MIN_ROWS_PER_CHUNK
-        PARALLEL_MIN_ELEMENTS, GEMM_PARALLEL_MIN_MACS, GEMM_MIN_ROWS_PER_CHUNK = self.saved
+        for module, name, value in reversed(self.saved):
+            setattr(module, name, value)
+        self.saved.clear()

@@ -69,14 +69,27 @@ def _zeros(shape, dtype, ctx):
     return out
 
 
+#: Most blocks along a grid's y axis (CUDA's limit), which holds the product's rows.
+_MAX_GRID_Y = 65535
+
+
 def _matmul(ctx, a, b, out, transpose_a: bool, transpose_b: bool, k: int) -> None:
-    """out = op(a) @ op(b) with :mod:`.cuda`'s tiled kernel (2-D device arrays)."""
+    """out = op(a) @ op(b) with :mod:`.cuda`'s tiled kernel (2-D device arrays); a
+    product with more row tiles than a grid holds (a big batch's im2col rows) runs as
+    several launches on row blocks."""
     m, n = out.shape
     kernels = _cuda_base._kernels()
     tile = kernels.TILE
-    grid = (math.ceil(n / tile), math.ceil(m / tile))
-    kernels.matmul_kernel(np.dtype(out.dtype).name)[grid, (tile, tile), _stream(ctx)](
-        a, b, out, transpose_a, transpose_b, k)
+    kernel = kernels.matmul_kernel(np.dtype(out.dtype).name)
+    step = _MAX_GRID_Y * tile
+    if transpose_a and m > step:
+        raise ValueError(f"a transposed operand with {m} rows is more than one launch takes")
+    for lo in range(0, m, step):
+        hi = min(m, lo + step)
+        grid = (math.ceil(n / tile), math.ceil((hi - lo) / tile))
+        a_rows = a if transpose_a or (lo == 0 and hi == m) else a[lo:hi]
+        kernel[grid, (tile, tile), _stream(ctx)](a_rows, b, out[lo:hi] if hi - lo < m else out,
+                                                 transpose_a, transpose_b, k)
 
 
 def _im2col(ctx, x, geo, k):

@@ -410,21 +410,24 @@ def _features(batch):
 
 
 def test_an_unknown_batch_gives_the_same_gradients():
+    """A batch of None, fed at run time: the loss's gradients equal a known batch's."""
     rng = np.random.default_rng(1)
     xs = rng.standard_normal((3, 8, 8, 3)).astype(np.float32)
-    dys = rng.standard_normal((3, 1, 1, 4)).astype(np.float32)
+    ys = np.array([0, 3, 1], np.int32)
     results = []
     for batch in (3, None):
         g = tf.Graph()
         with g.as_default():
             x, w, b, y = _features(batch)
-            dy = tf.placeholder(tf.float32, y.shape)
-            grads = tf.gradients(y, [x, w, b], grad_ys=dy)
+            labels = tf.placeholder(tf.int32, (batch,))
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=tf.reshape(y, (-1, 4))))
+            grads = tf.gradients(loss, [x, w, b])
             init = tf.global_variables_initializer()
         assert grads[0].shape == (batch, 8, 8, 3)
         with Session(graph=g) as sess:
             sess.run(init)
-            results.append(sess.run(grads, {x: xs, dy: dys}))
+            results.append(sess.run(grads, {x: xs, labels: ys}))
     for known, unknown in zip(*results):
         np.testing.assert_allclose(known, unknown, rtol=1e-5, atol=1e-6)
 
@@ -445,6 +448,27 @@ def test_a_small_cnn_learns():
         sess.run(init)
         losses = [sess.run([loss, step], {x: xs, labels: ys})[0] for _ in range(8)]
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_v1_cross_entropy_passes_no_gradient_to_labels_and_v2_does():
+    with tf.Graph().as_default():
+        logits = tf.placeholder(tf.float32, (2, 3))
+        labels = tf.nn.softmax(tf.placeholder(tf.float32, (2, 3)))
+        v1 = tf.nn.softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        v2 = tf.nn.softmax_cross_entropy_with_logits_v2(labels=labels, logits=logits)
+        assert tf.gradients(v1, [labels]) == [None]
+        (d_labels,) = tf.gradients(v2, [labels], grad_ys=tf.placeholder(tf.float32, (2,)))
+        assert d_labels is not None and d_labels.shape == (2, 3)
+
+
+def test_bias_add_grad_grad_with_an_unknown_batch():
+    with tf.Graph().as_default() as g:
+        v = tf.placeholder(tf.float64, (None, 3))
+        db = g.create_op("BiasAddGrad", [v * v], {}).outputs[0]
+        (dv,) = tf.gradients(db, [v], grad_ys=tf.constant(np.array([1.0, 2.0, 3.0])))
+    xs = np.arange(6.0).reshape(2, 3)
+    with Session(graph=g) as sess:
+        np.testing.assert_allclose(sess.run(dv, {v: xs}), 2 * xs * [1.0, 2.0, 3.0])
 
 
 def test_colocated_gradients_of_a_convolution_stay_with_it():

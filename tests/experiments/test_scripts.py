@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from experiments import bench_placers, compare_placers, ps_sharding
+from experiments import bench_placement, bench_placers, compare_placers, ps_sharding
 
 
 def test_compare_placers_marks_a_best_row(tmp_path, capsys):
@@ -41,6 +41,38 @@ def test_compare_placers_calibrates_only_this_machine(tmp_path, capsys):
     assert (frame["sim_step_ms"] > 0).all() and "real_step_ms" not in frame
     out = capsys.readouterr().out
     assert "calibrated this machine" not in out and "default hardware figures" in out
+
+
+def test_compare_placers_takes_any_registered_placer(tmp_path, capsys):
+    frame = compare_placers.main(["--workloads", "mlp", "--backend", "sim", "--cluster",
+                                  "two_gpus", "--placers", "m_etf", "m_topo", "cost_model",
+                                  "--out", str(tmp_path)])
+    assert list(frame["placer"]) == ["m_etf", "m_topo", "cost_model"]
+    assert (frame["sim_step_ms"] > 0).all()
+    with pytest.raises(SystemExit):
+        compare_placers.main(["--placers", "magic", "--backend", "sim"])
+    err = capsys.readouterr().err
+    assert "unknown placer 'magic'" in err and "m_sct" in err and "round_robin_vars" in err
+
+
+def test_bench_placement_table_csv_and_plot(tmp_path):
+    frame = bench_placement.main(["--models", "mlp", "--clusters", "4gpu:tight", "--placers",
+                                  "simple", "cost_model", "m_topo", "search", "--search-evals",
+                                  "8", "--plot", "--out", str(tmp_path)])
+    assert list(frame["placer"]) == ["simple", "cost_model", "m_topo", "search"]
+    by = frame.set_index("placer")
+    assert by.loc["simple", "oom"]  # no GPU holds the model alone
+    assert not by.loc["m_topo", "oom"] and by.loc["m_topo", "devices"] >= 2
+    assert by.loc["search", "sim_step_ms"] <= by.loc["cost_model", "sim_step_ms"]
+    assert by.loc["search", "speedup_vs_cost_model"] >= 1
+    assert (tmp_path / "bench_placement.csv").exists() and (tmp_path / "bench_placement.png").exists()
+
+
+def test_rank_agreement_of_simulated_and_measured_steps():
+    frame = pd.DataFrame({"workload": ["w"] * 3, "placer": ["a", "b", "c"],
+                          "sim_step_ms": [1.0, 2.0, 3.0], "real_step_ms": [1.5, 2.5, 2.0]})
+    row = bench_placement.rank_agreement(frame).iloc[0]
+    assert row.same_best and abs(row.kendall_tau - 1 / 3) < 1e-9
 
 
 def test_bench_placers_reports_growth(tmp_path):
@@ -88,11 +120,27 @@ def test_threads_sweep_on_both_backends(tmp_path):
 
 def test_bench_kernels_times_ours_and_numpy_side_by_side(tmp_path):
     from experiments import bench_kernels
-    frame = bench_kernels.main(["--sizes", "8", "--rounds", "1", "--out", str(tmp_path)])
+    frame = bench_kernels.main(["--sizes", "8", "--rounds", "1", "--nn-batch", "0",
+                                "--out", str(tmp_path)])
     assert (tmp_path / "bench_kernels.csv").exists()
     assert set(frame.op) >= {"Add", "Mul", "Tanh", "Sum", "MatMul"}
     assert (frame.ours_us > 0).all() and (frame.numpy_us > 0).all()
     assert frame.ratio.tolist() == pytest.approx((frame.ours_us / frame.numpy_us).tolist())
+
+
+def test_bench_kernels_has_a_resnet_sized_case_for_every_nn_op():
+    """The nn cases (timed by ``--nn-batch``, too slow to time here) cover the nn op
+    family, each with inputs the op's shape inference accepts."""
+    import numpy as np
+    from core.dtypes import as_dtype
+    from core.opdef import TensorSpec
+    from core.ops_nn import NN_OPS
+    from experiments import bench_kernels
+    cases = bench_kernels.nn_cases(1, np.random.default_rng(0))
+    assert {op for op, *_ in cases} == set(NN_OPS)
+    for op, _, inputs, attrs, reference in cases:
+        NN_OPS[op].infer([TensorSpec(as_dtype(x.dtype), x.shape) for x in inputs], attrs)
+        assert callable(reference)
 
 
 def test_bench_sim_reports_speed_growth_and_the_machines_load(tmp_path):

@@ -18,14 +18,14 @@ from strategies import clusters, dags
 LOCAL = "/job:localhost/replica:0/task:0"
 
 
+#: Small budgets for the simulator-driven placers, so that property tests stay fast.
+FAST = {"function": dict(fn=lambda op: None),
+        "search": dict(evaluations=6, workers=1, start_placers=("m_etf", "simple")),
+        "optimal": dict(max_groups=3, time_limit=5.0, max_evaluations=200)}
+
+
 def all_placers(**options):
-    out = []
-    for name in placers.names():
-        if name == "function":
-            out.append(placers.get(name, fn=lambda op: None, **options))
-        else:
-            out.append(placers.get(name, **options))
-    return out
+    return [placers.get(name, **FAST.get(name, {}), **options) for name in placers.names()]
 
 
 def snapshot(graph):
@@ -37,7 +37,7 @@ def snapshot(graph):
 # --- registry -------------------------------------------------------------------------------
 
 def test_registry_lists_and_rejects_unknown_names():
-    assert placers.names() == ["cost_model", "function", "round_robin", "simple"]
+    assert {"cost_model", "function", "round_robin", "simple", "m_topo", "m_etf", "m_sct"} <= set(placers.names())
     with pytest.raises(placers.UnknownPlacer) as info:
         placers.get("magic")
     assert "magic" in str(info.value) and "cost_model" in str(info.value)
@@ -230,8 +230,7 @@ def test_cost_model_placer_spreads_independent_chains():
 def test_placements_hold_the_invariants(dag, cluster, name):
     g, fetches = dag
     before = snapshot(g)
-    placer = placers.get(name, fn=lambda op: None, allow_soft_placement=True) if name == "function" \
-        else placers.get(name, allow_soft_placement=True)
+    placer = placers.get(name, **FAST.get(name, {}), allow_soft_placement=True)
     p = placer.place(g, cluster)
     assert snapshot(g) == before  # no placer mutates the graph
     assert list(p) == [op.name for op in g.get_operations()]

@@ -14,7 +14,7 @@ from core.graph import ops_needed
 from core.placement import Placement
 from runtime.config import SessionConfig
 from runtime.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, OpError
-from runtime.executor import Executor, StepResult
+from runtime.executor import Executor, StepIO, StepResult
 from runtime.local_devices import InterOpPool, LocalDevices
 from runtime.variables import VariableStore
 
@@ -230,7 +230,8 @@ def test_recv_and_send_cross_task_tensors_once_per_destination():
 
     mine = [op for op in g.get_operations() if placement[op.name] == w0]
     try:
-        r = ex.run_step(mine, placement, fetches=["twice:0"], recv=recv, send=send, trace=True)
+        r = ex.run_step(mine, placement, fetches=["twice:0"],
+                        io=StepIO.from_functions(recv=recv, send=send), trace=True)
     finally:
         ex.close()
         devices.close()
@@ -263,7 +264,8 @@ def test_send_final_tells_the_sends_made_once_every_op_has_run():
 
     mine = [op for op in g.get_operations() if placement[op.name] == w0]
     try:
-        r = ex.run_step(mine, placement, fetches=["last:0"], send=send, send_final=True)
+        r = ex.run_step(mine, placement, fetches=["last:0"],
+                        io=StepIO.from_functions(send=send, final_sends=True))
     finally:
         ex.close()
         devices.close()
@@ -283,8 +285,8 @@ def test_a_failing_recv_aborts_the_step_naming_the_op():
     mine = [op for op in g.get_operations() if placement[op.name] == w0]
     try:
         with pytest.raises(OpError, match="peer went away") as info:
-            ex.run_step(mine, placement, fetches=["twice:0"], recv=recv, send=lambda *a: None,
-                        timeout=10)
+            ex.run_step(mine, placement, fetches=["twice:0"],
+                        io=StepIO.from_functions(recv=recv, send=lambda *a: None), timeout=10)
     finally:
         ex.close()
         devices.close()
@@ -305,8 +307,8 @@ def test_deadline_names_the_waiting_ops():
     t0 = time.perf_counter()
     try:
         with pytest.raises(DeadlineExceeded) as info:
-            ex.run_step(mine, placement, fetches=["twice:0"], recv=recv, send=lambda *a: None,
-                        timeout=0.2)
+            ex.run_step(mine, placement, fetches=["twice:0"],
+                        io=StepIO.from_functions(recv=recv, send=lambda *a: None), timeout=0.2)
     finally:
         release.set()
         ex.close()
@@ -451,16 +453,19 @@ def test_recv_async_delivers_from_another_thread_and_errors_name_the_op():
         return None
 
     try:
-        r = ex.run_step(mine, placement, fetches=["twice:0"], recv_async=later,
-                        send=lambda *a: None, timeout=10, trace=True)
+        r = ex.run_step(mine, placement, fetches=["twice:0"],
+                        io=StepIO.from_functions(recv_async=later, send=lambda *a: None),
+                        timeout=10, trace=True)
         assert r.values["twice:0"] == 15.0
         assert [x.tensor for x in r.transfers] == ["remote:0"]
         r = ex.run_step(mine, placement, fetches=["twice:0"],
-                        recv_async=lambda *a: np.float32(5.0), send=lambda *a: None, timeout=10)
+                        io=StepIO.from_functions(recv_async=lambda *a: np.float32(5.0),
+                                                 send=lambda *a: None), timeout=10)
         assert r.values["twice:0"] == 15.0
         with pytest.raises(OpError, match="peer went away") as info:
-            ex.run_step(mine, placement, fetches=["twice:0"], recv_async=failing,
-                        send=lambda *a: None, timeout=10)
+            ex.run_step(mine, placement, fetches=["twice:0"],
+                        io=StepIO.from_functions(recv_async=failing, send=lambda *a: None),
+                        timeout=10)
         assert info.value.op == "local"
     finally:
         ex.close()
@@ -503,17 +508,20 @@ def test_a_control_edge_from_another_task_waits_by_recv_async_not_in_a_thread():
         return None
 
     try:
-        r = ex.run_step(mine, placement, fetches=["after:0"], recv=no_blocking_recv,
-                        recv_async=later, send=lambda *a: None, timeout=10)
+        r = ex.run_step(mine, placement, fetches=["after:0"],
+                        io=StepIO.from_functions(recv=no_blocking_recv, recv_async=later,
+                                                 send=lambda *a: None), timeout=10)
         assert r.values["after:0"] == -2.0
         assert asked == [("^gate", w1)] and len(delivered_on) == 1
-        r = ex.run_step(mine, placement, fetches=["after:0"], recv=no_blocking_recv,
-                        recv_async=lambda *a: np.zeros(0, np.float32), send=lambda *a: None,
-                        timeout=10)  # already here: no callback needed
+        r = ex.run_step(mine, placement, fetches=["after:0"],
+                        io=StepIO.from_functions(
+                            recv=no_blocking_recv, recv_async=lambda *a: np.zeros(0, np.float32),
+                            send=lambda *a: None), timeout=10)  # already here: no callback needed
         assert r.values["after:0"] == -2.0
         with pytest.raises(OpError, match="peer went away") as info:
-            ex.run_step(mine, placement, fetches=["after:0"], recv=no_blocking_recv,
-                        recv_async=failing, send=lambda *a: None, timeout=10)
+            ex.run_step(mine, placement, fetches=["after:0"],
+                        io=StepIO.from_functions(recv=no_blocking_recv, recv_async=failing,
+                                                 send=lambda *a: None), timeout=10)
         assert info.value.op == "after"
     finally:
         ex.close()
@@ -534,7 +542,7 @@ def test_on_abort_stops_a_running_step_between_ops(executor):
         threading.Timer(0.1, abort, (err,)).start()
 
     with pytest.raises(OpError, match="another part failed"):
-        run(executor, g, [h.name], on_abort=on_abort, timeout=60)
+        run(executor, g, [h.name], io=StepIO.from_functions(watch=on_abort), timeout=60)
     assert time.perf_counter() - started[0] < 2.0
 
 

@@ -88,6 +88,18 @@ else:
         assert_same("Conv2DBackpropInput", (f, dy), dict(attrs, input_sizes=(None,) + shape[1:]))
         assert_same("Conv2DBackpropFilter", (x, dy), dict(attrs, filter_sizes=f.shape))
 
+    def test_conv2d_rows_beyond_one_grid_run_in_row_blocks():
+        """A grid holds _MAX_GRID_Y row tiles: lowered to 1, 36 rows take 3 launches."""
+        from unittest import mock
+        from runtime.kernels import cuda_nn
+        rng = np.random.default_rng(3)
+        x = rng.standard_normal((1, 6, 6, 2))
+        f = rng.standard_normal((3, 3, 2, 3))
+        attrs = {"strides": (1, 1, 1, 1), "padding": "SAME"}
+        with mock.patch.object(cuda_nn, "_MAX_GRID_Y", 1):
+            (y,) = assert_same("Conv2D", (x, f), attrs)
+            assert_same("Conv2DBackpropInput", (f, y), dict(attrs, input_sizes=x.shape))
+
     @few
     @given(shape=st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 4),
                            st.integers(1, 2)),

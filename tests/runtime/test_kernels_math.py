@@ -92,6 +92,7 @@ def test_binary_math_ops_match_numpy(case):
     expected = BINARY[op][1](x, y)
     rtol = 1e-5 if op == "Pow" and dtype == "float32" else None  # powf vs numpy's pow
     assert_close(out, np.asarray(expected, dtype=dtype), dtype, rtol)
+    assert type(out) is np.ndarray
 
 
 UNARY = {  # op: (dtypes, reference, range)
@@ -121,7 +122,7 @@ def test_unary_math_ops_match_numpy(case):
     op, dtype, threads, x = case
     (out,) = run(op, (x,), threads=threads)
     assert_close(out, UNARY[op][1](x).astype(dtype), dtype, 4e-6 if dtype == "float32" else None)
-    assert not np.shares_memory(out, x)
+    assert type(out) is np.ndarray and not np.shares_memory(out, x)
 
 
 @pytest.mark.parametrize("dtype", FLOAT)

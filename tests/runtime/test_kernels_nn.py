@@ -12,10 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.kernels import KernelContext, cpu, cpu_nn, get_kernel
+from runtime.kernels import KernelContext, cpu, cpu_nn, cpu_nn_rows, get_kernel
 
 prop = settings(max_examples=20, deadline=None)
 FLOAT = ("float32", "float64")
+# Parallel variants are dtype-generic code: two dtypes cover them and keep compile time down.
+PARALLEL_DTYPES = ("float32", "int64")
 TOL = {"float32": 2e-4, "float64": 1e-10}
 
 
@@ -25,6 +27,7 @@ def parallel_everywhere():
     block so that a batch takes several blocks."""
     with mock.patch.object(cpu, "PARALLEL_MIN_ELEMENTS", 0), \
             mock.patch.object(cpu_nn, "PARALLEL_MIN_ELEMENTS", 0), \
+            mock.patch.object(cpu_nn_rows, "PARALLEL_MIN_ELEMENTS", 0), \
             mock.patch.object(cpu_nn, "GEMM_PARALLEL_MIN_MACS", 0), \
             mock.patch.object(cpu_nn, "GEMM_MIN_ROWS_PER_CHUNK", 1), \
             mock.patch.object(cpu_nn, "COLS_BLOCK_ELEMENTS", 1):
@@ -33,6 +36,8 @@ def parallel_everywhere():
 
 def run(op, inputs, attrs, threads=1):
     inputs = tuple(np.asarray(x) for x in inputs)
+    if inputs[0].dtype.name not in PARALLEL_DTYPES:
+        threads = 1
     for x in inputs:
         x.setflags(write=False)  # kernels never write their inputs
     with parallel_everywhere():
@@ -355,4 +360,5 @@ def test_warmup_compiles_the_nn_kernels_and_leaves_the_thresholds():
     cpu_nn.warmup(("float32", "int64"))
     assert (cpu_nn.PARALLEL_MIN_ELEMENTS, cpu_nn.GEMM_PARALLEL_MIN_MACS,
             cpu_nn.GEMM_MIN_ROWS_PER_CHUNK) == before
-    assert cpu_nn._conv_serial.signatures and cpu_nn._gather_serial.signatures
+    assert cpu_nn._conv_serial.signatures and cpu_nn_rows._gather_serial.signatures
+    assert cpu_nn_rows.PARALLEL_MIN_ELEMENTS == cpu.PARALLEL_MIN_ELEMENTS

@@ -613,7 +613,8 @@ def test_local_caller_answers_calls_and_falls_back_to_grpc_without_a_listener(ec
 def test_local_caller_without_a_listener_tries_again_only_after_a_while(echo_server,
                                                                       monkeypatch):
     _, grpc_address = echo_server
-    monkeypatch.setattr(wire, "LOCAL_RETRY_SECONDS", 0.3)
+    from runtime import local_transport  # where LocalCaller reads it
+    monkeypatch.setattr(local_transport, "LOCAL_RETRY_SECONDS", 0.3)
     address = _local_address()
     caller = _local_caller(address, grpc_address)
     listener = None

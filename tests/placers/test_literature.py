@@ -1,0 +1,296 @@
+"""The placers from the literature (m_topo, m_etf, m_sct), the exact `optimal`, the
+simulator-guided `search`, and placers registered through entry points."""
+
+import itertools
+import math
+import time
+from importlib.metadata import EntryPoint
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import core as tf
+import placers
+import sim
+from core.cluster import Cluster
+from core.placement import Placement
+from experiments.workloads import mlp_training_step, random_layered_dag
+from placers.m_etf import ListScheduler
+from placers.m_sct import favorite_parents
+from strategies import dags, float_dags
+
+MEMORY_AWARE = ("m_topo", "m_etf", "m_sct")
+
+
+def tight_cluster(graph, fetches, gpus=4, fraction=0.7):
+    """``gpus`` GPUs, none of which holds the step alone: each gets ``fraction`` of the
+    one-GPU peak."""
+    cluster = Cluster.single_host(gpus=gpus)
+    gpu = cluster.devices[1].name
+    one = sim.simulate(graph, Placement({op.name: gpu for op in graph.get_operations()}),
+                       cluster, fetches=fetches)
+    memory = int(max(one.peak_memory.values()) * fraction)
+    for d in cluster.devices:
+        if d.device_type == "GPU":
+            cluster = cluster.replace_device(d.name, memory_bytes=memory)
+    return cluster, memory
+
+
+def chain(n=6, size=128):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant([[1.0] * size] * size, name="x")
+        for i in range(n):
+            x = tf.matmul(x, x, name=f"m{i}")
+    return g
+
+
+# --- memory-aware placers ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", MEMORY_AWARE)
+def test_memory_aware_placers_spread_a_model_no_gpu_holds(name):
+    w = mlp_training_step(batch=64, layers=4, width=256)
+    cluster, _ = tight_cluster(w.graph, w.fetches)
+    with pytest.raises(sim.OutOfMemory):  # one GPU cannot hold it...
+        gpu = cluster.devices[1].name
+        sim.simulate(w.graph, Placement({op.name: gpu for op in w.graph.get_operations()}),
+                     cluster, fetches=w.fetches)
+    p = placers.get(name, fetches=w.fetches).place(w.graph, cluster)  # ...they spread it
+    trace = sim.simulate(w.graph, p, cluster, fetches=w.fetches)
+    assert len({d for d in trace.peak_memory if trace.peak_memory[d] > 0}) >= 2
+
+
+@pytest.mark.parametrize("name", MEMORY_AWARE)
+def test_a_model_no_device_can_hold_names_group_bytes_and_free_memory(name):
+    g = tf.Graph()
+    with g.as_default():
+        v = tf.Variable([[1.0] * 256] * 256, name="big")  # 256 KiB
+        tf.identity(v, name="use")
+    cluster = Cluster.single_host(gpus=2)
+    for d in cluster.devices:
+        cluster = cluster.replace_device(d.name, memory_bytes=100_000)
+    with pytest.raises(placers.PlacementError) as info:
+        placers.get(name).place(g, cluster)
+    message = str(info.value)
+    assert "big" in message and "262144" in message and "largest free memory" in message
+
+
+def test_m_topo_fills_devices_in_topological_slices():
+    g = chain(8)
+    p = placers.get("m_topo").place(g, Cluster.single_host(gpus=2))
+    devices = [p[f"m{i}"] for i in range(8)]
+    switches = sum(a != b for a, b in zip(devices, devices[1:]))
+    assert switches == 1  # one contiguous slice per GPU
+
+
+def test_m_etf_takes_the_earliest_start_and_keeps_chains_together():
+    g = tf.Graph()
+    with g.as_default():
+        for c in range(2):  # two independent chains: one per GPU
+            x = tf.constant([[1.0] * 256] * 256, name=f"x{c}")
+            for i in range(3):
+                x = tf.matmul(x, x, name=f"c{c}_{i}")
+    placer = placers.get("m_etf")
+    p = placer.place(g, Cluster.single_host(gpus=2))
+    assert {p["c0_0"], p["c0_1"], p["c0_2"]} != {p["c1_0"], p["c1_1"], p["c1_2"]}
+    assert len({p["c0_0"], p["c0_1"], p["c0_2"]}) == 1
+    assert placer.estimated_step_time > 0
+
+
+def test_m_sct_favorite_children_come_from_the_lp():
+    g = chain(4)
+    constraints = placers.resolve(g, Cluster.single_host(gpus=2))
+    favorite = favorite_parents(ListScheduler(constraints))
+    # a chain: every op's only child is its favorite
+    assert [f for f in favorite if f >= 0] == list(range(len(favorite) - 1))
+    p = placers.get("m_sct").place(g, Cluster.single_host(gpus=2))
+    assert len({p[f"m{i}"] for i in range(4)}) == 1
+
+
+@settings(max_examples=15)
+@given(dags(pins=False), st.sampled_from(MEMORY_AWARE + ("search",)),
+       st.randoms(use_true_random=False))
+def test_new_placers_are_deterministic_whatever_the_device_order(dag, name, rnd):
+    g, _ = dag
+    cluster = Cluster.single_host(gpus=3)
+    devices = list(cluster.devices)
+    rnd.shuffle(devices)
+    shuffled = Cluster(cluster.hosts, cluster.tasks, devices, cluster.links, cluster.master)
+    options = ({"evaluations": 6, "workers": 1, "start_placers": ("m_etf",)}
+               if name == "search" else {})
+    p = placers.get(name, **options).place(g, cluster)
+    p.validate(g, cluster)
+    assert p == placers.get(name, **options).place(g, shuffled)
+
+
+# --- optimal --------------------------------------------------------------------------------
+
+def enumerate_best(graph, cluster, fetches=None):
+    """The least simulated step over every placement of every op (no pins here)."""
+    constraints = placers.resolve(graph, cluster)
+    groups = constraints.to_place()
+    best = math.inf
+    for choice in itertools.product(*[g.feasible for g in groups]):
+        p = Placement([(op.name, d.name) for g, d in zip(groups, choice) for op in g.ops])
+        best = min(best, placers.simulated_step(graph, p, cluster, fetches=fetches))
+    return best
+
+
+@settings(max_examples=8)
+@given(float_dags(max_ops=6, control=False), st.integers(1, 2))
+def test_optimal_matches_enumeration_within_two_percent(graph, gpus):
+    cluster = Cluster.single_host(gpus=gpus)
+    placer = placers.get("optimal")
+    p = placer.place(graph, cluster)
+    found = placers.simulated_step(graph, p, cluster)
+    assert found <= enumerate_best(graph, cluster) * 1.02
+    assert placer.report["method"] == "branch_and_bound"
+
+
+def fan(n=8, size=128):
+    """``n`` independent matmuls of one constant."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant([[1.0] * size] * size, name="x")
+        for i in range(n):
+            tf.matmul(x, x, name=f"m{i}")
+    return g
+
+
+def test_optimal_past_its_limit_points_to_the_limit_and_to_search():
+    g = fan(8)
+    with pytest.raises(placers.OptimalLimitError, match="search") as info:
+        placers.get("optimal", max_evaluations=3).place(g, Cluster.single_host(gpus=3))
+    assert "max_evaluations=3" in str(info.value)
+    with pytest.raises(placers.OptimalLimitError, match="milp_max_ops=5.*search"):
+        placers.get("optimal", max_groups=2, milp_max_ops=5).place(g, Cluster.single_host(gpus=3))
+
+
+def test_optimal_milp_reports_its_gap_on_larger_graphs():
+    g = random_layered_dag(30, width=5)
+    placer = placers.get("optimal", max_groups=4, time_limit=2)
+    p = placer.place(g, Cluster.single_host(gpus=2))
+    p.validate(g, Cluster.single_host(gpus=2))
+    assert placer.report["method"] == "milp" and 0 <= placer.report["gap"] <= 1
+
+
+# --- search ---------------------------------------------------------------------------------
+
+def test_search_is_never_worse_than_its_starts_and_is_deterministic():
+    w = mlp_training_step(batch=64, layers=3, width=128)
+    cluster = Cluster.single_host(gpus=2)
+    runs = []
+    for workers in (1, 2):
+        placer = placers.get("search", fetches=w.fetches, evaluations=16, workers=workers, seed=3)
+        runs.append(placer.place(w.graph, cluster))
+        assert placer.stats["best"] <= placer.stats["start"]
+        assert placer.stats["evaluations"] <= 16 and placer.stats["evals_per_second"] > 0
+    assert runs[0] == runs[1]
+    simulated = placers.simulated_step(w.graph, runs[0], cluster, fetches=w.fetches)
+    for name in ("m_etf", "cost_model"):
+        options = {"fetches": w.fetches} if name.startswith("m_") else {}
+        start = placers.get(name, **options).place(w.graph, cluster)
+        assert simulated <= placers.simulated_step(w.graph, start, cluster, fetches=w.fetches)
+
+
+def test_search_starts_from_an_expert_placement():
+    g = chain(4)
+    cluster = Cluster.single_host(gpus=2)
+    gpu = cluster.devices[1].name
+    expert = Placement({op.name: gpu for op in g.get_operations()})
+    placer = placers.get("search", expert=expert, start_placers=(), evaluations=4, workers=1)
+    placer.place(g, cluster)
+    assert placer.stats["start_placer"] == "expert"
+
+
+def test_search_takes_its_objective_as_a_callable():
+    g = chain(3)
+    cluster = Cluster.single_host(gpus=2)
+    cpu = cluster.devices[0].name
+
+    def on_cpu_is_best(graph, placement, cluster):
+        return sum(placement[op.name] != cpu for op in graph.get_operations())
+
+    p = placers.get("search", objective=on_cpu_is_best, evaluations=60, workers=1).place(g, cluster)
+    assert set(p.to_dict().values()) == {cpu}
+
+
+def test_search_on_a_dask_address_that_does_not_answer_fails_fast():
+    g = chain(2)
+    t0 = time.perf_counter()
+    with pytest.raises(placers.SearchError, match="127.0.0.1:9"):
+        placers.get("search", scheduler="tcp://127.0.0.1:9", connect_timeout=1.0,
+                    evaluations=10).place(g, Cluster.single_host(gpus=2))
+    assert time.perf_counter() - t0 < 8
+
+
+def test_search_on_a_dask_cluster_gives_the_local_answer():
+    distributed = pytest.importorskip("distributed")
+    w = mlp_training_step(batch=16, layers=2, width=32)
+    cluster = Cluster.single_host(gpus=2)
+    options = dict(fetches=w.fetches, evaluations=10, seed=1)
+    local = placers.get("search", workers=1, **options).place(w.graph, cluster)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as dask_cluster:
+        placer = placers.get("search", scheduler=dask_cluster.scheduler_address, **options)
+        assert placer.place(w.graph, cluster) == local
+
+
+# --- entry points ---------------------------------------------------------------------------
+
+class PluginPlacer(placers.SimplePlacer):
+    """A placer another distribution registers."""
+
+
+def test_placers_registered_by_other_packages_through_entry_points(monkeypatch):
+    import importlib.metadata
+
+    real = importlib.metadata.entry_points
+
+    def entry_points(**kw):
+        if kw.get("group") == placers.ENTRY_POINT_GROUP:
+            group = placers.ENTRY_POINT_GROUP
+            return [EntryPoint("plugin_placer", f"{__name__}:PluginPlacer", group),
+                    EntryPoint("broken", "no_such_module:X", group),
+                    EntryPoint("simple", "no_such_module:X", group)]
+        return real(**kw)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    assert "plugin_placer" in placers.names() and placers.names().count("simple") == 1
+    assert isinstance(placers.get("plugin_placer"), PluginPlacer)
+    assert isinstance(placers.get("simple"), placers.SimplePlacer)  # not shadowed
+    with pytest.raises(placers.PlacerPluginError, match="broken.*no_such_module"):
+        placers.get("broken")
+    with pytest.raises(placers.UnknownPlacer, match="plugin_placer"):
+        placers.get("nope")
+
+
+# --- the simulator, reached at call time only ------------------------------------------------
+
+def test_placers_do_not_import_the_simulator():
+    import subprocess
+    import sys
+    code = "import sys, placers; placers.get('m_etf'); print('sim' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_memory_aware_placers_place_again_where_the_simulator_runs_out(monkeypatch):
+    import placers.objective as objective
+    w = mlp_training_step(batch=64, layers=4, width=256)
+    cluster, memory = tight_cluster(w.graph, w.fetches)
+    calls = []
+
+    def peaks(graph, placement, cluster, fetches=None):
+        calls.append(placement)  # the first check reports GPU:0 over its capacity
+        used = {d: 0 for d in placement.devices()}
+        if len(calls) == 1:
+            used[cluster.devices[1].name] = 2 * memory
+        return used
+
+    monkeypatch.setattr(objective, "simulated_peaks", peaks)
+    placer = placers.get("m_topo", fetches=w.fetches)
+    placer.place(w.graph, cluster)
+    assert placer.memory_tries == 2 and len(calls) == 2
+    # placed again with GPU:0 scaled down by the overshoot (half)
+    assert placer._ledger.capacity[1] < memory / 2 <= placer._ledger.capacity[2]
