@@ -171,11 +171,12 @@ def step_stats_of(trace, step_start: float) -> _pb.StepStats:
     NodeExecStats per op (thread slot as ``thread_id``)."""
     stats = _pb.StepStats()
     by_device: dict = {}
+    base_ns = int(round(step_start * 1e9))  # once: the epoch's float holds no nanoseconds
     for r in sorted(trace.ops, key=lambda r: (r.device, r.start, r.op)):
         dev = by_device.get(r.device)
         if dev is None:
             dev = by_device[r.device] = stats.dev_stats.add(device=r.device)
-        start_ns = int(round((step_start + r.start) * 1e9))
+        start_ns = base_ns + int(round(r.start * 1e9))
         rel_ns = int(round((r.end - r.start) * 1e9))
         dev.node_stats.add(
             node_name=r.op, timeline_label=f"{r.op} = {r.type}()", thread_id=r.thread,
