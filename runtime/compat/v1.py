@@ -159,14 +159,14 @@ class RunOptions(_Options):
 
 class RunMetadata(_Options):
     """``tf.compat.v1.RunMetadata``: ``step_stats`` (a StepStats message in TensorFlow's
-    wire format) filled by a traced run; ``trace`` holds the run's :class:`_core.Trace`."""
+    wire format) filled by a traced run; ``trace`` holds the run's :class:`core.Trace`."""
 
     _FIELDS = {"step_stats": _pb.StepStats, "trace": None}
     _TF_NAME = "RunMetadata"
 
 
 def step_stats_of(trace, step_start: float) -> _pb.StepStats:
-    """TensorFlow's StepStats of a :class:`_core.Trace` whose step began at
+    """TensorFlow's StepStats of a :class:`core.Trace` whose step began at
     ``step_start`` (seconds since the epoch): one DeviceStepStats per device, one
     NodeExecStats per op (thread slot as ``thread_id``)."""
     stats = _pb.StepStats()
