@@ -571,10 +571,13 @@ class _Importer:
             op = graph.create_op(node.op_def.type, inputs, self.attrs_of(node),
                                  name=self.prefix + proto.name + "/")
             if proto.device:
+                # The node's device, then the device scopes around the import applied to
+                # it as to any new op's (a string scope fills the fields it leaves unset).
                 try:
                     op._set_device(DeviceSpec.from_string(proto.device))
                 except InvalidDeviceSpec as e:
                     raise self.error(f"node {proto.name!r}: {e}", proto.name) from None
+                graph._apply_device_scopes(op)
             self.created[proto.name] = op
         for node in nodes:
             if node.proto.name in skip:

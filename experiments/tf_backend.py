@@ -23,6 +23,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from typing import Mapping
@@ -136,6 +137,7 @@ class TFLocalCluster:
         self.env = env or {}
         self.spec: dict[str, list[str]] = {}
         self._procs: list[subprocess.Popen] = []
+        self._logs: list = []  # each process's stderr, shown when it fails to start
 
     def target(self, job: str, task: int = 0) -> str:
         return "grpc://" + self.spec[job][task]
@@ -154,12 +156,19 @@ class TFLocalCluster:
         try:
             for group in groups:
                 code = textwrap.dedent(_TF_SERVERS.format(spec=self.spec, tasks=group))
+                log = tempfile.TemporaryFile()
                 proc = subprocess.Popen([sys.executable, "-c", code], env=env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                        stdout=subprocess.DEVNULL, stderr=log)
                 self._procs.append(proc)
+                self._logs.append(log)
                 for job, index, _, _ in group:
-                    wait_for_port(self.spec[job][index], self.start_timeout,
-                                  alive=lambda p=proc: p.poll() is None)
+                    try:
+                        wait_for_port(self.spec[job][index], self.start_timeout,
+                                      alive=lambda p=proc: p.poll() is None)
+                    except (RuntimeError, TimeoutError) as e:
+                        log.seek(0)
+                        tail = log.read().decode(errors="replace").strip().splitlines()[-5:]
+                        raise RuntimeError(f"{e}; its last lines: {tail}") from None
         except BaseException:
             self.stop()
             raise
@@ -169,7 +178,9 @@ class TFLocalCluster:
         for proc in self._procs:
             proc.kill()
             proc.wait()
-        self._procs = []
+        for log in self._logs:
+            log.close()
+        self._procs, self._logs = [], []
 
     def __enter__(self) -> "TFLocalCluster":
         return self.start()

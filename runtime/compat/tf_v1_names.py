@@ -1,7 +1,13 @@
 """The public names of TensorFlow 2.21's ``tf.compat.v1`` and of its ``nn``, ``train``,
 ``errors``, ``io`` and ``math`` modules (generated from ``dir()`` of each): what
 :mod:`runtime.compat.v1` tells apart, for a name it lacks, from a name TensorFlow lacks too.
+Regenerate with an installed TensorFlow: ``python -m runtime.compat.tf_v1_names``.
 """
+
+import textwrap
+from pathlib import Path
+
+MODULES = ("", "nn", "train", "errors", "io", "math")
 
 # Generated with TensorFlow 2.21.0; one string per module, names separated by spaces.
 TF_V1_NAMES = {
@@ -222,3 +228,26 @@ TF_V1_NAMES = {
         xlogy zero_fraction zeta
     """.split()),
 }
+
+
+def generate(path: Path = Path(__file__)) -> Path:
+    """Rewrite this file's ``TF_V1_NAMES`` from the installed TensorFlow's modules."""
+    import tensorflow as tf
+    v1 = tf.compat.v1
+    text = path.read_text()
+    head = text[:text.index("# Generated with TensorFlow")]
+    tail = text[text.index("\n\n\ndef generate("):]
+    lines = [f"# Generated with TensorFlow {tf.__version__}; one string per module, names "
+             "separated by spaces.", "TF_V1_NAMES = {"]
+    for group in MODULES:
+        module = getattr(v1, group) if group else v1
+        names = " ".join(sorted(n for n in dir(module) if not n.startswith("_")))
+        lines += [f'    "{group}": frozenset("""']
+        lines += ["        " + line for line in textwrap.wrap(names, 84)]
+        lines += ['    """.split()),']
+    path.write_text(head + "\n".join(lines + ["}"]) + tail)
+    return path
+
+
+if __name__ == "__main__":
+    print(generate())

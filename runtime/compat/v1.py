@@ -159,23 +159,24 @@ class RunOptions(_Options):
 
 class RunMetadata(_Options):
     """``tf.compat.v1.RunMetadata``: ``step_stats`` (a StepStats message in TensorFlow's
-    wire format) filled by a traced run; ``trace`` holds the run's :class:`_core.Trace`."""
+    wire format) filled by a traced run; ``trace`` holds the run's :class:`core.Trace`."""
 
     _FIELDS = {"step_stats": _pb.StepStats, "trace": None}
     _TF_NAME = "RunMetadata"
 
 
 def step_stats_of(trace, step_start: float) -> _pb.StepStats:
-    """TensorFlow's StepStats of a :class:`_core.Trace` whose step began at
+    """TensorFlow's StepStats of a :class:`core.Trace` whose step began at
     ``step_start`` (seconds since the epoch): one DeviceStepStats per device, one
     NodeExecStats per op (thread slot as ``thread_id``)."""
     stats = _pb.StepStats()
     by_device: dict = {}
+    base_ns = int(round(step_start * 1e9))  # once: the epoch's float holds no nanoseconds
     for r in sorted(trace.ops, key=lambda r: (r.device, r.start, r.op)):
         dev = by_device.get(r.device)
         if dev is None:
             dev = by_device[r.device] = stats.dev_stats.add(device=r.device)
-        start_ns = int(round((step_start + r.start) * 1e9))
+        start_ns = base_ns + int(round(r.start * 1e9))
         rel_ns = int(round((r.end - r.start) * 1e9))
         dev.node_stats.add(
             node_name=r.op, timeline_label=f"{r.op} = {r.type}()", thread_id=r.thread,

@@ -196,3 +196,16 @@ def test_bad_graphs_name_what_is_wrong(tmp_path):
         assert str(path) in str(info.value) and "not a binary GraphDef" in str(info.value)
     with pytest.raises(GraphDefError, match="missing.pb"):
         read_graph_def(tmp_path / "missing.pb")
+
+
+def test_device_scopes_around_an_import_apply_as_to_new_ops():
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/device:CPU:0"):
+            tf.constant(1.0, name="pinned")
+        tf.constant(2.0, name="free")
+    h = tf.Graph()
+    with h.as_default(), tf.device("/job:worker/task:1"):
+        pinned, free = import_graph_def(g.as_graph_def(), return_elements=["pinned", "free"])
+    assert pinned.device == "/job:worker/task:1/device:CPU:0"
+    assert free.device == "/job:worker/task:1"

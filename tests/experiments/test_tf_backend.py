@@ -109,3 +109,36 @@ def test_module_doctests():
     import experiments.tf_backend as module
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted >= 1
+
+
+def test_a_tensorflow_server_that_cannot_start_says_why(monkeypatch):
+    """No TensorFlow needed: the server program fails before importing it."""
+    import experiments.tf_backend as backend
+    monkeypatch.setattr(backend, "_TF_SERVERS",
+                        "raise SystemExit('cannot serve here')\n" + backend._TF_SERVERS)
+    servers = TFLocalCluster(this_host_cluster(), start_timeout=30, one_process=True)
+    with pytest.raises(RuntimeError, match="exited while starting.*cannot serve here"):
+        servers.start()
+    assert servers._procs == []
+
+
+def test_our_run_metadata_reads_back_as_the_trace_it_came_from():
+    """compat.v1 writes a traced run's StepStats as TensorFlow does; reading them back
+    gives the run's op records (times from the first start, to the nanosecond)."""
+    from runtime.compat import v1
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.ones((8, 8), np.float32), name="a")
+        c = tf.reduce_sum(tf.matmul(a, a) + tf.relu(a), name="c")
+    meta = v1.RunMetadata()
+    with v1.Session(graph=g) as sess:
+        sess.run(c, options=v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE),
+                 run_metadata=meta)
+    back = trace_from_step_stats(meta.step_stats, g)
+    back.validate(g)
+    t0 = min(r.start for r in meta.trace.ops)
+    expected = sorted((r.op, r.device, round(r.start - t0, 9), round(r.end - t0, 9))
+                      for r in meta.trace.ops)
+    got = sorted((r.op, r.device, round(r.start, 9), round(r.end, 9)) for r in back.ops)
+    assert [e[:2] for e in got] == [e[:2] for e in expected]
+    np.testing.assert_allclose([e[2:] for e in got], [e[2:] for e in expected], atol=2e-9)

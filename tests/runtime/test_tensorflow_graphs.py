@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 import core
 from core.graph_def import import_graph_def, write_graph
 from runtime.session import Session
+from strategies import float_dags
 
 RTOL = 1e-4
 
@@ -331,6 +333,8 @@ def test_tensorflow_models_run_across_our_server_processes(frozen_models, server
     ("rnn_training_step", lambda w: w.rnn_training_step(batch=4, steps=3, hidden=8, inputs=6)),
     ("transformer_training_step", lambda w: w.transformer_training_step(
         seq=8, d_model=16, heads=2, blocks=1)),
+    ("inception_training_step", lambda w: w.inception_training_step(batch=4, width=8,
+                                                                     blocks=1)),
 ])
 def test_our_workloads_exported_run_on_tensorflow_with_our_outputs(tf, tmp_path, name, build):
     """Each training step's updates (the values its Assign ops would write): TensorFlow's
@@ -377,3 +381,14 @@ def test_shapes_known_only_at_run_time_go_to_tensorflow_and_back(tf):
     assert [len(op.inputs) for op in back.get_operations() if op.type == "BroadcastTo"] == [2, 2]
     with Session(graph=back) as sess:
         np.testing.assert_allclose(sess.run(dx2, {"import/x:0": feed}), theirs, rtol=RTOL)
+
+
+@settings(max_examples=6)
+@given(float_dags(max_ops=10))
+def test_random_graphs_give_tensorflows_values(tf, g):
+    tensors = [t.name for op in g.get_operations() for t in op.outputs]
+    with Session(graph=g) as sess:
+        ours = sess.run(tensors)
+    theirs = run_tensorflow(tf, g.as_graph_def().SerializeToString(), tensors)
+    for name, a, b in zip(tensors, ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=RTOL, err_msg=name)
