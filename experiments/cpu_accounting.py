@@ -12,7 +12,7 @@ system, through psutil) over them, per step, is what that task really used.  The
 the master's task.
 
 This is how the model learnt that the host's cores copy tensors between processes and do
-a step's fixed work (``SimConfig.copies_on_cores`` and ``step_costs_on_cores``): mlp's
+a step's fixed work (``RuntimeModel.copies_on_cores`` and ``step_costs_on_cores``): mlp's
 round_robin_vars placement used 10.3 ms of CPU per step in its processes, the model had
 booked 7.0.
 

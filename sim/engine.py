@@ -40,7 +40,7 @@ of servers"):
 - A control edge between tasks is a message, as in the runtime (its ``^op``
   announcement): one per (op, destination device), arriving after the route's latency
   (:meth:`_Simulation._setup_control_crossings`); with serial dispatch the latency is
-  work of each end's dispatcher, half each, as for a transfer (``SimConfig.
+  work of each end's dispatcher, half each, as for a transfer (``RuntimeModel.
   serial_dispatch``).
 - With ``RuntimeModel.serial_dispatch`` each task's dispatcher serves one op's first part
   (and each end of a crossing) at a time (with ``RuntimeModel.dispatch_cores``, on a core of

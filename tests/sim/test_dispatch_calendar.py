@@ -1,4 +1,4 @@
-"""DispatchCalendar (SimConfig.dispatch_cores): bookings never overlap on more cores than
+"""DispatchCalendar (RuntimeModel.dispatch_cores): bookings never overlap on more cores than
 the host has, and each begins when asked for or when another ends, never earlier."""
 
 from __future__ import annotations
