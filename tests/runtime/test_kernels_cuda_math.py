@@ -6,29 +6,16 @@ simulator runs each CUDA thread as a Python thread.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from cuda_sim import ON_DEVICE, run_on_simulator
 
-ON_DEVICE = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or os.environ.get("PLACEMENT_LAB_GPU_TESTS") == "1"
-REPO = Path(__file__).resolve().parents[2]
 
 if not ON_DEVICE:
 
     def test_math_gpu_kernels_on_the_cuda_simulator():
         """Run this file's GPU cases in a child interpreter with the simulator on."""
-        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-        env.pop("PLACEMENT_LAB_GPU_TESTS", None)
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider",
-             "--import-mode=importlib", str(Path(__file__).resolve())],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-        assert " passed" in result.stdout and "skipped" not in result.stdout, result.stdout[-2000:]
+        run_on_simulator(__file__)
 
 else:
     from hypothesis import HealthCheck, given, settings
