@@ -124,6 +124,21 @@ class ModelBuilder:
         rng = np.random.default_rng(self.seed)
         return tf.constant(rng.integers(0, classes, size=tuple(shape)).astype(np.int32), name=name)
 
+    def image_classifier_loss(self, features: Tensor, labels: Tensor,
+                              num_classes: int) -> Tensor:
+        """The Keras image models' head and loss: global average pooling of NHWC
+        ``features``, a dense layer to ``num_classes`` logits (Glorot kernel, zero bias),
+        and the mean sparse softmax cross-entropy against ``labels``."""
+        with tf.name_scope("predictions"):
+            pooled = tf.reduce_mean(features, axis=[1, 2], name="avg_pool")
+            c = pooled.shape[-1]
+            w = self.glorot("kernel", (c, num_classes), fan_in=c, fan_out=num_classes)
+            bias = self.filled("bias", (num_classes,), 0.0)
+            logits = tf.nn.bias_add(tf.matmul(pooled, w), bias)
+        with tf.name_scope("loss"):
+            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=logits))
+
     def training_step(self, name: str, loss: Tensor, optimizer: str, learning_rate: float,
                       updates: Iterable = (), expert: Callable | None = None,
                       colocate_gradients_with_ops: bool = True) -> Workload:

@@ -154,15 +154,7 @@ def inception_v3(batch: int = 32, image_size: int = 299, num_classes: int = 1000
             x = tf.nn.max_pool2d(x, 3, 2, "VALID")
         for block in _blocks(net)[:blocks]:
             x = block(x)
-        with tf.name_scope("predictions"):
-            pooled = tf.reduce_mean(x, axis=[1, 2], name="avg_pool")
-            c = pooled.shape[-1]
-            w = m.glorot("kernel", (c, num_classes), fan_in=c, fan_out=num_classes)
-            bias = m.filled("bias", (num_classes,), 0.0)
-            logits = tf.nn.bias_add(tf.matmul(pooled, w), bias)
-        with tf.name_scope("loss"):
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=labels, logits=logits))
+        loss = m.image_classifier_loss(x, labels, num_classes)
     return m.training_step("inception_v3", loss, optimizer, learning_rate, net.updates,
                            expert=_expert)
 

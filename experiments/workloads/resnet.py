@@ -103,15 +103,7 @@ def resnet50(batch: int = 32, image_size: int = 224, num_classes: int = 1000,
             for i in range(n_blocks):
                 x = net.block(x, f"conv{stage + 2}_block{i + 1}", filters,
                               stride=2 if stage > 0 and i == 0 else 1, projection=i == 0)
-        with tf.name_scope("predictions"):
-            pooled = tf.reduce_mean(x, axis=[1, 2], name="avg_pool")
-            c = pooled.shape[-1]
-            w = m.glorot("kernel", (c, num_classes), fan_in=c, fan_out=num_classes)
-            bias = m.filled("bias", (num_classes,), 0.0)
-            logits = tf.nn.bias_add(tf.matmul(pooled, w), bias)
-        with tf.name_scope("loss"):
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=labels, logits=logits))
+        loss = m.image_classifier_loss(x, labels, num_classes)
     return m.training_step("resnet50", loss, optimizer, learning_rate, net.updates,
                            expert=_expert)
 
