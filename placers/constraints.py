@@ -70,12 +70,16 @@ class Group:
 
 @dataclass
 class Constraints:
-    """The resolved constraints: groups, the group of each op, and a topological order."""
+    """The resolved constraints: groups, the group of each op, and a topological order;
+    with the graph, cluster and earlier placement they were resolved for (placers that
+    run other placers or the simulator on the same problem read them here)."""
 
     groups: list[Group]
     op_group: dict[str, int]
     order: list[Operation]
     cluster: object
+    graph: Graph | None = None
+    previous: Placement = field(default_factory=Placement)
 
     def group_of(self, op_name: str) -> Group:
         return self.groups[self.op_group[op_name]]
@@ -118,7 +122,8 @@ def resolve(graph: Graph, cluster, previous: Placement | None = None, *,
     """
     ops = list(graph.get_operations() if ops is None else ops)
     order = topological_order(ops)
-    previous = previous.to_dict() if previous else {}
+    placed_before = previous or Placement()
+    previous = placed_before.to_dict()
 
     # Colocation groups with union-find over the `loc:@name` keys.
     uf = _UnionFind(len(ops))
@@ -141,7 +146,7 @@ def resolve(graph: Graph, cluster, previous: Placement | None = None, *,
         for op in group.ops:
             op_group[op.name] = group.index
         groups.append(group)
-    return Constraints(groups, op_group, order, cluster)
+    return Constraints(groups, op_group, order, cluster, graph, placed_before)
 
 
 class _Resolver:

@@ -113,13 +113,6 @@ class OptimalPlacer(BasePlacer):
         self.max_evaluations, self.bound, self.milp_max_ops = max_evaluations, bound, milp_max_ops
         self.report: dict = {}
 
-    def place(self, graph, cluster, *, previous: Placement | None = None) -> Placement:
-        self._graph, self._previous = graph, previous or Placement()
-        try:
-            return super().place(graph, cluster, previous=previous)
-        finally:
-            self._graph = self._previous = None
-
     def choose(self, constraints):
         t0 = time.perf_counter()
         model = _Model(constraints.order, constraints.cluster, self.cost_model)
@@ -151,7 +144,7 @@ class OptimalPlacer(BasePlacer):
         state (a device index per group of ``groups``), and the heuristics' placements
         that respect the constraints (m_etf, m_topo, cost_model, simple)."""
         objective = step_objective(self.objective, self.fetches)
-        graph, previous = self._graph, self._previous
+        graph, previous = constraints.graph, constraints.previous
         kept = previous.to_dict()
         fixed_ops = [(op.name, g.fixed) for g in constraints.groups if g.fixed is not None
                      for op in g.ops if op.name not in kept]

@@ -244,13 +244,6 @@ class SearchPlacer(BasePlacer):
         self.connect_timeout = connect_timeout
         self.stats: dict = {}
 
-    def place(self, graph, cluster, *, previous: Placement | None = None) -> Placement:
-        self._graph, self._previous = graph, previous or Placement()
-        try:
-            return super().place(graph, cluster, previous=previous)
-        finally:
-            self._graph = self._previous = None
-
     def _starts(self, constraints, dev_index) -> list[tuple[str, list[int]]]:
         """``(name, state)`` of each start placement that respects the constraints."""
         starts = []
@@ -268,8 +261,8 @@ class SearchPlacer(BasePlacer):
                 if isinstance(source, str):  # the same constraints as this search's
                     options["allow_soft_placement"] = self.allow_soft_placement
                 try:
-                    placement = get(source, **options).place(self._graph, constraints.cluster,
-                                                             previous=self._previous)
+                    placement = get(source, **options).place(constraints.graph, constraints.cluster,
+                                                             previous=constraints.previous)
                 except PlacementError:
                     continue
             state = []
@@ -294,7 +287,7 @@ class SearchPlacer(BasePlacer):
             raise SearchError(f"no start placer ({', '.join(map(str, self.start_placers))}) "
                               f"placed the graph within the constraints")
         objective = step_objective(self.objective, self.fetches)
-        problem = _Problem(self._graph, constraints.cluster, objective, self._previous,
+        problem = _Problem(constraints.graph, constraints.cluster, objective, constraints.previous,
                            constraints, devices)
         # The starts in this process: it also builds the simulator's plan once, which
         # forked workers then share.
