@@ -78,20 +78,11 @@ class DeviceAttributes(NamedTuple):
     memory_limit_bytes: int
 
 
-def _warmup(dtypes, gpu: bool, op_types=()) -> None:
-    """Compile (or load) the kernels for ``dtypes`` once per process: those of the
-    kernel families ``op_types`` use (:func:`runtime.kernels.families_of`)."""
+def _warmup(ops, gpu: bool) -> None:
+    """Compile (or load) the kernels a step of ``ops`` runs, once per process."""
     from runtime import kernels
-    devices = ("CPU", "GPU") if gpu else ("CPU",)
-    want = {(t, f, d) for t in devices for f in kernels.families_of(op_types) for d in dtypes}
     with _WARM_LOCK:
-        missing = want - _WARM
-        for device_type in devices:
-            for family in sorted({f for t, f, _ in missing if t == device_type}):
-                todo = sorted(d for t, f, d in missing if t == device_type and f == family)
-                kernels.warmup(dtypes=tuple(todo), device_types=(device_type,),
-                               families=[family])
-        _WARM.update(missing)
+        kernels.warmup_for(ops, ("CPU", "GPU") if gpu else ("CPU",), _WARM)
 
 
 class _Fetches:
@@ -376,13 +367,11 @@ class Session:
             if len(self._needed_cache) > 256:
                 self._needed_cache.clear()
             self._needed_cache[key] = ops
-            dtypes = {t.dtype.name for op in ops for t in op.outputs} & {
-                "float32", "float64", "int32", "int64"}
             gpu = any("/device:GPU:" in placement[op.name] for op in ops)
             if gpu:
                 from numba import config as numba_config
                 gpu = not numba_config.ENABLE_CUDASIM  # the simulator has nothing to compile
-            _warmup(dtypes, gpu, {op.type for op in ops})
+            _warmup(ops, gpu)
         result = self._executor.run_step(ops, placement, fetches=fetch_names,
                                          targets=target_names, feeds=feeds, trace=trace,
                                          timeout=self._config.operation_timeout)

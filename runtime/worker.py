@@ -491,18 +491,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         return "127.0.0.1" if host in ("localhost", "127.0.0.1", "::1", "[::1]") else host
 
     def _warmup(self, ops) -> None:
-        """Compile (or load) the CPU kernels of the families ``ops`` use, for their
-        dtypes, once per process."""
+        """Compile (or load) the CPU kernels a part of ``ops`` runs, once per process."""
         from runtime import kernels
-        dtypes = {t.dtype.name for op in ops for t in op.outputs} & {
-            "float32", "float64", "int32", "int64"}
-        want = {(f, d) for f in kernels.families_of({op.type for op in ops}) for d in dtypes}
         with self._warm_lock:
-            missing = want - self._warm
-            for family in sorted({f for f, _ in missing}):
-                kernels.warmup(dtypes=tuple(sorted(d for f, d in missing if f == family)),
-                               device_types=("CPU",), families=[family])
-            self._warm |= missing
+            kernels.warmup_for(ops, ("CPU",), self._warm)
 
     def status(self) -> worker_pb2.GetStatusResponse:
         caps = self.devices.capacities()

@@ -39,7 +39,8 @@ from . import cuda_train as _cuda_train  # noqa: F401  (the training ops' GPU ke
 from .cuda import cuda_available
 
 __all__ = ["Kernel", "KernelContext", "NoKernel", "THREADING_LAYER", "cuda_available",
-           "families_of", "get_kernel", "registered", "supported_dtypes", "warmup"]
+           "families_of", "get_kernel", "registered", "supported_dtypes", "warmup",
+           "warmup_for"]
 
 
 #: The kernel families that warm up apart: ``name -> (CPU module, GPU module, the op
@@ -92,3 +93,33 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",
                 cpu_module.warmup(dtypes, parallel=parallel)
             else:
                 gpu_module.warmup(dtypes)
+
+
+#: The dtypes kernels are compiled for (the warmups' default).
+_WARM_DTYPES = frozenset({"float32", "float64", "int32", "int64"})
+
+
+def warmup_for(ops, device_types=("CPU",), done: set | None = None) -> None:
+    """Compile (or load) what a step of ``ops`` runs: the kernel families their op types
+    use (:func:`families_of`), for their outputs' dtypes, on ``device_types``.
+
+    ``done`` (a set of ``(device type, family, dtype)``, updated) skips what was warmed
+    before; callers that share it across threads hold their own lock around the call.
+
+    >>> import core as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     _ = tf.constant([1.0]) * 2.0
+    >>> done = set()
+    >>> warmup_for(g.get_operations(), done=done)
+    >>> sorted(done)
+    [('CPU', 'base', 'float32')]
+    """
+    done = set() if done is None else done
+    dtypes = {t.dtype.name for op in ops for t in op.outputs} & _WARM_DTYPES
+    families = families_of({op.type for op in ops})
+    missing = {(t.upper(), f, d) for t in device_types for f in families for d in dtypes} - done
+    for device_type, family in sorted({(t, f) for t, f, _ in missing}):
+        todo = sorted(d for t, f, d in missing if (t, f) == (device_type, family))
+        warmup(dtypes=tuple(todo), device_types=(device_type,), families=[family])
+    done |= missing
