@@ -15,6 +15,8 @@ figure                        measured by
 ``mem_bandwidth``             that curve's rate on the largest arrays (main memory)
 ``Host.shared_bandwidth``     :func:`measure_shared_bandwidth`: two Add kernels at once,
                               by their working sets added up (hosts of 2+ cores)
+``Task.step_overhead``        :func:`measure_session_overhead`: an in-process step of one
+                              ``NoOp`` (what every step costs besides its ops)
 ``op_overhead``               :func:`measure_op_overhead`: a chain of tiny ops through the
                               :class:`~runtime.executor.Executor` (dispatch included); with
                               ``kernel_costs``, the median gap between kernels of a traced
@@ -77,6 +79,7 @@ __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
            "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed",
            "size_costs", "measure_bandwidth_curve", "measure_shared_bandwidth",
+           "measure_session_overhead",
            "CPU_FIGURES", "with_cpu_figures"]
 
 
@@ -349,6 +352,7 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
                 cluster = cluster.replace_link(link, bandwidth=pcie[0], latency=pcie[1])
     if cpu_figures is not None:
         cluster = _with_shared_bandwidth(cluster, names, quick)
+        cluster = _with_session_overhead(cluster, names, 5 if quick else 30)
     memcpy = measure_memcpy(mem, repeat)
     for host in cluster.hosts:
         link = f"memcpy:{host.name}"
@@ -375,6 +379,34 @@ def _with_shared_bandwidth(cluster: Cluster, calibrated: set, quick: bool) -> Cl
     for host in sorted(hosts):
         cluster = cluster.replace_host(host, shared_bandwidth=shared)
     return cluster
+
+
+def measure_session_overhead(repeat: int = 30) -> float:
+    """Seconds of the fastest of ``repeat`` in-process steps of a graph of one
+    ``NoOp``: what every step costs besides its ops (the session's call, the plan's
+    look-up, the fetches' return)."""
+    import core as tf
+    from runtime.calibrate_kernels import session_step_times
+    from runtime.session import Session
+    graph = tf.Graph()
+    with graph.as_default():
+        nothing = tf.no_op(name="nothing")
+    with Session(graph=graph) as session:
+        session.run(nothing)
+        return session_step_times([(session, nothing)], repeat)[0]
+
+
+def _with_session_overhead(cluster: Cluster, calibrated: set, repeat: int) -> Cluster:
+    """``cluster`` whose tasks with a calibrated CPU start a step's ops after
+    :func:`measure_session_overhead` (``Task.step_overhead``: a step run in this
+    process pays it before its first op; :func:`calibrate_distributed` measures a
+    step across server processes instead)."""
+    overhead = measure_session_overhead(repeat)
+    keys = {(d.job, d.task) for d in cluster.devices if d.is_cpu and d.name in calibrated}
+    tasks = [replace(t, step_overhead=overhead) if (t.job, t.index) in keys else t
+             for t in cluster.tasks]
+    return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links.values(), cluster.master,
+                   cluster.nvlink, cluster.runtime_model)
 
 
 #: The fields of a CPU device that :func:`calibrate` measures.

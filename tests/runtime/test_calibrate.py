@@ -27,6 +27,16 @@ def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
     assert len(cpu.bandwidth_curve) >= 2 and cpu.mem_bandwidth == cpu.bandwidth_curve[-1][1]
     if usable_cpu_cores() >= 2:
         assert len(loaded.hosts[0].shared_bandwidth) == len(cpu.bandwidth_curve)
+    # An in-process step's own cost, before its first op.
+    assert 0 < loaded.tasks[0].step_overhead < 0.01
+
+
+def test_the_dispatch_per_op_is_measured_untraced_between_the_kernels():
+    from runtime.calibrate_kernels import _fastest_kernels, _traced_steps, untraced_dispatch
+    graph, traces = _traced_steps(4, 3, None)
+    kernels = _fastest_kernels(traces)
+    assert len(kernels) == len(traces[0].ops) > 100
+    assert 0 < untraced_dispatch(4, kernels, steps=3) < 1e-3
 
 
 def test_the_bandwidth_curves_time_each_size_given():
