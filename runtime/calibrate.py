@@ -79,7 +79,7 @@ __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
            "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed",
            "size_costs", "measure_bandwidth_curve", "measure_shared_bandwidth",
-           "measure_session_overhead",
+           "measure_session_overhead", "measure_server_dispatch",
            "CPU_FIGURES", "with_cpu_figures"]
 
 
@@ -681,6 +681,35 @@ def measure_dispatch_overhead(local_cluster, master=("worker", 0), lengths=(1, 1
     return max(slope, 1e-7)
 
 
+def measure_server_dispatch(local_cluster, master=("worker", 0), n: int = 8,
+                            steps: int = 15) -> float:
+    """Seconds per op of a server's executor between kernels, on a graph with a
+    workload's fan-in and fan-out: :func:`runtime.calibrate_kernels.untraced_dispatch`'s
+    measure (the fastest untraced step of the kernel calibration graph, less a
+    ``NoOp`` step and the ops' kernel times), with every op on the master task's CPU
+    and the kernel times from traced steps there.  A server's executor does more per op
+    than an in-process one (each op's values go through its step's rendezvous)."""
+    import core as tf
+    import runtime
+    from runtime.calibrate_kernels import (_fastest_kernels, kernel_calibration_graph,
+                                           session_step_times)
+    master = tuple(master)
+    graph, init, fetches = kernel_calibration_graph(n, device=_cpu(*master))
+    empty = tf.Graph()
+    with empty.as_default(), tf.device(_cpu(*master)):
+        nothing = tf.no_op(name="nothing")
+    target = local_cluster.target(*master)
+    with runtime.Session(target, graph=graph) as session, \
+            runtime.Session(target, graph=empty) as bare:
+        session.run(init)
+        for _ in range(2):
+            session.run(fetches)
+            bare.run(nothing)
+        kernels = _fastest_kernels([session.run(fetches, trace=True)[1] for _ in range(steps)])
+        step, fixed = session_step_times([(session, fetches), (bare, nothing)], steps)
+    return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
+
+
 def size_costs(latency: float, bandwidth: float, samples: dict) -> tuple:
     """A link's ``size_costs`` from :func:`measure_process_transfer`'s figures: the
     time each size of ``samples`` added to a step, at least the chain's ``latency``, and
@@ -705,9 +734,12 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     :class:`runtime.LocalCluster` ``local_cluster``, all on one host) with the fixed
     costs of a distributed step measured on it: every task's ``step_overhead`` and
     ``part_overhead``, the ``memcpy:<host>`` link's latency, bandwidth and
-    ``size_costs`` (what a tensor crossing processes costs; :func:`size_costs`), and the ``op_overhead`` of every CPU not calibrated with
-    kernel costs (the server's dispatch cost per op along a chain of tiny ops).
-    ``figures`` holds the measurements and their samples."""
+    ``size_costs`` (what a tensor crossing processes costs; :func:`size_costs`), and
+    every CPU's ``op_overhead``: the server's dispatch cost per op between the kernels
+    of the kernel calibration graph (:func:`measure_server_dispatch`) for a CPU
+    calibrated with kernel costs, else along a chain of tiny ops
+    (:func:`measure_dispatch_overhead`).  ``figures`` holds the measurements and their
+    samples."""
     master = tuple(master or cluster.master)
     repeats = 5 if quick else 15
     step, part, step_samples = measure_step_overheads(local_cluster, master, repeats,
@@ -733,10 +765,12 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
             if name in links:
                 links[name] = replace(links[name], latency=latency, bandwidth=bandwidth,
                                       size_costs=costs)
-    # A device calibrated with kernel costs keeps its dispatch figure (measured between
-    # the kernels of a realistic graph; a chain of Identity ops shows less).
-    devices = [replace(d, op_overhead=dispatch) if d.is_cpu and not d.kernel_costs else d
-               for d in cluster.devices]
+    # A device calibrated with kernel costs gets the server's dispatch between the
+    # kernels of a realistic graph (a chain of Identity ops shows less).
+    between_kernels = (measure_server_dispatch(local_cluster, master, steps=5 if quick else 15)
+                       if any(d.is_cpu and d.kernel_costs for d in cluster.devices) else None)
+    devices = [replace(d, op_overhead=between_kernels if d.kernel_costs else dispatch)
+               if d.is_cpu else d for d in cluster.devices]
     out = Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink,
                   INTERPRETER)
     if path is not None:

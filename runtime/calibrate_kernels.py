@@ -34,7 +34,7 @@ __all__ = ["kernel_calibration_graph", "measure_kernel_costs", "with_kernel_cost
            "untraced_dispatch", "session_step_times", "FIT_SIZES"]
 
 
-def kernel_calibration_graph(n: int = 8, seed: int = 0):
+def kernel_calibration_graph(n: int = 8, seed: int = 0, device: str | None = None):
     """``(graph, init, fetches)``: a small training step on ``n x n`` tensors that uses
     every CPU op type the workloads' steps use (with its gradients and the
     optimizers' updates; ``n`` at least 4).
@@ -47,10 +47,11 @@ def kernel_calibration_graph(n: int = 8, seed: int = 0):
     fused updates: :func:`_model_ops`) ride on the same ``n x n`` activations, so that
     no type a model's step uses falls back to the ``"*"`` guess (a type the graph lacks
     takes the median of the others' figures, which for an elementwise type like
-    ``Maximum`` was 1.7x its own factor)."""
+    ``Maximum`` was 1.7x its own factor).  ``device``: where every op goes (None: the
+    session's choice)."""
     rng = np.random.default_rng(seed)
     g = tf.Graph()
-    with g.as_default():
+    with g.as_default(), tf.device(device):
         x = tf.constant(rng.standard_normal((n, n)).astype(np.float32), name="x")
         w = tf.Variable(rng.standard_normal((n, n)).astype(np.float32) * 0.1, name="w")
         b = tf.Variable(np.zeros(n, np.float32), name="b")

@@ -80,6 +80,22 @@ def test_distributed_figures_are_positive_and_load(tmp_path):
     assert all(0 < d.op_overhead < 0.01 for d in measured.devices if d.is_cpu)
 
 
+def test_a_cpu_with_kernel_costs_gets_the_servers_dispatch_between_kernels():
+    import runtime
+    from experiments.backends import this_host_cluster
+    from runtime.calibrate import calibrate_distributed, measure_server_dispatch
+
+    cpu = this_host_cluster().devices[0]
+    base = this_host_cluster().replace_device(cpu.name, kernel_costs={"*": (1e-6, 1.0)})
+    with runtime.LocalCluster({"ps": 1, "worker": 2}) as local:
+        assert 0 < measure_server_dispatch(local, ("worker", 0), steps=2) < 1e-3
+        measured, figures = calibrate_distributed(base, local, quick=True)
+    with_costs = measured.device(cpu.name)
+    assert with_costs.op_overhead != figures["op_overhead"]  # not the chain's figure
+    assert all(d.op_overhead == figures["op_overhead"] for d in measured.devices
+               if d.is_cpu and not d.kernel_costs)
+
+
 def test_interleaved_step_times_times_every_graph_in_every_round():
     import numpy as np
 
