@@ -2,8 +2,8 @@
 
 :func:`software` and :func:`machine` give JSON-ready dicts that
 :class:`experiments.report.Run` writes into each run's ``run.json``: the package version
-and git commit, Python, numpy and the BLAS libraries (threadpoolctl, :func:`blas`), the CPU model and cores, the
-memory, the GPUs, and the machine's load averages.
+and git commit, Python, numpy and the BLAS libraries (threadpoolctl, :func:`blas`), the
+CPU model and cores, the memory, the GPUs, and the machine's load averages.
 
 >>> sorted(software())[:4]
 ['blas', 'commit', 'numpy', 'package']
