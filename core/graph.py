@@ -686,18 +686,37 @@ def topological_order(ops: Sequence[Operation]) -> list[Operation]:
     """``ops`` ordered so that every op comes after its inputs among ``ops``.
 
     Ties keep the order of ``ops`` (Kahn's algorithm over an index-ordered heap), so the
-    result is deterministic. Raises :class:`GraphCycleError` naming the ops on a cycle.
+    result is deterministic, and ``ops`` already in such an order come back as given
+    (found by one pass over their edges, before any heap is made).  Ops are matched by
+    name (an input outside ``ops`` is ignored).  Raises :class:`GraphCycleError`
+    naming the ops on a cycle.
+
+    >>> g = Graph()
+    >>> with g.as_default():
+    ...     a = g.create_op("NoOp", [], name="a")
+    ...     b = g.create_op("NoOp", [], name="b")
+    >>> a.add_control_input(b)
+    >>> [op.name for op in topological_order(g.get_operations())]
+    ['b', 'a']
     """
     import heapq
 
     index = {op.name: i for i, op in enumerate(ops)}
-    pending = [0] * len(ops)
-    consumers: list[list[int]] = [[] for _ in ops]
+    preds_of: list[set] = []
+    ordered = True
     for i, op in enumerate(ops):
         preds = {index.get(t.op.name) for t in op.inputs}
-        preds.update(index.get(c.name) for c in op._control_inputs)
+        if op._control_inputs:
+            preds.update(index.get(c.name) for c in op._control_inputs)
         preds.discard(None)
-        pending[i] = len(preds)
+        preds_of.append(preds)
+        if ordered and preds and max(preds) >= i:
+            ordered = False
+    if ordered:
+        return list(ops)
+    pending = [len(preds) for preds in preds_of]
+    consumers: list[list[int]] = [[] for _ in ops]
+    for i, preds in enumerate(preds_of):
         for p in preds:
             consumers[p].append(i)
     ready = [i for i in range(len(ops)) if pending[i] == 0]

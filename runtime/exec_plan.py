@@ -20,6 +20,7 @@ import numpy as np
 from core.dataflow import StepPlan
 from core.devices import DeviceSpec
 from core.graph import Operation, topological_order
+from core.partition import ops_needed
 from core.ops import get_op_def
 from core.runtime_model import INTERPRETER
 from runtime.errors import InvalidArgument
@@ -125,19 +126,23 @@ class ExecPlan:
         self._fetches(fetches)
 
     def _walk(self, ops, placement, local, fetches, targets, fed) -> tuple:
-        """The ops the part needs, walking back from its roots (fetched producers,
-        targets, ops nothing in the part consumes) and cutting at fed tensors and other
-        tasks' ops; return ``(needed, fed_ops, remote, node_device)``."""
+        """The ops the part needs (:func:`core.partition.ops_needed` from its roots:
+        fetched producers, targets, ops nothing in the part consumes), cut at fed
+        tensors, at ops with a fed output and at other tasks' ops, which become the
+        part's sources; return ``(needed, fed_ops, remote, node_device)``."""
         given = {op.name: op for op in ops}
         fed_ops: dict[str, Operation] = {}  # producer of a fed tensor -> the op
         remote: dict[str, dict] = {}
         node_device: dict[str, str] = {}
 
-        def fed_source(t) -> None:
-            if t.op.name not in fed_ops:
-                fed_ops[t.op.name] = t.op
-                d = placement.get(t.op.name)
-                node_device[t.op.name] = d if d in local else self.cpu_name
+        def fed_source(op) -> None:
+            if op.name not in fed_ops:
+                fed_ops[op.name] = op
+                d = placement.get(op.name)
+                node_device[op.name] = d if d in local else self.cpu_name
+
+        def has_fed_output(op) -> bool:
+            return any(t.name in fed for t in op.outputs)
 
         consumed: set[str] = set()
         for op in ops:
@@ -147,7 +152,7 @@ class ExecPlan:
         for name in fetches:
             op_name = name.rpartition(":")[0]
             if name in fed:
-                fed_source(_tensor(self.graph, name, given))
+                fed_source(_tensor(self.graph, name, given).op)
             elif op_name not in given:
                 raise InvalidArgument(f"fetch {name!r} is neither fed nor produced by an op of "
                                       "this part of the step")
@@ -160,45 +165,45 @@ class ExecPlan:
             roots.append(name)
         roots += [op.name for op in ops if op.name not in consumed]
 
-        needed: dict[str, Operation] = {}
-        stack = list(dict.fromkeys(roots))
-        while stack:
-            name = stack.pop()
-            if name in needed or name in fed_ops:
-                continue
-            op = given[name]
-            fed_out = [t for t in op.outputs if t.name in fed]
-            if fed_out:
-                fed_source(fed_out[0])
-                continue
-            needed[name] = op
+        # An op with a fed output is a source (it does not run), as another task's op is.
+        producers = {name.rpartition(":")[0] for name in fed}  # (of the fed tensors)
+        within = given
+        if fed:
+            within = given.keys() - {p for p in producers
+                                     if p in given and has_fed_output(given[p])}
+        reached = ops_needed([given[name] for name in dict.fromkeys(roots)], fed, within)
+        needed = {op.name: op for op in reached if op.name in within}
+        for op in reached:
+            if op.name not in within and op.name in given:
+                fed_source(op)
+        # The sources the needed ops read: fed tensors' producers and other tasks' ops
+        # (an op of the part that is not needed has a fed output).
+        for op in needed.values():
             for t in op.inputs:
                 p = t.op
-                if t.name in fed:
-                    fed_source(t)
-                elif p.name in given:
-                    stack.append(p.name)
-                else:
-                    src = _device_of(placement, p.name)
-                    if src in local:
-                        raise InvalidArgument(
-                            f"op {name!r} reads {t.name!r}, made by op {p.name!r} on this task's "
-                            f"device {src}, which is not among the ops of the step")
-                    remote.setdefault(p.name, {"op": p, "ctrl": False})
-            for c in op._control_inputs:
-                fed_out = [t for t in c.outputs if t.name in fed]
-                if c.name in fed_ops:
+                name = p.name
+                if name in needed:
                     continue
-                if fed_out:
-                    fed_source(fed_out[0])  # a fed op counts as done
-                elif c.name in given:
-                    stack.append(c.name)
-                else:
+                if name in given or (name in producers and t.name in fed):
+                    fed_source(p)
+                    continue
+                src = _device_of(placement, name)
+                if src in local:
+                    raise InvalidArgument(
+                        f"op {op.name!r} reads {t.name!r}, made by op {name!r} on this task's "
+                        f"device {src}, which is not among the ops of the step")
+                remote.setdefault(name, {"op": p, "ctrl": False})
+            for c in op._control_inputs:
+                if c.name in needed or c.name in fed_ops:
+                    continue
+                if c.name in producers and has_fed_output(c):
+                    fed_source(c)  # a fed op counts as done
+                else:  # (an op of the part would be needed or fed)
                     src = _device_of(placement, c.name)
                     if src in local:
                         raise InvalidArgument(
-                            f"op {name!r} waits for op {c.name!r} on this task's device {src}, "
-                            "which is not among the ops of the step")
+                            f"op {op.name!r} waits for op {c.name!r} on this task's device "
+                            f"{src}, which is not among the ops of the step")
                     remote.setdefault(c.name, {"op": c, "ctrl": False})["ctrl"] = True
         return needed, fed_ops, remote, node_device
 
