@@ -103,25 +103,35 @@ class Tensor:
     # Operators are defined in core.builders (they build ops); attached there.
 
 
+#: The device spec of an op no device scope pinned (DeviceSpec is immutable: one is shared).
+_UNPINNED = DeviceSpec()
+
+
 class Operation:
     """A node of the graph.
 
     Attributes: ``name``, ``type``, ``inputs`` (tensors), ``control_inputs`` (ops),
     ``outputs`` (tensors), ``attrs`` (dict), ``device`` (the requested device after the
     scopes were applied, canonical string, ``""`` when unpinned), ``graph``.
+
+    Ops are made by :meth:`Graph.create_op`.  An op made directly, with ``graph`` None,
+    belongs to no graph: such ops describe a step's structure for planning (the
+    runtime's part of a step, whose sources and sinks are not ops of the user's graph)
+    and are read by :class:`core.dataflow.StepPlan`; they have no consumers to look up.
     """
 
-    def __init__(self, graph: "Graph", name: str, op_type: str, inputs: Sequence[Tensor],
-                 attrs: dict, output_specs: Sequence[TensorSpec]):
+    def __init__(self, graph: "Graph | None", name: str, op_type: str,
+                 inputs: Sequence[Tensor], attrs: dict, output_specs: Sequence[TensorSpec],
+                 control_inputs: Sequence["Operation"] = ()):
         self.graph = graph
         self.name = name
         self.type = op_type
         self.inputs: tuple[Tensor, ...] = tuple(inputs)
-        self._control_inputs: list[Operation] = []
+        self._control_inputs: list[Operation] = list(control_inputs)
         self.attrs = dict(attrs)
         self.outputs: tuple[Tensor, ...] = tuple(
             Tensor(self, i, s.dtype, s.shape) for i, s in enumerate(output_specs))
-        self._device_spec = DeviceSpec()
+        self._device_spec = _UNPINNED
         self._colocation: tuple[str, ...] = ()
         self._index = -1  # its position in the graph's creation order (set by create_op)
 

@@ -3,12 +3,15 @@
 The part of a step a task runs is not a closed subgraph: a fed tensor's producer
 becomes a source with no inputs, an op of another task a source whose tensors arrive by
 ``recv``, and a *sink* on each remote device collects the tensors sent there. So the
-plan is built over stand-ins of the ops (:class:`_MirrorOp`), never by changing the
-graph: a :class:`core.dataflow.StepPlan` plus the per-op facts the executor's hot path
-reads (:class:`_Node`: kernel, buffers, cores, checks), the transfers' kinds and the
-fetched buffers. :func:`fuse_matmul_relu` and :func:`fetch_writers` are the plan's two
-rewrites (a Relu folded into its MatMul; a fetched tensor written into an offered
-buffer).
+plan is built over the part's own ops, never by changing the graph: ops of no graph
+(:class:`core.graph.Operation` with ``graph`` None, :meth:`ExecPlan._build_plan`) for
+the sources, the needed ops (each reading the part's ops) and the sinks; each with its
+kind (``KERNEL``, ``FED``, ``REMOTE``, ``SINK``) and its op of the user's graph kept
+beside it.  The plan is a :class:`core.dataflow.StepPlan` over them plus the per-op facts
+the executor's hot path reads (:class:`_Node`: kernel, buffers, cores, checks), the
+transfers' kinds and the fetched buffers. :func:`fuse_matmul_relu` and
+:func:`fetch_writers` are the plan's two rewrites (a Relu folded into its MatMul; a
+fetched tensor written into an offered buffer).
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from core.dataflow import StepPlan
 from core.devices import DeviceSpec
 from core.graph import Operation, topological_order
 from core.partition import ops_needed
-from core.ops import get_op_def
 from core.runtime_model import INTERPRETER
 from runtime.errors import InvalidArgument
 
@@ -32,43 +34,6 @@ __all__ = ["ExecPlan", "fuse_matmul_relu", "fetch_writers", "KERNEL", "VARIABLE"
 KERNEL, VARIABLE, FED, REMOTE, SINK = range(5)
 # Transfer kinds.
 LOCAL_COPY, RECV, SEND = range(3)
-
-
-class _MirrorTensor:
-    """A tensor of a :class:`_MirrorOp` (what :meth:`StepPlan.build` reads of a tensor)."""
-
-    __slots__ = ("op", "value_index", "dtype", "shape")
-
-    def __init__(self, op, value_index, dtype, shape):
-        self.op, self.value_index, self.dtype, self.shape = op, value_index, dtype, shape
-
-    @property
-    def name(self) -> str:
-        return f"{self.op.name}:{self.value_index}"
-
-
-class _MirrorOp:
-    """A stand-in for an op in the executor's plan, shaped like an Operation for
-    :meth:`StepPlan.build` (name, type, inputs, control inputs, outputs, op_def).
-
-    The plan is built over mirrors, not the graph's ops, because the part of a step a
-    task runs is not a closed subgraph: a fed tensor's producer becomes a source with no
-    inputs, an op of another task becomes a source whose tensors arrive by ``recv``, and
-    a *sink* on each remote device collects the tensors sent there.  The graph is never
-    changed.
-    """
-
-    __slots__ = ("name", "type", "inputs", "_control_inputs", "outputs", "op_def", "graph",
-                 "real", "kind")
-
-    def __init__(self, name, op_type, real, kind):
-        self.name, self.type, self.real, self.kind = name, op_type, real, kind
-        self.inputs: tuple = ()
-        self._control_inputs: list = []
-        self.op_def = get_op_def(op_type)
-        self.graph = None
-        specs = real.outputs if real is not None else ()
-        self.outputs = tuple(_MirrorTensor(self, k, t.dtype, t.shape) for k, t in enumerate(specs))
 
 
 class _Node:
@@ -85,7 +50,7 @@ class ExecPlan:
 
     Built in phases: :meth:`_walk` (the ops the part needs, cut at fed tensors and other
     tasks' ops), :func:`_destinations` of each output (what goes to other tasks),
-    :meth:`_build_plan` (the mirrors and the :class:`core.dataflow.StepPlan`),
+    :meth:`_build_plan` (the part's ops and the :class:`core.dataflow.StepPlan`),
     :meth:`_make_nodes` (per-op facts the hot path reads), :meth:`_transfers` and
     :meth:`_fetches`.
     """
@@ -117,8 +82,10 @@ class ExecPlan:
                                  local, send_to, my_task, control=True, producer=op)
             if dsts:
                 ctrl_sends[op.name] = dsts
-        self.plan = self._build_plan(needed, fed_ops, remote, node_device, send_tensors,
-                                     ctrl_sends, placement)
+        # The plan's ops are the part's own (see _build_plan); each one's kind and op of
+        # the user's graph (None: a sink) are kept beside it, index for index.
+        self.plan, self.kinds, self.graph_ops = self._build_plan(
+            needed, fed_ops, remote, node_device, send_tensors, ctrl_sends, placement)
         self.dev_objs = [devices.get(name) for name in self.plan.devices]  # None: another task's
         remote_ctrl = {name for name, info in remote.items() if info["ctrl"]}
         self.nodes = self._make_nodes(devices, remote_ctrl, ctrl_sends, executor.variable_lock)
@@ -209,32 +176,49 @@ class ExecPlan:
 
     @staticmethod
     def _build_plan(needed, fed_ops, remote, node_device, send_tensors, ctrl_sends,
-                    placement) -> StepPlan:
-        """The mirrors (sources: fed, other tasks'; the real ops in topological order;
-        a sink per destination device of sends) and their StepPlan."""
-        mirror: dict[str, _MirrorOp] = {}
-        for name, op in fed_ops.items():
-            mirror[name] = _MirrorOp(name, op.type, op, FED)
-        for name, info in remote.items():
-            mirror[name] = _MirrorOp(name, info["op"].type, info["op"], REMOTE)
-            node_device[name] = _device_of(placement, name)
-        order = list(mirror.values())
+                    placement) -> tuple:
+        """The part's ops, of no graph (:class:`core.graph.Operation` with ``graph``
+        None): a source for each fed op and each other task's op (its type, attributes
+        and outputs, no inputs), each needed op in topological order reading the part's
+        ops, and a sink (``NoOp``) per destination device of sends, reading what goes
+        there.  Returns their :class:`core.dataflow.StepPlan`, and for each op of the
+        plan its kind and its op of the graph (None for a sink)."""
+        part: dict[str, Operation] = {}
+        kinds: list[int] = []
+        graph_ops: list = []
+        for kind, sources in ((FED, fed_ops), (REMOTE, {n: i["op"] for n, i in remote.items()})):
+            for name, op in sources.items():
+                part[name] = Operation(None, name, op.type, (), op.attrs, op.outputs)
+                kinds.append(kind)
+                graph_ops.append(op)
+                if kind == REMOTE:
+                    node_device[name] = _device_of(placement, name)
+        order = list(part.values())
         for op in topological_order(list(needed.values())):
-            m = _MirrorOp(op.name, op.type, op, KERNEL)
-            m.inputs = tuple(mirror[t.op.name].outputs[t.value_index] for t in op.inputs)
-            m._control_inputs = [mirror[c.name] for c in op._control_inputs]
-            mirror[op.name] = m
-            order.append(m)
+            controls = op._control_inputs
+            own = part[op.name] = Operation(
+                None, op.name, op.type,
+                tuple(part[t.op.name].outputs[t.value_index] for t in op.inputs), op.attrs,
+                op.outputs, [part[c.name] for c in controls] if controls else ())
+            order.append(own)
+            kinds.append(KERNEL)
+            graph_ops.append(op)
             node_device[op.name] = placement[op.name]
         for dst in sorted(set(send_tensors) | {d for ds in ctrl_sends.values() for d in ds}):
             name = f"^send:{dst}"
-            m = _MirrorOp(name, "NoOp", None, SINK)
-            m.inputs = tuple(mirror[t.op.name].outputs[t.value_index]
-                             for t in send_tensors.get(dst, ()))
-            m._control_inputs = [mirror[n] for n, ds in ctrl_sends.items() if dst in ds]
-            order.append(m)
+            order.append(Operation(
+                None, name, "NoOp", [part[t.op.name].outputs[t.value_index]
+                                     for t in send_tensors.get(dst, ())], {}, (),
+                [part[n] for n, ds in ctrl_sends.items() if dst in ds]))
+            kinds.append(SINK)
+            graph_ops.append(None)
             node_device[name] = dst
-        return StepPlan.build(order, node_device)
+        plan = StepPlan.build(order, node_device)
+        if plan.ops != order:  # (in topological order already: kept as given)
+            at = {op.name: i for i, op in enumerate(order)}
+            kinds = [kinds[at[name]] for name in plan.op_names]
+            graph_ops = [graph_ops[at[name]] for name in plan.op_names]
+        return plan, kinds, graph_ops
 
     def _make_nodes(self, devices, remote_ctrl: set, ctrl_sends: dict,
                     variable_lock) -> list:
@@ -249,8 +233,9 @@ class ExecPlan:
         nodes = []
         gpu_count = sum(1 for d in devices if not d.is_cpu)
         self.has_gpu = False
+        kinds, graph_ops = self.kinds, self.graph_ops
         for i, m in enumerate(plan.ops):
-            op = m.real
+            op, kind = graph_ops[i], kinds[i]
             node = _Node()
             node.name, node.type = m.name, m.type
             d = plan.op_device[i]
@@ -260,13 +245,13 @@ class ExecPlan:
             node.checks = ()
             node.want_cores = 0
             node.gpu_ctx = None
-            node.remote_ctrl = m.kind == REMOTE and m.name in remote_ctrl
+            node.remote_ctrl = kind == REMOTE and m.name in remote_ctrl
             node.ctrl_sends = ctrl_sends.get(m.name, ())
-            node.kind = m.kind
+            node.kind = kind
             node.fused = False  # a Relu folded into its MatMul (fuse_matmul_relu)
             node.then = None  # that Relu's index, on the MatMul: it ends with it
             node.var_lock = None
-            if m.kind != KERNEL:
+            if kind != KERNEL:
                 node.in_bufs = ()
                 nodes.append(node)
                 continue
@@ -318,22 +303,22 @@ class ExecPlan:
         # A variable's read (Identity of a Variable op) forwards the variable's buffer
         # instead of copying it, as TensorFlow's IdentityOp does, when nothing in the
         # step writes that variable in place (then the copy keeps the read consistent).
-        written = {t.op.name for m in plan.ops if m.kind == KERNEL and m.op_def.ref_inputs
-                   for t in m.real.inputs[:1]}
-        for node, m in zip(nodes, plan.ops):
-            node.forward = (node.kind == KERNEL and m.type == "Identity"
-                            and m.real.inputs[0].op.type == "Variable"
-                            and m.real.inputs[0].op.name not in written
-                            and m.real.inputs[0].op.name in plan.op_index)
+        written = {t.op.name for op, kind in zip(graph_ops, kinds)
+                   if kind == KERNEL and op.op_def.ref_inputs for t in op.inputs[:1]}
+        for node, op in zip(nodes, graph_ops):
+            node.forward = (node.kind == KERNEL and op.type == "Identity"
+                            and op.inputs[0].op.type == "Variable"
+                            and op.inputs[0].op.name not in written
+                            and op.inputs[0].op.name in plan.op_index)
         # Cheap ops may run inline on a thread that would only wait (Step._run_ready):
         # by the runtime model the simulator predicts this executor with (variables,
         # CPU kernels on small tensors of known shape), and forwarded variable reads,
         # which do no kernel work.
         is_cheap = INTERPRETER.is_cheap
-        for node, m in zip(nodes, plan.ops):
+        for node, op in zip(nodes, graph_ops):
             node.cheap = node.kind == VARIABLE or node.forward or (
                 node.kind == KERNEL and is_cheap(
-                    m.type, [t.shape for t in (*m.real.inputs, *m.real.outputs)],
+                    op.type, [t.shape for t in (*op.inputs, *op.outputs)],
                     node.device.is_cpu))
         # One sink per destination device of sends; it finishes once its sends are done.
         self.n_sinks = sum(1 for n in nodes if n.kind == SINK)
@@ -386,7 +371,6 @@ class ExecPlan:
                            for name, b in self.fetch_bufs.items()}
         self.fed_names = {n.name: [t.name for t in plan.ops[i].outputs]
                           for i, n in enumerate(nodes) if n.kind == FED}
-        self.plan_ops_real = [m.real for m in plan.ops]
         fuse_matmul_relu(nodes, plan, self.keep)
         self.fetch_writers = fetch_writers(nodes, plan, self.fetch_bufs, self.copy_fetch)
         # Memory: resident bytes per local device at the start.
