@@ -76,8 +76,8 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",
     inputs are writable or read-only (constants, fed or received tensors); see
     :func:`.cpu.warmup` (each family's CPU modules have one).  ``device_types`` may
     include ``"GPU"`` (compiles the CUDA kernels; needs :func:`cuda_available`).
-    ``parallel`` also prepares the CPU multithreaded variants.  ``families``: the kernel families to warm
-    (:func:`families_of` a graph's op types; None: all of them).
+    ``parallel`` also prepares the CPU multithreaded variants.  ``families``: the kernel
+    families to warm (:func:`families_of` a graph's op types; None: all of them).
 
     >>> warmup(dtypes=("float64",), families=["base"])
     """
