@@ -32,7 +32,8 @@ from core.dtypes import DType
 from core.ops import OpDef, ShapeError, TensorSpec, get_op_def
 
 __all__ = ["Graph", "Operation", "Tensor", "GraphError", "GraphCycleError", "get_default_graph",
-           "reset_default_graph", "topological_order", "ops_needed", "as_graph_element",
+           "reset_default_graph", "topological_order", "topological_positions", "ops_needed",
+           "as_graph_element",
            "get_default_session", "push_default_session"]
 
 _VALID_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*\Z")
@@ -695,11 +696,11 @@ def ops_needed(targets: Iterable[Operation]) -> list[Operation]:
 def topological_order(ops: Sequence[Operation]) -> list[Operation]:
     """``ops`` ordered so that every op comes after its inputs among ``ops``.
 
-    Ties keep the order of ``ops`` (Kahn's algorithm over an index-ordered heap), so the
-    result is deterministic, and ``ops`` already in such an order come back as given
-    (found by one pass over their edges, before any heap is made).  Ops are matched by
-    name (an input outside ``ops`` is ignored).  Raises :class:`GraphCycleError`
-    naming the ops on a cycle.
+    Ties keep the order of ``ops`` (:func:`topological_positions`), so the result is
+    deterministic, and ``ops`` already in such an order come back as given (found by
+    one pass over their edges, before any heap is made).  Ops are matched by name (an
+    input outside ``ops`` is ignored).  Raises :class:`GraphCycleError` naming the ops
+    on a cycle.
 
     >>> g = Graph()
     >>> with g.as_default():
@@ -709,8 +710,6 @@ def topological_order(ops: Sequence[Operation]) -> list[Operation]:
     >>> [op.name for op in topological_order(g.get_operations())]
     ['b', 'a']
     """
-    import heapq
-
     index = {op.name: i for i, op in enumerate(ops)}
     preds_of: list[set] = []
     ordered = True
@@ -724,25 +723,48 @@ def topological_order(ops: Sequence[Operation]) -> list[Operation]:
             ordered = False
     if ordered:
         return list(ops)
-    pending = [len(preds) for preds in preds_of]
-    consumers: list[list[int]] = [[] for _ in ops]
-    for i, preds in enumerate(preds_of):
-        for p in preds:
+    order = topological_positions(preds_of)
+    if len(order) != len(ops):
+        done = set(order)
+        stuck = [op for i, op in enumerate(ops) if i not in done]
+        raise GraphCycleError(_find_cycle(stuck, set(index)))
+    return [ops[i] for i in order]
+
+
+def topological_positions(preds: Sequence[Iterable[int]]) -> list[int]:
+    """The positions ``0..len(preds) - 1`` ordered so that each comes after the
+    positions in its ``preds``: Kahn's algorithm over a heap of positions, so ties go
+    to the lower position and the order is deterministic.  Positions on a cycle, or
+    after one, are left out (the caller names the cycle).  The one topological sort
+    of the project: :func:`topological_order` (ops) and the GraphDef importer (nodes)
+    use it.
+
+    >>> topological_positions([{2}, set(), {1}])
+    [1, 2, 0]
+    >>> topological_positions([{1}, {0}, set()])  # 0 and 1 wait for each other
+    [2]
+    """
+    import heapq
+
+    pending = []
+    consumers: list[list[int]] = [[] for _ in preds]
+    for i, ps in enumerate(preds):
+        n = 0
+        for p in ps:
             consumers[p].append(i)
-    ready = [i for i in range(len(ops)) if pending[i] == 0]
+            n += 1
+        pending.append(n)
+    ready = [i for i, n in enumerate(pending) if n == 0]
     heapq.heapify(ready)
-    result: list[Operation] = []
+    order: list[int] = []
     while ready:
         i = heapq.heappop(ready)
-        result.append(ops[i])
+        order.append(i)
         for c in consumers[i]:
             pending[c] -= 1
             if pending[c] == 0:
                 heapq.heappush(ready, c)
-    if len(result) != len(ops):
-        stuck = [ops[i] for i in range(len(ops)) if pending[i] > 0]
-        raise GraphCycleError(_find_cycle(stuck, set(index)))
-    return result
+    return order
 
 
 def _find_cycle(stuck: list[Operation], names: set[str]) -> list[str]:
