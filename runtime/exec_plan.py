@@ -151,9 +151,14 @@ class ExecPlan:
                 name = p.name
                 if name in needed:
                     continue
-                if name in given or (name in producers and t.name in fed):
+                if name in producers and t.name in fed:
                     fed_source(p)
                     continue
+                if name in given:  # p has another output fed, so it does not run
+                    raise InvalidArgument(
+                        f"op {op.name!r} reads {t.name!r}, which is not fed, while another "
+                        f"output of op {name!r} is: feed every output of {name!r} the step "
+                        "reads, or none")
                 src = _device_of(placement, name)
                 if src in local:
                     raise InvalidArgument(

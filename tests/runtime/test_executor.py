@@ -241,6 +241,19 @@ def test_a_part_is_planned_as_ops_of_no_graph_each_with_its_kind():
     assert [(op.name, [t.name for t in op.inputs]) for op in g.get_operations()] == before
 
 
+def test_feeding_one_output_of_an_op_another_output_of_which_is_read_is_refused(executor):
+    """A fed op does not run, so its outputs that are not fed have no value: said
+    before the step runs, naming the op and the tensor."""
+    g = tf.Graph()
+    with g.as_default():
+        a, b = tf.split(tf.constant(np.arange(4, dtype=np.float32)), 2)
+        y = tf.add(a, b, name="y")
+    with pytest.raises(InvalidArgument, match="reads 'split:1', which is not fed"):
+        run(executor, g, ["y:0"], feeds={"split:0": np.ones(2, np.float32)})
+    fed = {"split:0": np.ones(2, np.float32), "split:1": np.zeros(2, np.float32)}
+    np.testing.assert_array_equal(run(executor, g, ["y:0"], feeds=fed).values["y:0"], [1, 1])
+
+
 def test_recv_and_send_cross_task_tensors_once_per_destination():
     cluster, g, placement, w0, w1 = _two_tasks()
     devices = LocalDevices.for_task(cluster, "worker", 0, SessionConfig())
