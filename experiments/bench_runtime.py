@@ -19,23 +19,23 @@ host) and measures, with a client session opened on ``/job:worker/task:0``:
    transfer record in the trace.
 3. ``mlp``: ``experiments.workloads.mlp_forward`` (8 layers of 1024x1024 matmul + relu,
    batch 1024, 17.2 GFLOP) on worker 0, fetching the output: ms and GFLOP/s; and the
-   same arithmetic in numpy in this process (``transport`` ``numpy``), timed in
-   alternation with ours (a step of each per round, which one first alternating, with
-   0.2 s of untimed sleep before each: numpy's BLAS threads spin on for about 0.1 s after
-   a call), so that both see the same load: this shared machine's speed drifts within a
-   minute, and measured one after the other the two drifted apart by up to 1.7x.  Without
-   TensorFlow here, the MLP's reference is TensorFlow's 83 ms scaled by numpy's rate
-   now over its rate then (195 GFLOP/s): this machine's speed drifts from day to day.
+   same arithmetic in numpy in this process (``transport`` ``numpy``).  With
+   TensorFlow here, ours, TensorFlow's (on its own servers, started beside ours) and
+   numpy's are timed side by side (:func:`mlp_side_by_side`): a step of each per
+   round, the order rotating, with 0.2 s of untimed sleep before each (numpy's BLAS
+   threads spin on for about 0.1 s after a call), so that all three see the same load:
+   this shared machine's speed drifts within a minute, and measured one after the
+   other two runtimes drifted apart by up to 1.7x.  Without TensorFlow, ours and
+   numpy's are timed that way, and the MLP's reference is TensorFlow's 83 ms scaled
+   by numpy's rate now over its rate then (195 GFLOP/s).
 
 Each figure is the median of ``--repeats`` timed steps after warm-up steps. When
 ``tensorflow`` is importable (``pip install -e '.[tensorflow]'``: ``tensorflow-cpu``), the
 same graphs run on TensorFlow's own distributed runtime (``tf.compat.v1``,
 ``tf.distribute.Server`` processes, same cluster shape) and the table shows the ratios
-(``vs_tf`` > 1: ours better); its MLP is timed in alternation with numpy's loop too, and
-``vs_tf_beside_numpy`` compares the two MLPs each against the numpy timed beside it
-(:func:`mlp_beside_numpy`; the numpy row's ``vs_tf`` compares the two numpy loops, which
-says how far the machine drifted between the two measurements).  Otherwise the
-reference figures measured with TensorFlow 2.21 (1.5 ms, 1.2 GB/s, 83 ms) are used. Run::
+(``vs_tf`` > 1: ours better; the MLP's from the same rounds, the tiny step's and the
+transfer's from a minute apart).  Otherwise the reference figures measured with
+TensorFlow 2.21 (1.5 ms, 1.2 GB/s, 83 ms) are used. Run::
 
     python -m experiments.bench_runtime                 # everything
     python -m experiments.bench_runtime --repeats 20 --skip-mlp
@@ -50,6 +50,7 @@ the copy the runtime's MatMul kernel calls (scipy's, through numba's ``np.dot``)
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -95,12 +96,8 @@ def _median_ms(run, repeats: int, warmup: int) -> tuple[float, float]:
 def interleaved_ms(first, second, repeats: int, warmup: int, pause: float = 0.0,
                    sleep=time.sleep) -> tuple[tuple[float, float], tuple[float, float]]:
     """``((median ms, best ms) of first, (median ms, best ms) of second)``, the two timed
-    in alternation: each of ``repeats`` rounds runs both, ``first`` first in even rounds
-    and ``second`` first in odd ones, after ``warmup`` untimed rounds; ``pause`` seconds
-    of sleep (untimed) before each timed call, so that neither is timed beside what the
-    other left running: numpy's OpenBLAS keeps a thread spinning on a core for about
-    0.1 s after each call (measured from its threads' CPU time), which slowed a step
-    timed right after it on this 2-core machine.
+    in alternation (:func:`interleaved_many` of the two): ``first`` first in even rounds
+    and ``second`` first in odd ones.
 
     >>> calls = []
     >>> _ = interleaved_ms(lambda: calls.append("a"), lambda: calls.append("b"), 2, 1,
@@ -108,19 +105,38 @@ def interleaved_ms(first, second, repeats: int, warmup: int, pause: float = 0.0,
     >>> "".join(calls)
     'abz0.2az0.2bz0.2bz0.2a'
     """
+    return tuple(interleaved_many([first, second], repeats, warmup, pause, sleep))
+
+
+def interleaved_many(runs, repeats: int, warmup: int, pause: float = 0.0,
+                     sleep=time.sleep) -> list[tuple[float, float]]:
+    """``(median ms, best ms)`` of each function of ``runs``, timed in rounds: each of
+    ``repeats`` rounds runs every one, the order rotating by one each round, after
+    ``warmup`` untimed rounds; ``pause`` seconds of sleep (untimed) before each timed
+    call, so that none is timed beside what another left running: numpy's OpenBLAS
+    keeps a thread spinning on a core for about 0.1 s after each call (measured from
+    its threads' CPU time), which slowed a step timed right after it on this 2-core
+    machine.
+
+    >>> calls = []
+    >>> _ = interleaved_many([lambda: calls.append("a"), lambda: calls.append("b"),
+    ...                       lambda: calls.append("c")], 3, 0)
+    >>> "".join(calls)
+    'abcbcacab'
+    """
     for _ in range(warmup):
-        first()
-        second()
-    runs = (first, second)
-    times: tuple[list, list] = ([], [])
+        for run in runs:
+            run()
+    times: list[list[float]] = [[] for _ in runs]
     for r in range(repeats):
-        for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+        for i in range(len(runs)):
+            k = (r + i) % len(runs)
             if pause:
                 sleep(pause)
             t0 = time.perf_counter()
             runs[k]()
             times[k].append(time.perf_counter() - t0)
-    return tuple((statistics.median(t) * 1e3, min(t) * 1e3) for t in times)
+    return [(statistics.median(t) * 1e3, min(t) * 1e3) for t in times]
 
 
 # ---------------------------------------------------------------------------
@@ -227,16 +243,23 @@ server.join()
 """
 
 
-def measure_tensorflow(repeats: int, warmup: int, batch: int, skip_mlp: bool) -> list[dict] | None:
-    """The same benchmarks on TensorFlow's runtime; None (with a message) without it."""
+def _import_tensorflow():
+    """``tf.compat.v1`` in graph mode, or None (with a message) without TensorFlow."""
     try:
-        import tensorflow as real_tf  # noqa: F401
+        import tensorflow as real_tf
     except ImportError:
         print("tensorflow is not importable here: TensorFlow's side is skipped; the ratios "
               f"use the reference figures measured with TensorFlow 2.21 {TF_REFERENCE}")
         return None
     v1 = real_tf.compat.v1
     v1.disable_eager_execution()
+    return v1
+
+
+@contextlib.contextmanager
+def _tf_servers():
+    """TensorFlow servers of 1 ps and 2 workers on free loopback ports (killed on exit):
+    yields the target of worker 0."""
     ports = free_ports(3)
     spec = {"ps": [f"127.0.0.1:{ports[0]}"],
             "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
@@ -244,12 +267,21 @@ def measure_tensorflow(repeats: int, warmup: int, batch: int, skip_mlp: bool) ->
     procs = [subprocess.Popen([sys.executable, "-c", code, job, str(i)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for job, i in (("ps", 0), ("worker", 0), ("worker", 1))]
-    rows = []
     try:
-        time.sleep(0)  # readiness is polled below
         for addr in spec["ps"] + spec["worker"]:
             _wait_port(addr, 60)
-        target = "grpc://" + spec["worker"][0]
+        yield "grpc://" + spec["worker"][0]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def measure_tensorflow(v1, repeats: int, warmup: int) -> list[dict]:
+    """The tiny step and the transfer on TensorFlow's runtime (``v1``:
+    :func:`_import_tensorflow`); the MLP is :func:`mlp_side_by_side`'s."""
+    rows = []
+    with _tf_servers() as target:
         # 1. tiny step
         g = v1.Graph()
         with g.as_default():
@@ -277,31 +309,40 @@ def measure_tensorflow(repeats: int, warmup: int, batch: int, skip_mlp: bool) ->
         rows.append({"benchmark": "transfer", "transport": "socket", "unit": "GB/s",
                      "value": MIB64 / (med / 1e3) / 1e9, "best": MIB64 / (best / 1e3) / 1e9,
                      "ms": med})
-        # 3. MLP
-        if not skip_mlp:
-            rng = np.random.default_rng(0)
-            g = v1.Graph()
-            with g.as_default():
-                h = v1.constant(rng.standard_normal((batch, 1024)).astype(np.float32))
-                for i in range(8):
-                    w = v1.Variable((rng.standard_normal((1024, 1024)) / 32).astype(np.float32))
-                    h = v1.nn.relu(v1.matmul(h, w))
-                with v1.Session(target) as sess:
-                    sess.run(v1.global_variables_initializer())
-                    # In alternation with numpy's loop, as ours is: each against the
-                    # numpy timed beside it (see mlp_beside_numpy).
-                    theirs, numpy_ = interleaved_ms(lambda: sess.run(h),
-                                                    numpy_mlp_forward(batch), repeats,
-                                                    warmup, pause=MLP_PAUSE)
-            flops = 2.0 * batch * 1024 * 1024 * 8
-            rows += [{"benchmark": "mlp", "transport": transport, "unit": "ms", "value": med,
-                      "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9}
-                     for transport, (med, best) in (("-", theirs), ("numpy", numpy_))]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
     return rows
+
+
+def _tf_mlp(v1, batch: int):
+    """``(graph, init, output)``: the MLP forward in ``tf.compat.v1``, on worker 0."""
+    rng = np.random.default_rng(0)
+    g = v1.Graph()
+    with g.as_default(), v1.device("/job:worker/task:0"):
+        h = v1.constant(rng.standard_normal((batch, 1024)).astype(np.float32))
+        for _ in range(8):
+            w = v1.Variable((rng.standard_normal((1024, 1024)) / 32).astype(np.float32))
+            h = v1.nn.relu(v1.matmul(h, w))
+        init = v1.global_variables_initializer()
+    return g, init, h
+
+
+def mlp_side_by_side(v1, batch: int, repeats: int, warmup: int) -> tuple[list[dict], dict]:
+    """``(rows, tensorflow's row)``: the MLP on our servers and on TensorFlow's (both
+    started, one beside the other) and numpy's loop in this process, timed in the
+    same rounds (:func:`interleaved_many`), so that the ratios see one machine."""
+    g, init, h, flops = mlp_graph(batch)
+    tg, tinit, th = _tf_mlp(v1, batch)
+    with OtherLoad() as load, LocalCluster({"ps": 1, "worker": 2}) as cluster, \
+            _tf_servers() as tf_target, Session(cluster.target("worker", 0), graph=g) as ours, \
+            v1.Session(tf_target, graph=tg) as theirs:
+        ours.run(init)
+        theirs.run(tinit)
+        timed = interleaved_many([lambda: ours.run(h), lambda: theirs.run(th),
+                                  numpy_mlp_forward(batch)], repeats, warmup, pause=MLP_PAUSE)
+    rows = [{"benchmark": "mlp", "transport": transport, "unit": "ms", "value": med,
+             "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9,
+             "other_cores": load.other_cores}
+            for transport, (med, best) in zip(("-", "tensorflow", "numpy"), timed)]
+    return [rows[0], rows[2]], rows[1]
 
 
 def _wait_port(address: str, timeout: float) -> None:
@@ -336,13 +377,19 @@ def numpy_mlp_forward(batch: int):
 
 def run(repeats: int = 10, warmup: int = 3, batch: int = 1024, skip_mlp: bool = False,
         with_tensorflow: bool = True) -> pd.DataFrame:
-    ours = measure_ours(repeats, warmup, batch, skip_mlp)
-    theirs = measure_tensorflow(repeats, warmup, batch, skip_mlp) if with_tensorflow else None
+    v1 = _import_tensorflow() if with_tensorflow else None
+    side_by_side = v1 is not None and not skip_mlp
+    ours = measure_ours(repeats, warmup, batch, skip_mlp or side_by_side)
+    theirs = measure_tensorflow(v1, repeats, warmup) if v1 is not None else None
+    if side_by_side:
+        mlp_rows, tf_mlp = mlp_side_by_side(v1, batch, repeats, warmup)
+        ours += mlp_rows
+        theirs.append(tf_mlp)
     table = pd.DataFrame(ours)
     if theirs:
         ref = {(r["benchmark"], r["transport"]): r["value"] for r in theirs}
-        table["tf"] = [ref.get((b, t), ref.get((b, "socket"))) for b, t in
-                       zip(table["benchmark"], table["transport"])]
+        table["tf"] = [ref.get((b, "tensorflow") if b == "mlp" else (b, t), ref.get((b, "socket")))
+                       for b, t in zip(table["benchmark"], table["transport"])]
         table["tf_source"] = "measured"
     else:
         table["tf"] = [TF_REFERENCE[b] for b in table["benchmark"]]
@@ -350,8 +397,6 @@ def run(repeats: int = 10, warmup: int = 3, batch: int = 1024, skip_mlp: bool = 
     # ratio > 1 means better than TensorFlow (faster step, or more GB/s).
     table["vs_tf"] = [(tf_v / v) if unit == "ms" else (v / tf_v)
                       for v, tf_v, unit in zip(table["value"], table["tf"], table["unit"])]
-    if theirs:
-        table["vs_tf_beside_numpy"] = mlp_beside_numpy(table, ref)
     numpy_row = table[(table.benchmark == "mlp") & (table.transport == "numpy")]
     if not numpy_row.empty and not theirs:
         # The reference scaled by today's machine: TensorFlow's MLP at 1.06x numpy's rate.
@@ -404,28 +449,6 @@ def print_blas(libraries: list[dict]) -> None:
         if lib.get("user_api") == "blas":
             print(f"  {lib.get('used_by') or '-':8} {short_blas(lib)}, "
                   f"{lib.get('num_threads')} threads, {lib.get('filepath')}")
-
-
-def mlp_beside_numpy(table: pd.DataFrame, theirs: dict) -> list[float]:
-    """Per row of ``table``: for our MLP row, TensorFlow's MLP time over ours, each
-    first divided by the time of numpy's loop timed in alternation with it (> 1: ours
-    faster); NaN for the other rows.  Ours and TensorFlow's are timed a minute apart,
-    and this machine's speed can drift 1.7x in that time; numpy's loop beside each
-    takes the drift out.  ``theirs``: TensorFlow's figures by ``(benchmark,
-    transport)``.
-
-    >>> t = pd.DataFrame({"benchmark": ["mlp", "mlp", "tiny step"],
-    ...                   "transport": ["-", "numpy", "local"], "value": [110.0, 100.0, 1.0]})
-    >>> [round(r, 3) for r in mlp_beside_numpy(t, {("mlp", "-"): 240.0, ("mlp", "numpy"): 200.0})]
-    [1.091, nan, nan]
-    """
-    ours = {(b, t): v for b, t, v in zip(table.benchmark, table.transport, table.value)}
-    keys = [("mlp", "-"), ("mlp", "numpy")]
-    if not all(k in ours and k in theirs for k in keys):
-        return [float("nan")] * len(table)
-    ratio = (theirs[keys[0]] / theirs[keys[1]]) / (ours[keys[0]] / ours[keys[1]])
-    return [ratio if (b, t) == keys[0] else float("nan")
-            for b, t in zip(table.benchmark, table.transport)]
 
 
 def main(argv: list[str] | None = None) -> int:

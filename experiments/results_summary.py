@@ -107,6 +107,16 @@ def _sim_vs_real(folder: Path, record: dict) -> list[dict]:
              "run": _run_label(record)} for row in summary.itertuples()]
 
 
+def _sim_vs_inprocess(folder: Path, record: dict) -> list[dict]:
+    row = pd.read_csv(folder / "sim_vs_inprocess_summary.csv").iloc[0]
+    return [{"what": "sim_vs_inprocess, calibrate() then simulate()",
+             "figure": f"median |error| {row.median_abs_error:.0%}, max {row.max_abs_error:.0%} "
+                       f"({row.worst}) over {row.rows} graphs; median spreads: repeat "
+                       f"{row.median_repeat_spread:.0%}, calibration "
+                       f"{row.median_calibration_spread:.0%}",
+             "run": _run_label(record)}]
+
+
 def _bench_placers(folder: Path, record: dict) -> list[dict]:
     frame = pd.read_csv(folder / "bench_placers.csv")
     largest = frame[frame.ops == frame.ops.max()]
@@ -143,6 +153,7 @@ def _bench_placement(folder: Path, record: dict) -> list[dict]:
 HEADLINES: dict[str, Callable[[Path, dict], list[dict]]] = {
     "compare_placers": _compare_placers,
     "sim_vs_real": _sim_vs_real,
+    "sim_vs_inprocess": _sim_vs_inprocess,
     "bench_placement": _bench_placement,
     "bench_placers": _bench_placers,
     "bench_sim": _bench_sim,

@@ -339,7 +339,10 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
                     costs, dispatch = measure_kernel_costs(
                         replace(d, **cpu_figures), steps=3 if quick else 20,
                         parallel_min_elements=PARALLEL_MIN_ELEMENTS, config=alone)
-                    cpu_figures.update(kernel_costs=costs, op_overhead=dispatch,
+                    # (0: the step's noise was larger than the work between its
+                    # kernels; the chain of tiny ops' figure stands in)
+                    cpu_figures.update(kernel_costs=costs,
+                                       op_overhead=dispatch or cpu_figures["op_overhead"],
                                        parallel_min_elements=PARALLEL_MIN_ELEMENTS)
             cluster = cluster.replace_device(d.name, **cpu_figures)
         elif _real_gpu():
@@ -767,8 +770,11 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
                                       size_costs=costs)
     # A device calibrated with kernel costs gets the server's dispatch between the
     # kernels of a realistic graph (a chain of Identity ops shows less).
+    # (0: the steps' noise was larger than the work between their kernels; the chain's
+    # figure stands in)
     between_kernels = (measure_server_dispatch(local_cluster, master, steps=5 if quick else 15)
-                       if any(d.is_cpu and d.kernel_costs for d in cluster.devices) else None)
+                       if any(d.is_cpu and d.kernel_costs for d in cluster.devices) else 0.0)
+    between_kernels = between_kernels or dispatch
     devices = [replace(d, op_overhead=between_kernels if d.kernel_costs else dispatch)
                if d.is_cpu else d for d in cluster.devices]
     out = Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink,

@@ -53,3 +53,14 @@ def test_the_placement_benchmark_headline_says_which_placements_fit(tmp_path):
     (row,) = results_summary.headlines(results_summary.latest_runs(tmp_path))
     assert row["figure"] == ("simple 1 (OOM), m_etf 2, m_topo no placement; "
                              "fastest that fits: m_etf")
+
+
+def test_the_in_process_accuracy_headline_gives_the_error_beside_the_spreads(tmp_path):
+    summary = pd.DataFrame([{"rows": 3, "median_abs_error": 0.06, "max_abs_error": 0.3,
+                             "worst": "gnmt", "median_repeat_spread": 0.01,
+                             "median_calibration_spread": 0.02}])
+    with Run("sim_vs_inprocess", {}, out=tmp_path, argv=[]) as run:
+        run.save_table(summary, "sim_vs_inprocess_summary")
+    (row,) = results_summary.headlines(results_summary.latest_runs(tmp_path))
+    assert row["figure"] == ("median |error| 6%, max 30% (gnmt) over 3 graphs; "
+                             "median spreads: repeat 1%, calibration 2%")

@@ -210,15 +210,18 @@ def test_bench_runtime_rows_and_the_machines_load():
     assert "runtime" in {lib["used_by"] for lib in table.attrs["blas"]}
 
 
-def test_the_mlp_against_tensorflow_each_beside_its_own_numpy():
-    import math
+def test_the_mlp_runs_side_by_side_with_tensorflows_and_numpys():
+    pytest.importorskip("tensorflow")
+    from experiments import bench_runtime
+    v1 = bench_runtime._import_tensorflow()
+    rows, theirs = bench_runtime.mlp_side_by_side(v1, batch=8, repeats=2, warmup=1)
+    assert [r["transport"] for r in rows] == ["-", "numpy"] and theirs["transport"] == "tensorflow"
+    assert all(r["value"] > 0 and r["best"] <= r["value"] for r in [*rows, theirs])
+    assert rows[0]["other_cores"] == theirs["other_cores"]  # one measurement, one load
 
-    from experiments.bench_runtime import mlp_beside_numpy
-    table = pd.DataFrame({"benchmark": ["tiny step", "mlp", "mlp"],
-                          "transport": ["local", "-", "numpy"], "value": [1.0, 120.0, 100.0]})
-    # TensorFlow's MLP 1.5x its numpy, ours 1.2x ours: ours 1.25x better.
-    ratios = mlp_beside_numpy(table, {("mlp", "-"): 300.0, ("mlp", "numpy"): 200.0})
-    assert math.isnan(ratios[0]) and math.isnan(ratios[2])
-    assert ratios[1] == pytest.approx(1.25)
-    # Without TensorFlow's numpy figure there is nothing to compare.
-    assert all(math.isnan(r) for r in mlp_beside_numpy(table, {("mlp", "-"): 300.0}))
+
+def test_interleaved_rounds_rotate_the_order():
+    from experiments.bench_runtime import interleaved_many
+    calls = []
+    timed = interleaved_many([lambda: calls.append(0), lambda: calls.append(1)], 4, 0)
+    assert calls == [0, 1, 1, 0, 0, 1, 1, 0] and len(timed) == 2
