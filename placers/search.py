@@ -219,8 +219,10 @@ class SearchPlacer(BasePlacer):
     scheduler : a Dask scheduler address; evaluations then run there.
     temperature : the initial temperature, as a fraction of the best step.
 
-    After :meth:`place`, ``stats`` holds ``evaluations``, ``seconds``,
-    ``evals_per_second``, ``start`` (the best start's objective), ``start_placer`` and
+    After :meth:`place`, ``stats`` holds ``evaluations``, ``seconds`` (in all),
+    ``start_placers_seconds`` (of them, the start placers placing), ``evals_per_second``
+    (the evaluations over the rest: the objective's calls, the starts' included, and
+    the search's rounds), ``start`` (the best start's objective), ``start_placer`` and
     ``best``.
     """
 
@@ -283,6 +285,7 @@ class SearchPlacer(BasePlacer):
         groups = constraints.to_place()
         feasible = [[dev_index[d.name] for d in g.feasible] for g in groups]
         starts = self._starts(constraints, dev_index)
+        placing = time.perf_counter() - t0  # the start placers' own time: no evaluation
         if not starts:
             raise SearchError(f"no start placer ({', '.join(map(str, self.start_placers))}) "
                               f"placed the graph within the constraints")
@@ -323,8 +326,9 @@ class SearchPlacer(BasePlacer):
             if pool is not None:
                 pool.close()
         seconds = time.perf_counter() - t0
-        self.stats = {"evaluations": used, "seconds": seconds,
-                      "evals_per_second": used / seconds if seconds > 0 else math.inf,
+        evaluating = seconds - placing
+        self.stats = {"evaluations": used, "seconds": seconds, "start_placers_seconds": placing,
+                      "evals_per_second": used / evaluating if evaluating > 0 else math.inf,
                       "start": start_score, "start_placer": start_name, "best": best}
         return {g.index: constraints.cluster.devices[k] for g, k in zip(groups, best_state)}
 

@@ -224,6 +224,28 @@ def test_optimal_milp_reports_its_gap_on_larger_graphs():
 
 # --- search ---------------------------------------------------------------------------------
 
+@settings(max_examples=10)
+@given(dags(pins=False), st.integers(1, 3), st.randoms(use_true_random=False))
+def test_search_evaluates_a_state_as_a_fresh_simulation_does(dag, gpus, rnd):
+    # The objective's step time (read from the run's columns, no record made) is the
+    # makespan of a fresh simulation's records, to the bit.
+    graph, _ = dag
+    from placers.objective import step_objective
+    from placers.search import _Problem
+    cluster = Cluster.single_host(gpus=gpus)
+    constraints = placers.resolve(graph, cluster)
+    devices = [d.name for d in cluster.devices]
+    index = {name: k for k, name in enumerate(devices)}
+    state = [index[rnd.choice(g.feasible).name] for g in constraints.to_place()]
+    fetches = [rnd.choice(graph.get_operations())] if rnd.random() < 0.5 else None
+    problem = _Problem(graph, cluster, step_objective(None, fetches), constraints.previous,
+                       constraints, devices)
+    placement = problem.placement(state)
+    trace = sim.simulate(graph, placement, cluster, fetches=fetches)
+    ends = [r.end for r in trace.ops] + [r.end for r in trace.transfers]
+    assert problem.evaluate(state) == max(ends, default=0.0) == trace.step_time
+
+
 def test_search_is_never_worse_than_its_starts_and_is_deterministic():
     w = mlp_training_step(batch=64, layers=3, width=128)
     cluster = Cluster.single_host(gpus=2)
