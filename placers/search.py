@@ -98,15 +98,31 @@ class _Problem:
         fixed = {op.name: g.fixed for g in constraints.groups if g.fixed is not None
                  for op in g.ops if op.name not in kept}
         slot = {op.name: i for i, g in enumerate(constraints.to_place()) for op in g.ops}
-        # The new ops in graph order, each with its group's slot in a state (or -1 and
-        # the device an earlier run fixed), so a placement is one pass over a list.
-        self.order = [(op.name, slot.get(op.name, -1), fixed.get(op.name))
-                      for op in graph.get_operations() if op.name in slot or op.name in fixed]
+        # The ops in placement order (the earlier placement's, then the new ones in graph
+        # order), each with its position in a table of devices: a state's devices (one
+        # per group slot), then the devices fixed already, so that a placement is two
+        # passes of C loops (map, zip) with no device name parsed again.
+        new = [op.name for op in graph.get_operations() if op.name in slot or op.name in fixed]
+        fixed_devices = [d for _, d in self.kept] + [fixed[n] for n in new if n not in slot]
+        n_slots = len(constraints.to_place())
+        self.names = [n for n, _ in self.kept] + new
+        position, at = [], n_slots
+        for _ in self.kept:
+            position.append(at)
+            at += 1
+        for name in new:
+            if name in slot:
+                position.append(slot[name])
+            else:
+                position.append(at)
+                at += 1
+        self.position = position
+        self.fixed_devices = fixed_devices  # (a placement's and the cluster's names)
 
     def placement(self, state) -> Placement:
-        devices = self.devices
-        return Placement(self.kept + [(name, devices[state[i]] if i >= 0 else device)
-                                      for name, i, device in self.order])
+        table = list(map(self.devices.__getitem__, state))
+        table += self.fixed_devices
+        return Placement.of_canonical(self.names, list(map(table.__getitem__, self.position)))
 
     def evaluate(self, state) -> float:
         return float(self.objective(self.graph, self.placement(state), self.cluster))

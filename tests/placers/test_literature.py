@@ -241,6 +241,9 @@ def test_search_evaluates_a_state_as_a_fresh_simulation_does(dag, gpus, rnd):
     problem = _Problem(graph, cluster, step_objective(None, fetches), constraints.previous,
                        constraints, devices)
     placement = problem.placement(state)
+    assert placement == Placement([(op.name, devices[k]) for g, k in
+                                   zip(constraints.to_place(), state) for op in g.ops])
+    assert list(placement) == [op.name for op in graph.get_operations()]
     trace = sim.simulate(graph, placement, cluster, fetches=fetches)
     ends = [r.end for r in trace.ops] + [r.end for r in trace.transfers]
     assert problem.evaluate(state) == max(ends, default=0.0) == trace.step_time
