@@ -265,6 +265,8 @@ class MemoryLedger:
             if not heap:
                 return True
             big, h = -heap[0][0], heap[0][2]
+            if left >= big:  # k itself keeps room for it
+                return True
             free = {d: self.capacity[d] - self.in_use[d] - self.room(d)
                     for d in self._feasible.get(h, range(len(self.capacity)))}
             if max(free.values(), default=0) < big or k not in free:
