@@ -105,6 +105,7 @@ class MemoryLedger:
         self._copied: set = set()  # (id(tensor), device) already received
         # The variables of each group, reserved together when its first op is placed.
         self._group = group_of
+        self._keys = [self._key_of(i) for i in range(n)]  # each op's group (_group_key)
         self._group_resident: dict = {}
         self.group_bytes: dict = {}  # the group's outputs, all counted (m-TOPO's share)
         for i in range(n):
@@ -153,9 +154,9 @@ class MemoryLedger:
         for i in range(len(self.model.ops)):
             if not self.step[i] or self.model.persistent[i]:
                 continue
-            g = self._group_key(i)
-            nbytes = self.out_bytes[i] + sum(b for j, _, b in self.inputs[i]
-                                             if self._group_key(j) != g)
+            keys = self._keys
+            g = keys[i]
+            nbytes = self.out_bytes[i] + sum(b for j, _, b in self.inputs[i] if keys[j] != g)
             if nbytes:
                 later.setdefault(g, []).append((nbytes, i))
         # (heap entries tie on a group's rank, its first op, never on its key)
@@ -176,6 +177,9 @@ class MemoryLedger:
         heapq.heapify(self._to_come)
 
     def _group_key(self, i: int):
+        return self._keys[i]
+
+    def _key_of(self, i: int):
         g = self._group[i] if isinstance(self._group, list) else self._group.get(i)
         return ("op", i) if g is None else g
 
