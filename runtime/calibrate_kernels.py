@@ -8,9 +8,9 @@ mid-sized tensors a simple kernel runs well below the device's peak rates.  So
 :func:`measure_kernel_costs` measures, per op type, a fixed cost and a factor on the
 roofline: one graph holding every CPU op type (forward, gradients and updates) runs
 traced in an in-process session, on tiny tensors and on a few larger sizes (the trace
-times the kernel call alone).  The same traces give the executor's work between kernels, per op
-(:func:`core.costs.dispatch_gaps`: on a graph with a real workload's fan-in and fan-out
-it is several times what a chain of Identity ops shows).  :func:`with_kernel_costs`
+times the kernel call alone).  The same graph, untraced, gives the executor's work
+between kernels, per op (:func:`untraced_dispatch`: on a graph with a real workload's
+fan-in and fan-out it is several times what a chain of Identity ops shows).  :func:`with_kernel_costs`
 writes both into a cluster's CPU devices (``Device.kernel_costs`` and ``op_overhead``),
 where :class:`core.costs.StaticCostModel` reads them.
 
@@ -23,25 +23,31 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 
 import numpy as np
 
 import core as tf
 from core.cluster import Cluster
-from core.costs import dispatch_gaps
 
 __all__ = ["kernel_calibration_graph", "measure_kernel_costs", "with_kernel_costs", "fit_factors",
-           "FIT_SIZES"]
+           "untraced_dispatch", "session_step_times", "FIT_SIZES"]
 
 
 def kernel_calibration_graph(n: int = 8, seed: int = 0):
     """``(graph, init, fetches)``: a small training step on ``n x n`` tensors that uses
-    every CPU op type of :mod:`core.ops` the builders make (with its gradients).
+    every CPU op type the workloads' steps use (with its gradients and the
+    optimizers' updates; ``n`` at least 4).
 
     Its MatMuls come in the two shapes of the workloads: square, and a few rows by large
     weights (``[n/8, 4n] @ [4n, n]``, a recurrent or dense layer's batch by its weights),
     whose rate per flop is lower (a gemm packs the weights on every call): one factor
-    on the roofline is fitted over both."""
+    on the roofline is fitted over both.  The models' op types (convolutions, pooling,
+    batch normalisation, embeddings, batched products, the losses and the optimizers'
+    fused updates: :func:`_model_ops`) ride on the same ``n x n`` activations, so that
+    no type a model's step uses falls back to the ``"*"`` guess (a type the graph lacks
+    takes the median of the others' figures, which for an elementwise type like
+    ``Maximum`` was 1.7x its own factor)."""
     rng = np.random.default_rng(seed)
     g = tf.Graph()
     with g.as_default():
@@ -58,13 +64,57 @@ def kernel_calibration_graph(n: int = 8, seed: int = 0):
         c = tf.reshape(tf.reshape(tf.transpose(c), [n * n]), [n, n])
         d = tf.softmax(c) - s
         e = tf.negative(tf.multiply(d, d)) + tf.broadcast_to(b, [n, n])
-        loss = tf.reduce_mean(tf.square(e)) + tf.reduce_sum(t)
-        gw, gb, gwb = tf.gradients(loss, [w, b, wb])
+        model_loss, model_vars = _model_ops(h, n, rng)
+        loss = tf.reduce_mean(tf.square(e)) + tf.reduce_sum(t) + model_loss
+        gw, gb, gwb, *g_model = tf.gradients(loss, [w, b, wb, *model_vars])
+        momentum = tf.train.MomentumOptimizer(0.01, 0.9)
+        adam = tf.train.AdamOptimizer(0.001)
+        half = len(model_vars) // 2
         step = tf.group(tf.assign_sub(w, 0.01 * gw), tf.assign_sub(b, 0.01 * gb),
                         tf.assign_sub(wb, 0.01 * gwb),
-                        tf.assign_add(b, tf.constant(np.zeros(n, np.float32))))
+                        tf.assign_add(b, tf.constant(np.zeros(n, np.float32))),
+                        momentum.apply_gradients(list(zip(g_model[:half], model_vars[:half]))),
+                        adam.apply_gradients(list(zip(g_model[half:], model_vars[half:]))))
         init = tf.global_variables_initializer()
     return g, init, [step]
+
+
+def _model_ops(h, n: int, rng):
+    """``(loss, variables)``: the models' op types on the ``[n, n]`` activations ``h``:
+    a convolution with bias, batch normalisation and ReLU on ``h`` seen as an
+    ``[1, n/4, n/4, 16]`` image, both poolings, an embedding lookup, a batched
+    product, a sparse cross-entropy, and the elementwise types of attention and
+    normalisation layers; each reduced into one scalar loss.  (With ``n`` not a
+    multiple of 4, on the largest such corner of ``h``.)"""
+    if n % 4:
+        n -= n % 4
+        h = h[:n, :n]
+    side, ch = n // 4, 16
+    image = tf.reshape(h, [1, side, side, ch])
+    kernel = tf.Variable(rng.standard_normal((3, 3, ch, ch)).astype(np.float32) * 0.1,
+                         name="conv_kernel")
+    bias = tf.Variable(np.zeros(ch, np.float32), name="conv_bias")
+    scale = tf.Variable(np.ones(ch, np.float32), name="bn_scale")
+    conv = tf.nn.bias_add(tf.nn.conv2d(image, kernel, [1, 1, 1, 1], "SAME"), bias)
+    normed = tf.nn.relu(tf.nn.fused_batch_norm(conv, scale, is_training=True)[0])
+    pooled = (tf.nn.max_pool(normed, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+              + tf.nn.avg_pool(normed, [1, 2, 2, 1], [1, 2, 2, 1], "SAME"))
+    table = tf.Variable(rng.standard_normal((n, n)).astype(np.float32) * 0.1, name="embedding")
+    ids = tf.constant(rng.integers(0, n, n // 2).astype(np.int32), name="ids")
+    looked = tf.nn.embedding_lookup(table, ids)  # [n/2, n]
+    blocks = tf.reshape(h, [2, n // 2, n])[:, :, : n // 2]
+    attention = tf.batch_matmul(blocks, blocks, adj_y=True)
+    labels = tf.constant(rng.integers(0, n, n).astype(np.int32), name="labels")
+    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=h)
+    # (split by rows: each half is contiguous, as the elementwise ops' inputs in a
+    # model are; a strided half ran Maximum at half its speed)
+    left, right = tf.split(h, 2, axis=0)
+    norm = tf.rsqrt(tf.squared_difference(left, tf.stop_gradient(right)) + 1.0)
+    bounded = tf.minimum(tf.maximum(left, -1.0), 1.0) * tf.exp(-tf.square(right))
+    logs = tf.log(tf.square(right) + 1.0) * tf.fill([n // 2, n], 0.5)
+    loss = (tf.reduce_mean(pooled) + tf.reduce_mean(looked) + tf.reduce_mean(attention)
+            + tf.reduce_mean(xent) + tf.reduce_mean(norm * bounded + logs))
+    return loss, [kernel, bias, scale, table]
 
 
 def _traced_steps(n: int, steps: int, config):
@@ -182,8 +232,8 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     factor is the difference of two noisy numbers (on one size, 128, it came out
     between 0.1 and 1.9 for Mul from one calibration to the next); a type without any
     takes the ``"*"`` factor.  The entry ``"*"`` (the medians over the types) stands
-    for types the graph lacks.  ``dispatch`` is the median gap between kernels in the
-    fastest step on the small graph (:func:`core.costs.dispatch_gaps`).
+    for types the graph lacks.  ``dispatch`` is the executor's work per op between
+    kernels on the small graph, untraced (:func:`untraced_dispatch`).
 
     With ``parallel_min_elements`` (where the kernels switch to their parallel path; see
     :class:`core.cluster.Device`) and more than one intra-op thread on ``device``, the
@@ -200,8 +250,9 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     sizes = (large,) if isinstance(large, int) else tuple(large)
     runs = _interleaved_traced_steps((small, *sizes), steps, config)
     graph, traces = runs[small]
-    fixed = _median_by_type(graph, _fastest_kernels(traces), lambda op, t: t)
-    dispatch = dispatch_gaps([_fastest(traces)], graph).get("CPU", 0.0)
+    kernels = _fastest_kernels(traces)
+    fixed = _median_by_type(graph, kernels, lambda op, t: t)
+    dispatch = untraced_dispatch(small, kernels, steps, config)
 
     samples: dict[str, list[tuple[float, float]]] = {}
     for n in sizes:
@@ -227,6 +278,47 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
         for t, extra in _median_by_type(graph, _fastest_kernels(traces), launch).items():
             costs[f"{t}|parallel"] = (extra, costs.get(t, default)[1])
     return costs, dispatch
+
+
+def session_step_times(runs, steps: int) -> list[float]:
+    """The fastest wall time of ``session.run(fetches)`` of each ``(session, fetches)``
+    of ``runs`` over ``steps`` rounds, the runs taking turns (see
+    :func:`_interleaved_traced_steps` for why in turns)."""
+    best = [math.inf] * len(runs)
+    for _ in range(steps):
+        for k, (session, fetches) in enumerate(runs):
+            t0 = time.perf_counter()
+            session.run(fetches)
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best
+
+
+def untraced_dispatch(n: int, kernels: dict[str, float], steps: int = 20, config=None) -> float:
+    """Seconds per op of the executor's own work between kernels: the fastest untraced
+    step of :func:`kernel_calibration_graph` on ``n x n`` tensors, less the fastest
+    step of a graph of one ``NoOp`` (what every step costs: the session's call, the
+    plan's look-up, the fetches' return) and less ``kernels`` (each op's fastest kernel
+    time, from traced steps), over the ops that ran.
+
+    Untraced, because a traced step does more between kernels (it records each op's
+    times and allocations): the recurrent workload's traced steps spanned 15% more
+    than its untraced ones, all of it between kernels, so the gaps of a traced step
+    (:func:`core.costs.dispatch_gaps`) overstate the dispatch.  Under one inter-op thread
+    (as :func:`runtime.calibrate` runs it) the ops run one after another, so the step
+    is the sum of its kernels and the work between them."""
+    import runtime
+    graph, init, fetches = kernel_calibration_graph(n)
+    empty = tf.Graph()
+    with empty.as_default():
+        nothing = tf.no_op(name="nothing")
+    with runtime.Session(graph=graph, config=config) as session, \
+            runtime.Session(graph=empty, config=config) as bare:
+        session.run(init)
+        for _ in range(2):
+            session.run(fetches)
+            bare.run(nothing)
+        step, fixed = session_step_times([(session, fetches), (bare, nothing)], steps)
+    return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
 
 
 def _largest(op) -> int:
