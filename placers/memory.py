@@ -151,10 +151,10 @@ class MemoryLedger:
         free on the group's device for those still to come (:meth:`room`); the heaps of
         that room per device and of the groups still to place."""
         later: dict = {}
+        keys = self._keys
         for i in range(len(self.model.ops)):
             if not self.step[i] or self.model.persistent[i]:
                 continue
-            keys = self._keys
             g = keys[i]
             nbytes = self.out_bytes[i] + sum(b for j, _, b in self.inputs[i] if keys[j] != g)
             if nbytes:
@@ -283,7 +283,9 @@ class MemoryLedger:
 
     def room(self, k: int, g=None, i: int = -1) -> int:
         """The bytes kept free on ``k`` for the ops still to come of the groups placed
-        there: the largest output among them, so that whichever comes next can run (a
+        there: the most one of them takes (its outputs and its inputs from other
+        groups), so that whichever comes next can run, plus the room kept whole for the
+        groups of ``kept_whole`` (a
         group's later ops, as a variable's read or the gradients colocated with its
         forward op, may only go to its device, which other groups could fill before
         they come).  With ``g`` and ``i``: as it would be once op ``i`` of group ``g``
@@ -291,7 +293,7 @@ class MemoryLedger:
         heap = self._room[k]
         self._clean(heap)
         if g is None:
-            return -heap[0][0] if heap else 0
+            return (-heap[0][0] if heap else 0) + self._kept[k]
         other = 0
         if heap and heap[0][2] != g:
             other = -heap[0][0]
@@ -317,7 +319,7 @@ class MemoryLedger:
         return sum(b for b, j in self._later.get(g, ()) if j != skip and self.device[j] < 0)
 
     def _ahead(self, g, skip: int = -1) -> int:
-        """The largest output of group ``g``'s ops not placed yet (but ``skip``)."""
+        """The most one of group ``g``'s ops not placed yet (but ``skip``) takes."""
         later = self._later.get(g)
         if not later:
             return 0
@@ -457,11 +459,13 @@ class SimulatorChecked(BasePlacer):
             while True:
                 tries += 1
                 self.memory_tries = tries
+                self._ledger = None
                 try:
                     placement = super().place(graph, cluster, previous=previous)
                 except PlacementError:
-                    ledger = self._ledger
-                    if not ledger.failed_late or ledger.failed_group in self._kept_whole or \
+                    ledger = self._ledger  # (None: the constraints raised, before a ledger)
+                    if ledger is None or not ledger.failed_late or \
+                            ledger.failed_group in self._kept_whole or \
                             len(self._kept_whole) >= self.kept_whole_retries:
                         raise
                     self._kept_whole.add(ledger.failed_group)
