@@ -610,11 +610,10 @@ class StepPlan:
                     targets.append(f.op)
                 else:
                     targets.append(f)
-            ops = ops_needed(targets)
-        ops = _topological(ops)
+        ops, arrays = _step_ops(ops, targets if fetches is not None else None)
         self.ops = ops
         n = len(ops)
-        self._arrays = arrays = _op_arrays(ops)
+        self._arrays = arrays
         self.op_names = names = arrays.names
         if not isinstance(getattr(ops[0], "graph", None) if ops else None, Graph):
             # A Graph's ops have distinct names; for other op-like objects, check now
@@ -935,6 +934,31 @@ class StepState:
             problems.append("transfers_left is off")
         if problems:
             raise DataflowError("invalid step state: " + "; ".join(problems[:10]))
+
+
+def _step_ops(ops: list, targets: list | None) -> tuple[list, "_OpArrays"]:
+    """The ops of a step computing ``targets`` (None: all of ``ops``), in topological
+    order, and their arrays.  These depend on the graph and the fetches only, not on the
+    placement: for the whole of a :class:`core.graph.Graph` they are kept with the graph
+    per fetched ops until its next change (``Graph.cached_view``), so simulating one step
+    under many placements (the search placers) finds them once."""
+    graph = getattr(ops[0], "graph", None) if ops else None
+    if targets is not None and isinstance(graph, Graph) and all(
+            getattr(t, "graph", None) is graph for t in targets) and ops == graph._ops:
+        key = _STEP_VIEW + "\0".join(t.name for t in targets)
+        return graph.cached_view(key, lambda whole: _needed_in_order(targets))
+    if targets is not None:
+        ops = ops_needed(targets)
+    ops = _topological(ops)
+    return ops, _op_arrays(ops)
+
+
+_STEP_VIEW = "core.dataflow.step:"  # + the fetched ops' names (Graph.cached_view)
+
+
+def _needed_in_order(targets: list) -> tuple[list, "_OpArrays"]:
+    needed = _topological(ops_needed(targets))
+    return needed, _op_arrays(needed)
 
 
 def _topological(ops: list[Operation]) -> list[Operation]:

@@ -122,6 +122,19 @@ class Placement(Mapping):
                 name = canonical[device] = _full_device_name(op_name, device)
             self._devices[op_name] = name
 
+    @classmethod
+    def of_canonical(cls, op_names: list[str], devices: list[str]) -> "Placement":
+        """``op_names[i]`` on ``devices[i]``, the device names already canonical (as a
+        cluster's device names or a placement's values are): none is parsed again, for
+        a caller making many placements (a search, one per candidate).
+
+        >>> Placement.of_canonical(["a"], ["/job:w/replica:0/task:0/device:CPU:0"])["a"]
+        '/job:w/replica:0/task:0/device:CPU:0'
+        """
+        self = cls.__new__(cls)
+        self._devices = dict(zip(op_names, devices))
+        return self
+
     def __getitem__(self, op_name: str) -> str:
         return self._devices[op_name]
 

@@ -134,10 +134,12 @@ class Trace:
 
     # -- lazy records -------------------------------------------------------------------
     @classmethod
-    def lazy(cls, records: dict, **fields) -> "Trace":
+    def lazy(cls, records: dict, *, step_time=None, **fields) -> "Trace":
         """A trace whose record lists are made on first access: ``records`` maps a field
         name (``ops``, ``transfers``, ``memory``, ``oom_events``) to a function of no
-        argument returning that list; ``fields`` are the other fields.
+        argument returning that list; ``fields`` are the other fields; ``step_time``
+        (optional): a function of no argument giving :attr:`step_time` without the
+        records (read while neither ``ops`` nor ``transfers`` is made).
 
         The simulator keeps its results in columns and a 100k-op step has ~350k
         records: making the NamedTuples only when someone reads them keeps that out of
@@ -152,6 +154,8 @@ class Trace:
         for name in records:
             del trace.__dict__[name]  # so that reading it reaches __getattr__
         trace.__dict__["_lazy"] = dict(records)
+        if step_time is not None:  # what step_time gives while the records are not made
+            trace.__dict__["_lazy_step_time"] = step_time
         return trace
 
     def __getattr__(self, name: str):
@@ -168,12 +172,16 @@ class Trace:
             getattr(self, key)
         state = dict(self.__dict__)
         state.pop("_lazy", None)
+        state.pop("_lazy_step_time", None)
         return state
 
     # -- summary figures ----------------------------------------------------------------
     @property
     def step_time(self) -> float:
         """The makespan: the last end of any op or transfer (the step starts at 0)."""
+        lazy = self.__dict__.get("_lazy_step_time")
+        if lazy is not None and "ops" not in self.__dict__ and "transfers" not in self.__dict__:
+            return lazy()  # (the same figure, from the columns the records would be made of)
         ends = [r.end for r in self.ops] + [r.end for r in self.transfers]
         return max(ends, default=0.0)
 

@@ -16,7 +16,8 @@ Contract (numbered as TensorFlow's ``placer.h``; :mod:`placers.base` holds the r
 2. A device the op (or the rest of its colocation group) does not fit on is skipped;
    memory is counted as the simulator counts it, replayed in the schedule's order
    (:class:`placers.memory.MemoryLedger`, with ``headroom`` kept free).  A ready op
-   that fits nowhere waits for memory to be freed; one that never fits raises
+   that fits nowhere waits for memory to be freed (when every ready op waits, the
+   first that fits without the room kept for ops to come goes); one that never fits raises
    :class:`core.placement.PlacementError` naming its group, the bytes it needs and
    the largest free memory.
 3. The first op of a colocation group scheduled decides the group's device; the rest
@@ -72,7 +73,7 @@ class ListScheduler:
 
     def __init__(self, constraints, cost_model: CostModel | None = None,
                  headroom: float = 0.0, favorite_parent: list[int] | None = None,
-                 fetches=None, capacity: list[int] | None = None):
+                 fetches=None, capacity: list[int] | None = None, kept_whole=()):
         self.constraints = constraints
         self.model = model = _Model(constraints.order, constraints.cluster,
                                     cost_model or StaticCostModel())
@@ -85,8 +86,8 @@ class ListScheduler:
         self.group_device = {g.index: model.dev_index[g.fixed]
                              for g in constraints.groups if g.fixed is not None}
         capacity = capacity or [d.memory_bytes for d in model.devices]
-        self.ledger = MemoryLedger(model, capacity,
-                                   self.group_of, headroom, step_mask(model, fetches))
+        self.ledger = MemoryLedger(model, capacity, self.group_of, headroom,
+                                   step_mask(model, fetches), self.feasible, kept_whole)
         self.favorite_parent = favorite_parent
         n = len(model.ops)
         self.device = [-1] * n
@@ -163,15 +164,14 @@ class ListScheduler:
                     key = (max(arrival, free[k]), arrival, i, k)
                     if best is None or key < best:
                         best = key
-            if best is None:
+            if best is None:  # every ready op waits for memory: the room kept is let go
                 if not blocked:
                     raise RuntimeError("list scheduling stalled with no ready op")  # a cycle
-                i, k = blocked[0]
-                raise ledger.fail(i, self.feasible[self.group_of[i]],
-                                  self.constraints.groups[self.group_of[i]].ops)
-            start, _, i, k = best
-            heapq.heappop(heaps[k])
-            if not ledger.fits(i, k):  # wait until memory is freed
+                best = self._unblock(blocked, free)
+            else:
+                heapq.heappop(heaps[best[3]])
+            start, _, i, k = best[:4]
+            if not ledger.fits(i, k, relaxed=len(best) > 4):  # wait until memory is freed
                 blocked.append((i, k))
                 continue
             end = start + model.op_time(i, k)
@@ -193,6 +193,20 @@ class ListScheduler:
                 if pending[c] == 0:
                     make_ready(c)
         return device
+
+    def _unblock(self, blocked, free) -> tuple:
+        """The first of the ``blocked`` ``(op, device)`` pairs that fits there with no
+        room kept for what is to come (:meth:`MemoryLedger.fits`, ``relaxed``), as a
+        schedule key (with a fifth item: relaxed); else the error of the first."""
+        for i, k in blocked:
+            gk = self.group_device.get(self.group_of[i])
+            if self.device[i] < 0 and gk in (None, k) and self.ledger.fits(i, k, relaxed=True):
+                arrival = self.arrival(i, k)
+                return (max(arrival, free[k]), arrival, i, k, True)
+        i, k = blocked[0]
+        g = self.group_of[i]
+        raise self.ledger.fail(i, [self.group_device[g]] if g in self.group_device
+                               else self.feasible[g], self.constraints.groups[g].ops)
 
     def chosen(self) -> dict:
         """``{group index: device}`` for the groups not fixed earlier."""
@@ -231,7 +245,8 @@ class METFPlacer(SimulatorChecked):
 
     def choose(self, constraints):
         scheduler = ListScheduler(constraints, self.cost_model, self.headroom, fetches=self.fetches,
-                                  capacity=self.capacities(constraints.cluster.devices))
+                                  capacity=self.capacities(constraints.cluster.devices),
+                                  kept_whole=self.kept_whole())
         self._ledger = scheduler.ledger
         scheduler.run()
         self.estimated_step_time = scheduler.makespan

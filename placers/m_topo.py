@@ -66,16 +66,18 @@ class MTopoPlacer(SimulatorChecked):
         model = _Model(constraints.order, constraints.cluster, StaticCostModel())
         group_of = [constraints.op_group[op.name] for op in model.ops]
         step = step_mask(model, self.fetches)
-        ledger = self._ledger = MemoryLedger(model, self.capacities(model.devices), group_of,
-                                             self.headroom, step)
         accelerators = [k for k, d in enumerate(model.devices) if d.device_type == "GPU"]
         targets = accelerators or list(range(len(model.devices)))
+        feasible = {g.index: [model.dev_index[d.name] for d in g.feasible]
+                    for g in constraints.groups}
+        ledger = self._ledger = MemoryLedger(
+            model, self.capacities(model.devices), group_of, self.headroom, step,
+            {g: [k for k in ks if k in targets] or ks for g, ks in feasible.items()},
+            self.kept_whole())
         share = sum(ledger.out_bytes) / len(targets)
         filled = [0] * len(model.devices)
         group_device = {g.index: model.dev_index[g.fixed]
                         for g in constraints.groups if g.fixed is not None}
-        feasible = {g.index: [model.dev_index[d.name] for d in g.feasible]
-                    for g in constraints.groups}
         current = 0  # position in targets of the device being filled
         for i in range(len(model.ops)):
             g = group_of[i]
@@ -88,7 +90,7 @@ class MTopoPlacer(SimulatorChecked):
                 if k in targets:
                     current = targets.index(k)
                 filled[k] += ledger.group_bytes.get(g, 0)  # the whole group, at once
-            elif not ledger.fits(i, k):
+            elif not ledger.fits(i, k, relaxed=True):  # (it cannot wait for room)
                 raise ledger.fail(i, [k], constraints.groups[g].ops)
             ledger.commit(i, k)
         return {g.index: model.devices[group_device[g.index]] for g in constraints.to_place()}
@@ -105,7 +107,11 @@ class MTopoPlacer(SimulatorChecked):
         for k in targets[:current] + [k for k in feasible if k not in targets]:
             if k in allowed and ledger.fits(i, k):
                 return k
-        return next((k for k in feasible if ledger.fits(i, k)), None)
+        for relaxed in (False, True):  # none keeps the room for what is to come: let it go
+            k = next((k for k in feasible if ledger.fits(i, k, relaxed=relaxed)), None)
+            if k is not None:
+                return k
+        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(headroom={self.headroom})"

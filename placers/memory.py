@@ -10,7 +10,15 @@ no times, so :class:`MemoryLedger` replays these rules in the order the placer c
 ops, which is a topological order: an op's outputs (and each copy of them another device
 receives) are held until every reader of the op has been committed, and a colocation
 group's variables are reserved on its device when the group is placed, as if from time
-0 (so they also count against every earlier peak).  The ledger's sizes come from the
+0 (so they also count against every earlier peak).  A group's device is fixed by its
+first op, and its later ops (a variable's read, the gradients colocated with a forward
+op) may only go there, when the forward pass may have filled it: so each device keeps
+free the *room* the largest of its groups' ops still to come takes (outputs and inputs
+from other groups), which only those groups' ops may use; and a new group may not take
+the last device with room for the largest group still to place (its first op and what
+it keeps after).  A placer whose every next op waits for room lets it go (``fits(...,
+relaxed=True)``), and :class:`SimulatorChecked` places again keeping the whole room of
+a group that still ran out (``kept_whole``).  The ledger's sizes come from the
 same model the cost-model placer uses (:class:`placers.cost_model._Model`:
 ``core.costs.tensor_bytes`` per output, nothing for ref-aliasing outputs; an op that
 forwards its input, as a variable's read or ``Identity``, allocates nothing on its
@@ -38,6 +46,8 @@ keeps that fraction of each device free for it.
 
 from __future__ import annotations
 
+import heapq
+
 from core.costs import tensor_bytes
 from core.graph import Tensor, ops_needed
 from core.placement import PlacementError
@@ -60,13 +70,17 @@ class MemoryLedger:
 
     ``model``: a :class:`placers.cost_model._Model`; ``capacity``: bytes per device
     index; ``group_of``: op index -> colocation group id (ops absent are alone);
+    ``feasible``: group id -> the device indices it may go to (default: all);
+    ``kept_whole``: groups whose room is all their ops still to come, summed, which no
+    other group's op may use (see the module docstring);
     ``headroom``: the fraction of each capacity kept free; ``step[i]``: whether op ``i``
     runs in the step (default: every op; the others take no memory).  ``in_use[k]`` is what device
     ``k`` holds now (resident plus live), ``peak[k]`` the most it has held.
     """
 
     def __init__(self, model, capacity: list[int], group_of: dict | list, headroom: float = 0.0,
-                 step: list[bool] | None = None):
+                 step: list[bool] | None = None, feasible: dict | None = None,
+                 kept_whole=()):
         if not 0 <= headroom < 1:
             raise ValueError(f"headroom must be a fraction in [0, 1), not {headroom!r}")
         self.model = model
@@ -91,24 +105,20 @@ class MemoryLedger:
         self._copied: set = set()  # (id(tensor), device) already received
         # The variables of each group, reserved together when its first op is placed.
         self._group = group_of
+        self._keys = [self._key_of(i) for i in range(n)]  # each op's group (_group_key)
         self._group_resident: dict = {}
-        self._group_largest: dict = {}  # the group's largest output, checked up front
         self.group_bytes: dict = {}  # the group's outputs, all counted (m-TOPO's share)
         for i in range(n):
             g = self._group_key(i)
             if model.persistent[i]:
                 self._group_resident[g] = self._group_resident.get(g, 0) + self.out_bytes[i]
-            elif self.out_bytes[i] > self._group_largest.get(g, 0):
-                self._group_largest[g] = self.out_bytes[i]
             self.group_bytes[g] = self.group_bytes.get(g, 0) + self.out_bytes[i]
         self._reserved: set = set()
-        self._placed: set = set()  # groups with a device
-        # Room promised to the groups of variables placed but not yet read (their
-        # largest output), so that other groups do not take it meanwhile.  (Promising
-        # every open group its largest output, a forward op's gradients included,
-        # holds back about the whole model's activations: too much.)
-        self.promised = [0] * len(capacity)
-        self._promise_of: dict = {}
+        self._placed: dict = {}  # group -> its device
+        self._feasible = feasible or {}  # group -> the devices it may go to (default: all)
+        self.kept_whole = set(kept_whole)
+        self.failed_group = None  # after fail(): the group of the op that fit nowhere
+        self.failed_late = False  # ... and whether that group had a device already
         # Each op's distinct input tensors as (producer, tensor id, bytes), sized once;
         # ``inputs`` only for the step's ops (what holds memory).
         self.tensors: list[list[tuple[int, int, int]]] = []
@@ -120,6 +130,7 @@ class MemoryLedger:
                     mine.append((j, id(t), tensor_bytes(t)))
             self.tensors.append(mine)
         self.inputs = [ts if s else [] for ts, s in zip(self.tensors, self.step)]
+        self._setup_room()
         # Ops that forward input 0's buffer (a variable's read, Identity, Reshape): on
         # the input's device their output 0 is that buffer (nothing allocated), which
         # then lives as long as either is read (StepPlan.buffer_parent).
@@ -134,7 +145,41 @@ class MemoryLedger:
         self.held = [0] * n  # bytes each op's outputs hold on its device
         self.parent = [-1] * n  # the op whose buffer a forwarding op keeps alive
 
+    def _setup_room(self) -> None:
+        """What the ops of each group may take when they run, largest first (their
+        outputs and their inputs from other groups, which may arrive as copies), kept
+        free on the group's device for those still to come (:meth:`room`); the heaps of
+        that room per device and of the groups still to place."""
+        later: dict = {}
+        keys = self._keys
+        for i in range(len(self.model.ops)):
+            if not self.step[i] or self.model.persistent[i]:
+                continue
+            g = keys[i]
+            nbytes = self.out_bytes[i] + sum(b for j, _, b in self.inputs[i] if keys[j] != g)
+            if nbytes:
+                later.setdefault(g, []).append((nbytes, i))
+        # (heap entries tie on a group's rank, its first op, never on its key)
+        self._rank = {g: v[0][1] for g, v in later.items()}
+        self._later = {g: sorted(v, key=lambda bi: (-bi[0], bi[1])) for g, v in later.items()}
+        self._later_at: dict = {}  # group -> position of its first uncommitted entry there
+        # Per device, the room kept for the ops still to come of the groups placed there
+        # (the most one of them takes: whichever comes next can run), as a lazy heap of
+        # (-bytes, rank, group); an entry is current while it is its group's largest.
+        self._room: list[list] = [[] for _ in self.capacity]
+        # Per device, the room kept whole for the groups of ``kept_whole`` placed there:
+        # everything their ops still to come take, summed (no other group's op may use it).
+        self._kept = [0] * len(self.capacity)
+        # The groups still to place, by what their first op and the room kept after it
+        # take at once (their two largest), as a lazy heap of (-bytes, rank, group).
+        self._to_come = [(-(sum(b for b, _ in ops[:2])), self._rank[g], g)
+                         for g, ops in self._later.items()]
+        heapq.heapify(self._to_come)
+
     def _group_key(self, i: int):
+        return self._keys[i]
+
+    def _key_of(self, i: int):
         g = self._group[i] if isinstance(self._group, list) else self._group.get(i)
         return ("op", i) if g is None else g
 
@@ -163,28 +208,133 @@ class MemoryLedger:
         """Bytes a transient allocation may still take on ``k`` now."""
         return self.capacity[k] - self.in_use[k]
 
-    def fits(self, i: int, k: int) -> bool:
-        """Whether op ``i`` fits on device ``k`` now, beside what the groups placed on
-        ``k`` are promised; for the first op of a group, also its group's variables
-        (for good: against the device's peak so far too) with room for all the
-        group's outputs beside them (its later ops, as a variable's read or an op's
-        colocated gradients, are held to this device)."""
+    def fits(self, i: int, k: int, relaxed: bool = False) -> bool:
+        """Whether op ``i`` fits on device ``k`` now and leaves the room kept there for
+        the ops still to come of the groups placed on ``k``, its own group's included
+        (:meth:`room`); for the first op of a group, also its group's variables (for
+        good: against the device's peak so far too).  ``relaxed``: keep no room (for a
+        placer whose every next op waits for it)."""
         resident, transient = self.need(i, k)
         cap = self.capacity[k]
         g = self._group_key(i)
-        promised = self.promised[k]
-        own = self._promise_of.get(g)
-        if own is not None and own[0] == k:
-            promised -= own[1]
-        if g not in self._placed:
-            # Room for the whole group's outputs now (its later ops, a read or the
-            # gradients colocated with it, will be held to this device).
-            ahead = max(self._group_largest.get(g, 0),
-                        self.group_bytes.get(g, 0) - self._group_resident.get(g, 0))
-            if self.peak[k] + resident > cap or \
-                    self.in_use[k] + promised + resident + ahead > cap:
-                return False
-        return self.in_use[k] + promised + resident + transient <= cap
+        if relaxed:
+            return (g in self._placed or self.peak[k] + resident <= cap) and \
+                self.in_use[k] + resident + transient <= cap
+        if g in self._placed:  # its group's room is its own (and its device's) to take
+            left = cap - self.in_use[k] - transient
+            return left >= 0 and left + self._freed_by(i, k) >= self._kept_for_others(k, g)
+        if self.peak[k] + resident > cap:
+            return False
+        left = cap - self.in_use[k] - resident - transient
+        if left < 0:
+            return False
+        # The room is needed once the op is done: what it was the last to read is free.
+        left += self._freed_by(i, k) - self.room(k, g, i)
+        return left >= 0 and self._leaves_room_to_come(g, k, left)
+
+    def _freed_by(self, i: int, k: int) -> int:
+        """The bytes on ``k`` that placing op ``i`` there lets go of: the inputs (and
+        copies of them on ``k``, the one it receives included) it is the last reader
+        of, and its outputs if nobody reads them."""
+        freed = 0 if self.readers[i] or self.model.persistent[i] else self._own_bytes(i, k)
+        source = self.source[i]
+        keep = source if source >= 0 and self.device[source] == k else -1
+        seen = set()
+        for j, tid, nbytes in self.inputs[i]:
+            if self.device[j] != k and (tid, k) not in self._copied:
+                freed += nbytes if self.left[j] == 1 else 0  # the copy it receives
+            if j in seen or j == keep or self.left[j] != 1:
+                continue
+            seen.add(j)
+            if self.device[j] == k:
+                freed += self.held[j]
+            freed += self.copies.get(j, {}).get(k, 0)
+        return freed
+
+    def _leaves_room_to_come(self, g, k: int, left: int) -> bool:
+        """Whether, with ``left`` bytes free beyond its room on ``k`` once group ``g``
+        is placed there, some device still has room for the largest group to come
+        (its first op and what it keeps after), when one had before: the forward ops
+        fill every device with activations held for the backward pass, and a group
+        that comes at the end (as a loss with its gradient) would then fit nowhere."""
+        heap = self._to_come
+        while heap and heap[0][2] in self._placed:
+            heapq.heappop(heap)
+        top = None
+        if heap and heap[0][2] == g:
+            top = heapq.heappop(heap)
+            while heap and heap[0][2] in self._placed:
+                heapq.heappop(heap)
+        try:
+            if not heap:
+                return True
+            big, h = -heap[0][0], heap[0][2]
+            if left >= big:  # k itself keeps room for it
+                return True
+            free = {d: self.capacity[d] - self.in_use[d] - self.room(d)
+                    for d in self._feasible.get(h, range(len(self.capacity)))}
+            if max(free.values(), default=0) < big or k not in free:
+                return True  # (none has room now: placing g there changes nothing)
+            free[k] = min(free[k], left)
+            return max(free.values()) >= big
+        finally:
+            if top is not None:
+                heapq.heappush(heap, top)
+
+    def room(self, k: int, g=None, i: int = -1) -> int:
+        """The bytes kept free on ``k`` for the ops still to come of the groups placed
+        there: the most one of them takes (its outputs and its inputs from other
+        groups), so that whichever comes next can run, plus the room kept whole for the
+        groups of ``kept_whole`` (a
+        group's later ops, as a variable's read or the gradients colocated with its
+        forward op, may only go to its device, which other groups could fill before
+        they come).  With ``g`` and ``i``: as it would be once op ``i`` of group ``g``
+        is placed on ``k`` (``i`` no longer to come, ``g``'s later ops counted)."""
+        heap = self._room[k]
+        self._clean(heap)
+        if g is None:
+            return (-heap[0][0] if heap else 0) + self._kept[k]
+        other = 0
+        if heap and heap[0][2] != g:
+            other = -heap[0][0]
+        elif heap:  # the top is g's own: the next group's entry counts
+            top = heapq.heappop(heap)
+            self._clean(heap)
+            other = -heap[0][0] if heap else 0
+            heapq.heappush(heap, top)
+        kept = self._kept_for_others(k, g)
+        if g in self.kept_whole:
+            return other + kept + self._ahead_sum(g, skip=i)
+        return max(other, self._ahead(g, skip=i)) + kept
+
+    def _kept_for_others(self, k: int, g) -> int:
+        """The room kept whole on ``k`` for the groups of ``kept_whole`` other than ``g``."""
+        kept = self._kept[k]
+        if g in self.kept_whole and self._placed.get(g) == k:
+            kept -= self._ahead_sum(g)
+        return kept
+
+    def _ahead_sum(self, g, skip: int = -1) -> int:
+        """What group ``g``'s ops not placed yet (but ``skip``) take, summed."""
+        return sum(b for b, j in self._later.get(g, ()) if j != skip and self.device[j] < 0)
+
+    def _ahead(self, g, skip: int = -1) -> int:
+        """The most one of group ``g``'s ops not placed yet (but ``skip``) takes."""
+        later = self._later.get(g)
+        if not later:
+            return 0
+        at, device = self._later_at.get(g, 0), self.device
+        while at < len(later) and device[later[at][1]] >= 0:
+            at += 1
+        self._later_at[g] = at
+        while at < len(later) and (later[at][1] == skip or device[later[at][1]] >= 0):
+            at += 1
+        return later[at][0] if at < len(later) else 0
+
+    def _clean(self, heap) -> None:
+        """Drop the entries of ``heap`` no longer their group's largest to come."""
+        while heap and self._ahead(heap[0][2]) != -heap[0][0]:
+            heapq.heappop(heap)
 
     def commit(self, i: int, k: int) -> None:
         """Place op ``i`` on ``k``: allocate, then free what its placement lets go of."""
@@ -196,16 +346,18 @@ class MemoryLedger:
             self.resident[k] += resident
             self.in_use[k] += resident
             self.peak[k] += resident
-        if g not in self._placed:
-            self._placed.add(g)
-            largest = self._group_largest.get(g, 0)
-            if resident and largest:  # a variable's read is promised room beside it
-                self.promised[k] += largest
-                self._promise_of[g] = (k, largest)
-        if not model.persistent[i] and self.out_bytes[i] and g in self._promise_of:
-            pk, nbytes = self._promise_of.pop(g)  # the promise is kept: let it go
-            self.promised[pk] -= nbytes
-        self.device[i] = k
+        first = g not in self._placed
+        if first:
+            self._placed[g] = k
+        if g in self.kept_whole:
+            self._kept[k] += self._ahead_sum(g, skip=i) - (0 if first else self._ahead_sum(g))
+            self.device[i] = k
+        else:
+            before = self._ahead(g)
+            self.device[i] = k
+            after = self._ahead(g)
+            if after and (first or after != before):  # the group's room on k, as it is now
+                heapq.heappush(self._room[k], (-after, self._rank[g], g))
         for j, tid, nbytes in self.inputs[i]:
             key = (tid, k)
             if self.device[j] != k and key not in self._copied:
@@ -252,6 +404,8 @@ class MemoryLedger:
         """The error for op ``i`` that fits on none of ``candidates``: its group, the
         bytes it needs and the largest free memory among them."""
         model = self.model
+        self.failed_group = g = self._group_key(i)
+        self.failed_late = g in self._placed
         best = max(candidates, key=lambda k: (self.free_on(k), -k)) if candidates else None
         resident, transient = self.need(i, best) if best is not None else (0, 0)
         names = [op.name for op in group_ops]
@@ -267,6 +421,11 @@ class MemoryLedger:
 class SimulatorChecked(BasePlacer):
     """The memory-aware placers' last step: the simulator checks the placement's memory.
 
+    A placement that raises :class:`core.placement.PlacementError` for an op whose
+    group already had a device (its device filled before it came) is made again with
+    that group's room kept whole (:class:`MemoryLedger`'s ``kept_whole``: all its ops
+    still to come, summed), up to ``kept_whole_retries`` groups.
+
     The sequential count of :class:`MemoryLedger` can fall short of what the
     simulator's concurrent step holds (a copy is received when its producer ends, not
     when its reader runs).  So with ``check_memory`` (default), when some device's
@@ -280,8 +439,13 @@ class SimulatorChecked(BasePlacer):
 
     check_memory = True
     memory_retries = 5
+    kept_whole_retries = 8
     headroom = 0.0
     fetches = None
+
+    def kept_whole(self) -> set:
+        """The groups whose room the ledger keeps whole (:class:`MemoryLedger`), this run."""
+        return set(getattr(self, "_kept_whole", ()))
 
     def capacities(self, devices) -> list[int]:
         scale = getattr(self, "_scale", None) or {}
@@ -289,13 +453,25 @@ class SimulatorChecked(BasePlacer):
 
     def place(self, graph, cluster, *, previous=None):
         from placers.objective import simulated_peaks  # reaches the simulator at call time
-        self._scale = {}
+        self._scale, self._kept_whole = {}, set()
         try:
-            for tries in range(1, self.memory_retries + 2):
+            tries = rescaled = 0
+            while True:
+                tries += 1
                 self.memory_tries = tries
-                placement = super().place(graph, cluster, previous=previous)
+                self._ledger = None
+                try:
+                    placement = super().place(graph, cluster, previous=previous)
+                except PlacementError:
+                    ledger = self._ledger  # (None: the constraints raised, before a ledger)
+                    if ledger is None or not ledger.failed_late or \
+                            ledger.failed_group in self._kept_whole or \
+                            len(self._kept_whole) >= self.kept_whole_retries:
+                        raise
+                    self._kept_whole.add(ledger.failed_group)
+                    continue
                 ledger = self._ledger
-                if not self.check_memory or tries > self.memory_retries or all(
+                if not self.check_memory or rescaled >= self.memory_retries or all(
                         peak <= cap / 2 for peak, cap in zip(ledger.peak, ledger.capacity)):
                     return placement
                 peaks = simulated_peaks(graph, placement, cluster, fetches=self.fetches)
@@ -306,8 +482,8 @@ class SimulatorChecked(BasePlacer):
                         over[d.name] = capacity / peaks[d.name]
                 if not over:
                     return placement
+                rescaled += 1
                 for name, ratio in over.items():
                     self._scale[name] = self._scale.get(name, 1.0) * ratio * 0.9
-            return placement
         finally:
-            self._scale = {}
+            self._scale, self._kept_whole = {}, set()

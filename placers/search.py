@@ -30,7 +30,7 @@ Contract (numbered as TensorFlow's ``placer.h``; :mod:`placers.base` holds the r
 6. ``objective(graph, placement, cluster) -> seconds`` (default
    :func:`placers.objective.simulated_step`, infinite for a placement that runs out
    of memory).  Evaluations run in ``workers`` local processes (forked: the graph is
-   not shipped) or, given ``scheduler`` (a ``tcp://host:port`` address), on that Dask
+   not shipped, a task is a state; the start placers run there too) or, given ``scheduler`` (a ``tcp://host:port`` address), on that Dask
    cluster (the optional extra ``dask``): a scheduler that does not answer within
    ``connect_timeout`` seconds raises :class:`SearchError` naming it, with nothing
    left running.  ``stats`` reports evaluations, seconds and evaluations per second.
@@ -98,15 +98,31 @@ class _Problem:
         fixed = {op.name: g.fixed for g in constraints.groups if g.fixed is not None
                  for op in g.ops if op.name not in kept}
         slot = {op.name: i for i, g in enumerate(constraints.to_place()) for op in g.ops}
-        # The new ops in graph order, each with its group's slot in a state (or -1 and
-        # the device an earlier run fixed), so a placement is one pass over a list.
-        self.order = [(op.name, slot.get(op.name, -1), fixed.get(op.name))
-                      for op in graph.get_operations() if op.name in slot or op.name in fixed]
+        # The ops in placement order (the earlier placement's, then the new ones in graph
+        # order), each with its position in a table of devices: a state's devices (one
+        # per group slot), then the devices fixed already, so that a placement is two
+        # passes of C loops (map, zip) with no device name parsed again.
+        new = [op.name for op in graph.get_operations() if op.name in slot or op.name in fixed]
+        fixed_devices = [d for _, d in self.kept] + [fixed[n] for n in new if n not in slot]
+        n_slots = len(constraints.to_place())
+        self.names = [n for n, _ in self.kept] + new
+        position, at = [], n_slots
+        for _ in self.kept:
+            position.append(at)
+            at += 1
+        for name in new:
+            if name in slot:
+                position.append(slot[name])
+            else:
+                position.append(at)
+                at += 1
+        self.position = position
+        self.fixed_devices = fixed_devices  # (a placement's and the cluster's names)
 
     def placement(self, state) -> Placement:
-        devices = self.devices
-        return Placement(self.kept + [(name, devices[state[i]] if i >= 0 else device)
-                                      for name, i, device in self.order])
+        table = list(map(self.devices.__getitem__, state))
+        table += self.fixed_devices
+        return Placement.of_canonical(self.names, list(map(table.__getitem__, self.position)))
 
     def evaluate(self, state) -> float:
         return float(self.objective(self.graph, self.placement(state), self.cluster))
@@ -118,17 +134,31 @@ _FORKED: dict = {}
 
 def _evaluate_forked(key_and_state):
     key, state = key_and_state
-    return _FORKED[key].evaluate(state)
+    return _FORKED[key][0].evaluate(state)
+
+
+def _start_forked(key_and_index):
+    key, index = key_and_index
+    return _FORKED[key][1](index)
 
 
 class _LocalPool:
-    def __init__(self, problem: _Problem, workers: int):
-        self.problem = problem
+    """``workers`` forked processes (1: this one) that inherit the problem and
+    ``start(index) -> (state, score)``, the start placers' runs: only an index or a
+    state and its score travel per task."""
+
+    def __init__(self, problem: _Problem, workers: int, start=None):
+        self.problem, self.start = problem, start
         self.key = uuid.uuid4().hex
         self.pool = None
         if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
-            _FORKED[self.key] = problem
+            _FORKED[self.key] = (problem, start)
             self.pool = multiprocessing.get_context("fork").Pool(workers)
+
+    def starts(self, n: int) -> list:
+        if self.pool is None:
+            return [self.start(i) for i in range(n)]
+        return self.pool.map(_start_forked, [(self.key, i) for i in range(n)], chunksize=1)
 
     def map(self, states: list) -> list[float]:
         if self.pool is None:
@@ -219,9 +249,11 @@ class SearchPlacer(BasePlacer):
     scheduler : a Dask scheduler address; evaluations then run there.
     temperature : the initial temperature, as a fraction of the best step.
 
-    After :meth:`place`, ``stats`` holds ``evaluations``, ``seconds``,
-    ``evals_per_second``, ``start`` (the best start's objective), ``start_placer`` and
-    ``best``.
+    After :meth:`place`, ``stats`` holds ``evaluations`` (the starts' included),
+    ``seconds`` (in all), ``start_seconds`` (of them, placing and evaluating the
+    starts), ``evals_per_second`` (the candidates the search proposed over the seconds
+    after the starts; NaN when the budget ended with the starts), ``start`` (the best
+    start's objective), ``start_placer`` and ``best``.
     """
 
     def __init__(self, objective: Objective | None = None, fetches=None, evaluations: int = 400,
@@ -244,37 +276,36 @@ class SearchPlacer(BasePlacer):
         self.connect_timeout = connect_timeout
         self.stats: dict = {}
 
-    def _starts(self, constraints, dev_index) -> list[tuple[str, list[int]]]:
-        """``(name, state)`` of each start placement that respects the constraints."""
-        starts = []
-        candidates = [(p if isinstance(p, str) else type(p).__name__, p)
-                      for p in self.start_placers]
+    def _start_sources(self) -> list[tuple[str, object]]:
+        """``(name, placer or placement)`` of each start (contract 2)."""
+        sources = [(p if isinstance(p, str) else type(p).__name__, p) for p in self.start_placers]
         if self.expert is not None:
-            candidates.append(("expert", self.expert))
-        feasible = [{dev_index[d.name] for d in g.feasible} for g in constraints.to_place()]
-        for name, source in candidates:
-            if isinstance(source, Placement):
-                placement = source
-            else:
-                options = {"fetches": self.fetches} if self.fetches is not None and \
-                    isinstance(source, str) and source.startswith("m_") else {}
-                if isinstance(source, str):  # the same constraints as this search's
-                    options["allow_soft_placement"] = self.allow_soft_placement
-                try:
-                    placement = get(source, **options).place(constraints.graph, constraints.cluster,
-                                                             previous=constraints.previous)
-                except PlacementError:
-                    continue
-            state = []
-            for g, ok in zip(constraints.to_place(), feasible):
-                ks = {dev_index.get(placement.get(op.name)) for op in g.ops}
-                k = ks.pop() if len(ks) == 1 else None
-                if k is None or k not in ok:
-                    break
-                state.append(k)
-            else:
-                starts.append((name, state))
-        return starts
+            sources.append(("expert", self.expert))
+        return sources
+
+    def _start(self, problem, constraints, dev_index, source):
+        """``(state, objective)`` of a start's placement, or ``(None, None)`` when its
+        placer raises or the placement breaks the constraints."""
+        if isinstance(source, Placement):
+            placement = source
+        else:
+            options = {"fetches": self.fetches} if self.fetches is not None and \
+                isinstance(source, str) and source.startswith("m_") else {}
+            if isinstance(source, str):  # the same constraints as this search's
+                options["allow_soft_placement"] = self.allow_soft_placement
+            try:
+                placement = get(source, **options).place(constraints.graph, constraints.cluster,
+                                                         previous=constraints.previous)
+            except PlacementError:
+                return None, None
+        state = []
+        for g in constraints.to_place():
+            ks = {dev_index.get(placement.get(op.name)) for op in g.ops}
+            k = ks.pop() if len(ks) == 1 else None
+            if k is None or k not in {dev_index[d.name] for d in g.feasible}:
+                return None, None
+            state.append(k)
+        return state, problem.evaluate(state)
 
     def choose(self, constraints):
         t0 = time.perf_counter()
@@ -282,27 +313,34 @@ class SearchPlacer(BasePlacer):
         dev_index = {name: k for k, name in enumerate(devices)}
         groups = constraints.to_place()
         feasible = [[dev_index[d.name] for d in g.feasible] for g in groups]
-        starts = self._starts(constraints, dev_index)
-        if not starts:
-            raise SearchError(f"no start placer ({', '.join(map(str, self.start_placers))}) "
-                              f"placed the graph within the constraints")
+        movable = [i for i, ks in enumerate(feasible) if len(ks) > 1]
         objective = step_objective(self.objective, self.fetches)
         problem = _Problem(constraints.graph, constraints.cluster, objective, constraints.previous,
                            constraints, devices)
-        # The starts in this process: it also builds the simulator's plan once, which
-        # forked workers then share.
-        scores = [problem.evaluate(s) for _, s in starts]
-        used = len(starts)
-        best_i = min(range(len(starts)), key=lambda i: (scores[i], i))
-        start_name, best_state = starts[best_i][0], list(starts[best_i][1])
-        best = start_score = scores[best_i]
-        current, current_score = list(best_state), best
-        movable = [i for i, ks in enumerate(feasible) if len(ks) > 1]
-        scopes = _scopes(groups)
-        rng = np.random.default_rng(self.seed)
-        pool = self._pool(problem) if movable and used < self.evaluations else None
+        sources = self._start_sources()
+        def start(i):  # (forked workers inherit it: nothing is pickled)
+            return self._start(problem, constraints, dev_index, sources[i][1])
+
+        # The starts run (placed and evaluated) in the local workers, forked first.
+        pool = _LocalPool(problem, self.workers if self.scheduler is None and movable else 1, start)
         try:
-            while pool is not None and used < self.evaluations:
+            starts = [(name, state, score) for (name, _), (state, score)
+                      in zip(sources, pool.starts(len(sources))) if state is not None]
+            if not starts:
+                raise SearchError(f"no start placer ({', '.join(map(str, self.start_placers))})"
+                                  f" placed the graph within the constraints")
+            started = time.perf_counter() - t0
+            used = len(starts)
+            best_i = min(range(len(starts)), key=lambda i: (starts[i][2], i))
+            start_name, best_state, best = starts[best_i]
+            start_score = best
+            current, current_score = list(best_state), best
+            scopes = _scopes(groups)
+            rng = np.random.default_rng(self.seed)
+            if self.scheduler is not None and movable and used < self.evaluations:
+                pool.close()
+                pool = self._pool(problem)
+            while movable and used < self.evaluations:
                 if self.seconds is not None and time.perf_counter() - t0 > self.seconds:
                     break
                 proposals = [self._propose(current, movable, feasible, scopes, rng)
@@ -320,11 +358,11 @@ class SearchPlacer(BasePlacer):
                                   draw < math.exp(-delta / temp)):
                     current, current_score = proposals[i], results[i]
         finally:
-            if pool is not None:
-                pool.close()
+            pool.close()
         seconds = time.perf_counter() - t0
-        self.stats = {"evaluations": used, "seconds": seconds,
-                      "evals_per_second": used / seconds if seconds > 0 else math.inf,
+        proposed, searching = used - len(starts), seconds - started
+        self.stats = {"evaluations": used, "seconds": seconds, "start_seconds": started,
+                      "evals_per_second": proposed / searching if proposed else math.nan,
                       "start": start_score, "start_placer": start_name, "best": best}
         return {g.index: constraints.cluster.devices[k] for g, k in zip(groups, best_state)}
 

@@ -647,6 +647,7 @@ class _Simulation:
         return Trace.lazy({"ops": _without_gc(records.ops),
                            "transfers": _without_gc(records.transfers),
                            "memory": _without_gc(records.memory)},
+                          step_time=records.step_time,
                           oom_events=list(self.oom_events),
                           capacity={n: c for n, c in zip(names, self.capacity)},
                           fetch_end=fetch_end,
@@ -688,6 +689,13 @@ class _TraceColumns:
             self._x_end = [None if start is None else start + time
                            for start, time in zip(self.x_start, self.x_time)]
         return self._x_end
+
+    def step_time(self) -> float:
+        """Trace.step_time from the columns (the last end of an op or a transfer), with
+        no record made."""
+        ends = [e for e in self.op_end if e is not None]
+        ends += [e for e in self.x_end if e is not None]
+        return max(ends, default=0.0)
 
     def ops(self) -> list:
         make = tuple.__new__  # a record straight from its fields (no per-record Python call)
