@@ -30,8 +30,8 @@ import core as tf
 from core.cluster import Cluster
 from core.costs import dispatch_gaps
 
-__all__ = ["kernel_calibration_graph", "measure_kernel_costs", "with_kernel_costs", "fit_factors",
-           "FIT_SIZES"]
+__all__ = ["kernel_calibration_graph", "measure_kernel_costs", "kernel_costs_from_traces",
+           "with_kernel_costs", "fit_factors", "FIT_SIZES"]
 
 
 def kernel_calibration_graph(n: int = 8, seed: int = 0):
@@ -199,21 +199,8 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     roofline = StaticCostModel()
     sizes = (large,) if isinstance(large, int) else tuple(large)
     runs = _interleaved_traced_steps((small, *sizes), steps, config)
-    graph, traces = runs[small]
-    fixed = _median_by_type(graph, _fastest_kernels(traces), lambda op, t: t)
-    dispatch = dispatch_gaps([_fastest(traces)], graph).get("CPU", 0.0)
-
-    samples: dict[str, list[tuple[float, float]]] = {}
-    for n in sizes:
-        graph, traces = runs[n]
-        for name, t in _fastest_kernels(traces).items():
-            op = graph.get_operation_by_name(name)
-            samples.setdefault(op.type, []).append((roofline.op_time(op, bare), t))
-    factors = fit_factors(samples, fixed)
-    default = (statistics.median(fixed.values()),
-               statistics.median(factors.values()) if factors else 1.0)
-    costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
-    costs["*"] = default
+    costs, dispatch = kernel_costs_from_traces(device, runs, small)
+    default = costs["*"]
     if parallel_min_elements and device.intra_op_threads > 1:
         n = math.isqrt(parallel_min_elements - 1) + 1  # n * n reaches the threshold
         graph, traces = _traced_steps(n, max(3, steps // 4), config)
@@ -226,6 +213,38 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
 
         for t, extra in _median_by_type(graph, _fastest_kernels(traces), launch).items():
             costs[f"{t}|parallel"] = (extra, costs.get(t, default)[1])
+    return costs, dispatch
+
+
+def kernel_costs_from_traces(device, runs: dict, small: int
+                             ) -> tuple[dict[str, tuple[float, float]], float]:
+    """``(kernel_costs, dispatch)`` from traced steps of the kernel calibration graph:
+    ``runs`` maps each size ``n`` to ``(graph, traces)`` (the graph on ``n x n``
+    tensors, its traced steps on whichever runtime ran it), ``small`` is the size whose
+    fastest kernels give each type's fixed cost, the others fit the factors on the
+    roofline of ``device`` (:func:`measure_kernel_costs` says how; the entry ``"*"``
+    stands for the types the graph lacks).  ``dispatch`` is the median gap between
+    kernels in the fastest step on the small graph (:func:`core.costs.dispatch_gaps`)."""
+    from dataclasses import replace
+
+    from core.costs import StaticCostModel
+    bare = replace(device, op_overhead=0.0, kernel_costs=())
+    roofline = StaticCostModel()
+    graph, traces = runs[small]
+    fixed = _median_by_type(graph, _fastest_kernels(traces), lambda op, t: t)
+    dispatch = dispatch_gaps([_fastest(traces)], graph).get("CPU", 0.0)
+    samples: dict[str, list[tuple[float, float]]] = {}
+    for n, (graph, traces) in runs.items():
+        if n == small:
+            continue
+        for name, t in _fastest_kernels(traces).items():
+            op = graph.get_operation_by_name(name)
+            samples.setdefault(op.type, []).append((roofline.op_time(op, bare), t))
+    factors = fit_factors(samples, fixed)
+    default = (statistics.median(fixed.values()),
+               statistics.median(factors.values()) if factors else 1.0)
+    costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
+    costs["*"] = default
     return costs, dispatch
 
 
