@@ -24,23 +24,28 @@ figure                        measured by
                               with ``FULL_TRACE``; per op type the fixed cost (tiny tensors)
                               and the factor on the roofline, fitted by
                               :func:`runtime.calibrate_kernels.kernel_costs_from_traces`
-``op_overhead``               :func:`runtime.calibrate.measure_dispatch_overhead` on the
-                              master's server: a chain of tiny Identity ops, the slope of
-                              the step time per op (TensorFlow's executor per op, kernel
-                              call included)
+``op_overhead``               the median gap between kernels in the fastest traced step of
+                              the tiny calibration graph (:func:`core.costs.dispatch_gaps`),
+                              as :func:`runtime.calibrate` takes it for ours; the chain of
+                              tiny Identity ops (:func:`runtime.calibrate.
+                              measure_dispatch_overhead`) is kept as
+                              ``figures["chain_op_overhead"]``
 step, part, crossing figures  :func:`runtime.calibrate.calibrate_distributed` on the servers,
                               the same graphs timed the same way as on ours
                               (:func:`tensorflow_session` opens the sessions)
 ============================  ==============================================================
 
-Why the chain's slope and not the gaps between kernels in a traced step (what
-:func:`runtime.calibrate_kernels.measure_kernel_costs` takes for our executor): a traced
-step of TensorFlow pays the step-stats collector per node (timestamps, a NodeExecStats
-per node), which an untimed step does not; and TensorFlow's step stats bound a node's
-kernel by ``op_start``/``op_end`` inside ``all_start``/``all_end``, the rest of the node
-(its inputs gathered, outputs propagated, consumers scheduled) falling between two
-kernels.  ``figures["dispatch_gap"]`` keeps the median gap between kernels of the traced
-small graph (:func:`core.costs.dispatch_gaps`) beside it, to compare.
+Why the gaps between kernels and not the chain's slope: TensorFlow's executor runs an op
+it counts inexpensive inline, on the thread that made it ready, so along a chain of
+Identity ops it pays almost nothing per op, and the slope over chain lengths is a
+difference of two step times that the machine's noise swamps (on this shared machine
+quick calibrations gave 0.1 to 128 us per op, while the traced gap gave 1.7 to 2.0 us in
+five, 2026-11-27).  Between the kernels of a graph with a workload's fan-in and fan-out the executor
+does what it does in a workload's step: the rest of each node (TensorFlow's step stats
+bound a kernel by ``op_start``/``op_end`` inside ``all_start``/``all_end``: its inputs
+gathered, outputs propagated, consumers scheduled, possibly on another thread).  A
+traced step also pays the step-stats collector per node, which an untraced one does
+not: the gap is an upper bound.
 
 The result records :data:`core.runtime_model.IDEAL` as its runtime model: TensorFlow's
 executor is C++, dispatches ops from every inter-op thread at once, and no interpreter
@@ -224,11 +229,15 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
     pool) and stop after it; every CPU device gets the master CPU's figures.
     ``figures`` holds the measurements (``calibrate_distributed``'s, plus
     ``peak_flops``, ``intra_op_speedup``, ``mem_bandwidth``, ``kernel_costs``,
-    ``dispatch_gap`` and ``other_cores``, the cores other programs kept busy).
+    ``dispatch_gap``, the ``op_overhead`` the devices got, ``chain_op_overhead``, the
+    chain's, and ``other_cores``, the cores other programs kept busy).
     ``quick``: small sizes and few repeats (for tests)."""
     from runtime.calibrate import calibrate_distributed
     from runtime.calibrate_kernels import with_kernel_costs
-    n, mem, repeat, steps = (192, 8 << 20, 3, 3) if quick else (1024, 128 << 20, 7, 20)
+    # Ten traced steps even when quick: a TensorFlow step of the tiny graph takes a
+    # millisecond, and three left the fastest kernels to the machine's noise (MatMul's
+    # fixed cost 8.6 us from three, 1.3 us from twenty, on a loaded machine).
+    n, mem, repeat, steps = (192, 8 << 20, 3, 10) if quick else (1024, 128 << 20, 7, 20)
     job, index = cluster.master
     cpu = next(d for d in cluster.devices_of_task(job, index) if d.is_cpu)
     with OtherLoad() as load, contextlib.ExitStack() as stack:
@@ -247,13 +256,12 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
         for d in cluster.devices:
             if d.is_cpu:
                 cluster = cluster.replace_device(d.name, kernel_costs=(), **rates)
-        # Without kernel costs on the devices, calibrate_distributed gives them its
-        # chain's dispatch cost per op: TensorFlow's op_overhead.
         cluster, figures = calibrate_distributed(
             cluster, servers, quick=quick, runtime_model=TF_RUNTIME_MODEL,
             open_session=tensorflow_session)
-    cluster = with_kernel_costs(cluster, costs)
-    figures.update(rates, kernel_costs=costs, dispatch_gap=gap, other_cores=load.other_cores)
+    cluster = with_kernel_costs(cluster, costs, dispatch=gap)
+    figures.update(rates, kernel_costs=costs, dispatch_gap=gap, other_cores=load.other_cores,
+                   chain_op_overhead=figures["op_overhead"], op_overhead=gap)
     _log.info("calibrated TensorFlow's runtime in %.1f s; other programs kept %.1f cores busy",
               load.seconds, load.other_cores)
     return cluster, figures
