@@ -145,3 +145,55 @@ def test_workloads_are_the_experiments_and_the_registrys_with_options(capsys):
     with pytest.raises(SystemExit) as stop:
         sim_vs_real.main(["--workloads", "no_such_workload"])
     assert stop.value.code == 2 and "unknown workload 'no_such_workload'" in capsys.readouterr().err
+
+
+def test_the_tensorflow_backend_predicts_with_tensorflows_calibration(monkeypatch):
+    """The wiring, without TensorFlow: the calibration run is TensorFlow's (faked here:
+    our preset figures, recording the ideal runtime model), each row is predicted with
+    the runtime model that calibration recorded, not with RUNTIME_SIM, and a second
+    calibration gives calibration_spread.  The "measurements" are the simulator's own."""
+    import contextlib
+
+    import sim
+    import experiments.tf_calibrate as tf_calibrate
+    from core.runtime_model import IDEAL
+    from experiments.backends import Measurement, predict
+    from experiments.compare_placers import placers_to_compare
+
+    calls = []
+
+    def fake_calibration(cluster, quick=False, env=None):
+        calls.append(quick)
+        scale = 1.0 if len(calls) % 2 else 1.25  # the second calibration sees a slower CPU
+        for d in cluster.devices:
+            cluster = cluster.replace_device(d.name, peak_flops=d.peak_flops / scale)
+        return cluster.with_runtime_model(IDEAL), {
+            "step_overhead": 0.0, "part_overhead": 0.0, "transfer_latency": None,
+            "transfer_bandwidth": None, "op_overhead": 0.0}
+
+    @contextlib.contextmanager
+    def fake_servers(backend, cluster, env, config):
+        assert backend == "tensorflow"
+
+        def measure(w, placements, servers, *, repeats, traced=1, config=None):
+            out = {}
+            for name, p in placements.items():
+                trace = predict(w, p, cluster, None, sim.SimConfig(runtime="interpreter"))
+                out[name] = Measurement(trace.step_time, [trace.step_time] * 2, [trace])
+            return out
+        yield None, measure
+
+    monkeypatch.setattr(tf_calibrate, "calibrate_tensorflow", fake_calibration)
+    monkeypatch.setattr(sim_vs_real, "_measuring_cluster", fake_servers)
+    frame, _, calibrations = sim_vs_real.run(
+        ["mlp"], repeats=2, quick=True, placer_names=("simple", "round_robin"), loop=False,
+        progress=False, backend="tensorflow")
+    assert calls == [True, True] and "again" in calibrations[0][1]
+    cluster = calibrations[0][0]
+    w = sim_vs_real.build_workload("mlp")
+    chosen = placers_to_compare(["simple", "round_robin"], w)
+    for row in frame[frame.cost_model == "static"].itertuples():
+        p = chosen[row.placer].place(w.graph, cluster)
+        assert row.predicted_ms == pytest.approx(
+            sim.simulate(w.graph, p, cluster, fetches=w.fetch_ops).step_time * 1e3, rel=1e-9)
+        assert row.calibration_spread > 0  # the slower CPU of the second calibration
