@@ -31,6 +31,7 @@ name                        kind       used by
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import MISSING, asdict, dataclass, fields, replace
@@ -46,6 +47,7 @@ __all__ = [
     "ClusterSpec", "InvalidClusterSpec", "UnknownTask", "split_address",
     "Host", "Task", "Device", "Link", "LINK_KINDS", "Cluster", "InvalidCluster",
     "UnknownDevice", "HardwareFigures", "DEFAULT_FIGURES", "FORMAT", "usable_cpu_cores",
+    "bandwidth_at",
 ]
 
 FORMAT = "placement-lab.cluster/1"
@@ -251,15 +253,72 @@ def _task_items(job: str, tasks) -> dict[int, str]:
 
 @dataclass(frozen=True)
 class Host:
-    """A machine: its CPU cores are shared by every task on it.
+    """A machine: its CPU cores are shared by every task on it, and so is its memory's
+    bandwidth.
+
+    ``shared_bandwidth`` holds measured ``(working set bytes, bytes/s)`` points: the
+    rate at which the host's memory serves the CPU kernels running at once, by their
+    working sets added up (:func:`runtime.calibrate.measure_shared_bandwidth`: two
+    elementwise kernels at once).  Kernels that fit the cores' own caches barely slow
+    each other; two that stream from main memory share it.  Empty: kernels never slow
+    each other (the presets).  See :func:`bandwidth_at` for how the points are read.
 
     >>> Host("host0", cpu_cores=8, memory_bytes=32 * 2**30).cpu_cores
     8
+    >>> h = Host("h", 2, 2**30, shared_bandwidth=[(1 << 20, 150e9), (1 << 26, 40e9)])
+    >>> h.shared_bandwidth_at(1 << 30) / 1e9
+    40.0
     """
 
     name: str
     cpu_cores: int
     memory_bytes: int
+    shared_bandwidth: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "shared_bandwidth",
+                           _curve(self.shared_bandwidth, "shared_bandwidth", self.name))
+
+    def shared_bandwidth_at(self, working_set: float) -> float | None:
+        """The bytes/s the host's memory serves kernels at once whose working sets add
+        up to ``working_set`` bytes; None when not measured."""
+        return bandwidth_at(self.shared_bandwidth, working_set) if self.shared_bandwidth else None
+
+
+def _curve(points, what: str, owner: str) -> tuple:
+    """``points`` as a sorted tuple of ``(bytes, bytes/s)`` pairs, checked."""
+    try:
+        curve = tuple(sorted((int(n), float(rate)) for n, rate in points))
+    except (TypeError, ValueError):
+        raise InvalidCluster(f"{what} must be (bytes, bytes/s) pairs, not {points!r}",
+                             owner) from None
+    sizes = [n for n, _ in curve]
+    if len(set(sizes)) != len(sizes):
+        raise InvalidCluster(f"{what} has two points for one size: {sizes}", owner)
+    for n, rate in curve:
+        if n <= 0 or not rate > 0 or rate == math.inf:
+            raise InvalidCluster(f"{what}: ({n}, {rate}) must be positive bytes and a "
+                                 "positive finite rate", owner)
+    return curve
+
+
+def bandwidth_at(curve: tuple, nbytes: float) -> float:
+    """The rate of ``curve`` (sorted ``(bytes, bytes/s)`` points) at ``nbytes``: straight
+    between two points on a logarithmic axis of sizes (the caches' sizes go by powers of
+    two), the first point's below it and the last's beyond it.
+
+    >>> curve = ((1 << 10, 60e9), (1 << 20, 80e9), (1 << 30, 20e9))
+    >>> [bandwidth_at(curve, n) / 1e9 for n in (1, 1 << 15, 1 << 25, 1 << 40)]
+    [60.0, 70.0, 50.0, 20.0]
+    """
+    n0, r0 = curve[0]
+    if nbytes <= n0:
+        return r0
+    for n1, r1 in curve[1:]:
+        if nbytes <= n1:
+            return r0 + (r1 - r0) * math.log(nbytes / n0) / math.log(n1 / n0)
+        n0, r0 = n1, r1
+    return r0
 
 
 @dataclass(frozen=True)
@@ -309,6 +368,11 @@ class Device:
     ``dtype_flops`` holds the peak rate per dtype where it differs from ``peak_flops``
     (a GPU's float16 tensor cores, its float64 units), ``{dtype name: FLOP/s}``;
     :meth:`flops_for` reads it, falling back to ``peak_flops``.
+    ``bandwidth_curve`` holds measured ``(working set bytes, bytes/s)`` points of one
+    kernel's memory rate by the bytes it moves (:func:`runtime.calibrate.
+    measure_bandwidth_curve`): a kernel whose arrays fit the caches runs several times
+    faster per byte than one that streams from main memory.  :meth:`bandwidth_at` reads
+    it (:func:`bandwidth_at`), falling back to ``mem_bandwidth``.
 
     >>> d = Cluster.single_host().devices[0].replace_kernel_costs({"Add": (2e-6, 1.5)})
     >>> d.kernel_cost("Add"), d.kernel_cost("Mul")
@@ -337,6 +401,7 @@ class Device:
     kernel_costs: tuple = ()
     parallel_min_elements: int = 0
     dtype_flops: tuple = ()
+    bandwidth_curve: tuple = ()
 
     def __post_init__(self):
         if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
@@ -359,6 +424,15 @@ class Device:
             raise InvalidCluster(f"dtype_flops must map dtype names to FLOP/s, not "
                                  f"{self.dtype_flops!r}", self.name) from None
         object.__setattr__(self, "dtype_flops", rates)
+        object.__setattr__(self, "bandwidth_curve",
+                           _curve(self.bandwidth_curve, "bandwidth_curve", self.name))
+
+    def bandwidth_at(self, working_set: float) -> float:
+        """The memory rate (bytes/s) of a kernel here that moves ``working_set`` bytes:
+        from ``bandwidth_curve``, else ``mem_bandwidth``."""
+        if not self.bandwidth_curve:
+            return self.mem_bandwidth
+        return bandwidth_at(self.bandwidth_curve, working_set)
 
     def flops_for(self, dtype: "str | None") -> float:
         """The peak FLOP/s of a kernel on ``dtype`` (a dtype name, or anything with a
@@ -834,6 +908,18 @@ class Cluster:
         return Cluster(self._hosts, self._tasks, devices, self._links, self._master, self._nvlink,
                        self._runtime_model)
 
+    def replace_host(self, name: str, **changes) -> "Cluster":
+        """A new cluster where one host has some fields changed (validated).
+
+        >>> c = Cluster.single_host().replace_host("host0", shared_bandwidth=[(1 << 20, 9e10)])
+        >>> c.host("host0").shared_bandwidth
+        ((1048576, 90000000000.0),)
+        """
+        old = self.host(name)
+        hosts = [replace(h, **changes) if h.name == old.name else h for h in self._hosts]
+        return Cluster(hosts, self._tasks, self._devices, self._links, self._master, self._nvlink,
+                       self._runtime_model)
+
     def replace_link(self, name: str, **changes) -> "Cluster":
         """A new cluster where one link has some fields changed (validated)."""
         if name not in self._links:
@@ -1148,7 +1234,7 @@ def _list(data: Mapping, key: str) -> list:
 
 # Record fields a cluster file may leave out (added after the format's first version).
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs", "parallel_min_elements",
-                 "size_costs", "dtype_flops"}
+                 "size_costs", "dtype_flops", "bandwidth_curve", "shared_bandwidth"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

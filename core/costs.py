@@ -117,6 +117,12 @@ class CostModel:
         """Seconds ``op`` takes on ``device`` (a :class:`core.cluster.Device`)."""
         raise NotImplementedError
 
+    def memory_traffic(self, op: Operation, device) -> tuple[int, float]:
+        """``(bytes, seconds)``: the bytes ``op`` moves through its device's memory and
+        the part of :meth:`op_time` that moving them takes; ``(0, 0.0)`` (the default)
+        when the model cannot tell, and then kernels at once never slow it."""
+        return 0, 0.0
+
     def transfer_time(self, nbytes: int, route: Sequence) -> float:
         """Seconds to move ``nbytes`` over ``route`` (a sequence of links) when alone on it."""
         if not route:
@@ -140,41 +146,60 @@ class StaticCostModel(CostModel):
     product's rate per flop on this machine (a ``max`` predicts it at the square's);
     for elementwise ops the bytes dominate either way.  ``rate`` is the device's
     single-thread peak rate for the op's dtype (:meth:`core.cluster.Device.flops_for`:
-    its ``dtype_flops`` entry, else ``peak_flops``), times its
-    ``intra_op_speedup`` when the op's kernel is multithreaded, and ``(fixed, factor)``
+    its ``dtype_flops`` entry, else ``peak_flops``) times its ``intra_op_speedup``
+    when the op's kernel is multithreaded, ``memory bandwidth`` the device's rate for
+    a kernel moving that many bytes (:meth:`core.cluster.Device.bandwidth_at`: its
+    measured curve over working sets, else ``mem_bandwidth``), and ``(fixed, factor)``
     is the device's calibrated cost of the op type's kernel
     (:meth:`core.cluster.Device.kernel_cost`; ``(0, 1)`` when not calibrated), on its
     parallel path when the kernel is multithreaded, the device has more than one
     intra-op thread and the op's largest tensor has at least the device's
     ``parallel_min_elements`` (a second regime: waking the kernel's thread team costs
     what a serial loop does not).  Ops with neither flops nor bytes (``NoOp``,
-    ``Variable``) cost the overheads alone.
+    ``Variable``) cost the overheads alone, and so do ops that forward their input's
+    buffer as their output (``OpDef.forwards_input``: ``Identity``, ``Reshape``, a
+    variable's read), which move no bytes.
     """
 
     def __init__(self, shape_hints: ShapeHints | None = None):
         self.shape_hints = shape_hints
 
     def op_time(self, op: Operation, device) -> float:
+        return self._parts(op, device)[0]
+
+    def memory_traffic(self, op: Operation, device) -> tuple[int, float]:
+        """``(bytes, seconds)``: what ``op`` moves through memory, and the part of its
+        time spent moving it (its roofline's bytes term, times the kernel's factor).
+        The simulator stretches that part when kernels at once share a host's memory
+        (:attr:`core.cluster.Host.shared_bandwidth`)."""
+        _, seconds, moved = self._parts(op, device)
+        return moved, seconds
+
+    def _parts(self, op: Operation, device) -> tuple[float, float, int]:
+        """``(time, memory seconds, bytes moved)`` of ``op`` on ``device``."""
         op_def = op.op_def
         ins, outs = self.specs(op.inputs), self.specs(op.outputs)
         try:
-            flops = op_def.flops(ins, outs, op.attrs)
-            moved = op_def.bytes_read(ins, op.attrs) + op_def.bytes_written(outs, op.attrs)
+            if op_def.forwards_input:  # its output is its input's buffer: nothing moves
+                flops = moved = 0
+            else:
+                flops = op_def.flops(ins, outs, op.attrs)
+                moved = op_def.bytes_read(ins, op.attrs) + op_def.bytes_written(outs, op.attrs)
         except UnknownDimension as e:
             unknown = [t for t, s in zip(op.inputs + op.outputs, ins + outs) if None in s.shape]
             raise UnknownDimension(op.name, unknown[0].name if unknown else None,
                                    unknown[0].shape if unknown else e.shape) from None
         peak = device.flops_for(op_def.kernel_dtype(ins, outs)) if device.dtype_flops else device.peak_flops
         rate = peak * (device.intra_op_speedup if op_def.multithreaded else 1.0)
-        bandwidth = device.mem_bandwidth
-        roofline = flops / rate + moved / bandwidth
+        memory = moved / device.bandwidth_at(moved)
+        roofline = flops / rate + memory
         if device.kernel_costs:
             parallel = (op_def.multithreaded and device.parallel_min_elements > 0
                         and device.intra_op_threads > 1
                         and _largest(ins, outs) >= device.parallel_min_elements)
             fixed, factor = device.kernel_cost(op.type, parallel)
-            return device.op_overhead + fixed + factor * roofline
-        return device.op_overhead + roofline
+            return device.op_overhead + fixed + factor * roofline, factor * memory, moved
+        return device.op_overhead + roofline, memory, moved
 
 
 def _largest(*specs) -> int:

@@ -95,7 +95,7 @@ FIGURE_GROUPS = {
 }
 _GROUP_FIELDS = {
     "kernels": ("devices", ("kernel_costs", "op_overhead")),
-    "rates": ("devices", ("peak_flops", "mem_bandwidth", "intra_op_speedup")),
+    "rates": ("devices", ("peak_flops", "mem_bandwidth", "bandwidth_curve", "intra_op_speedup")),
     "step": ("tasks", ("step_overhead", "part_overhead")),
     "crossings": ("links", ("latency", "bandwidth", "size_costs")),
 }

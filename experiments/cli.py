@@ -192,6 +192,7 @@ def setup_logging(args: argparse.Namespace) -> None:
 COMMANDS = {
     "compare": "compare_placers",
     "sim-vs-real": "sim_vs_real",
+    "sim-vs-inprocess": "sim_vs_inprocess",
     "ps-sharding": "ps_sharding",
     "threads": "threads",
     "cpu-accounting": "cpu_accounting",
@@ -218,7 +219,8 @@ TOOLS = {"summary": "results_summary"}
 #: Scripts that time kernels in their own process, and set its BLAS threads and OpenMP
 #: wait policy before numpy loads (as the servers run); ``python -m`` does it in the
 #: script, :func:`main` before importing it.
-_BLAS_BEFORE_NUMPY = {"sim_vs_real", "cpu_accounting", "calibration_spread", "bench_kernels"}
+_BLAS_BEFORE_NUMPY = {"sim_vs_real", "sim_vs_inprocess", "cpu_accounting", "calibration_spread",
+                      "bench_kernels"}
 
 
 def _option(argv: Sequence[str], flag: str, default: str) -> str:

@@ -3,26 +3,29 @@ run on TensorFlow's servers, so that the simulator predicts a runtime nobody her
 
 :func:`calibrate_tensorflow` fills the same figures as :func:`runtime.calibrate` and
 :func:`runtime.calibrate.calibrate_distributed` do for this lab's runtime, measured on
-``tf.distribute.Server`` processes (:class:`experiments.tf_backend.TFLocalCluster`, one
-per task of the cluster, each with its CPU's thread counts):
+``tf.distribute.Server`` processes (:class:`experiments.tf_backend.TFLocalCluster`): the
+cluster's own tasks (each with its CPU's thread counts) and, for the device figures, a
+server whose CPU has one inter-op thread and the device's intra-op threads (``alone``:
+each kernel timed alone, as :func:`runtime.calibrate` times ours) and one with one
+thread of each (``single``).  Kernel times are TensorFlow's own, from its step stats
+(``op_start`` to ``op_end`` of the node), the fastest over several traced steps:
 
 ============================  ==============================================================
 figure                        measured by
 ============================  ==============================================================
-``peak_flops``                a MatMul of two ``n x n`` float32 matrices on a server whose
-                              CPU has one intra-op thread: the kernel's time in TensorFlow's
-                              step stats (``op_start`` to ``op_end``), the fastest of several
-``intra_op_speedup``          the same on the master task's server (its intra-op threads),
-                              over the above
-``mem_bandwidth``             a large Add on the master task's server (reads two arrays,
-                              writes one), timed the same way: TensorFlow's elementwise
-                              kernels split a large array over the intra-op threads, as they
-                              do in the measured steps
+``peak_flops``                a MatMul of two ``n x n`` float32 matrices on ``single``
+``intra_op_speedup``          the same on ``alone``, over the above
+``bandwidth_curve``,          :func:`measure_tf_bandwidth_curve`: an Add of two float32
+``mem_bandwidth``             arrays per size on ``alone`` (TensorFlow's elementwise kernels
+                              split a large array over the intra-op threads, as in a step);
+                              ``mem_bandwidth`` is its largest size's rate
+``Host.shared_bandwidth``     the same with two Adds at once, on the master task's server
+                              (its inter-op threads run them together)
 ``kernel_costs``              :func:`runtime.calibrate_kernels.kernel_calibration_graph` at
-                              a tiny size and at :data:`~runtime.calibrate_kernels.FIT_SIZES`,
-                              pinned to the master's CPU and exported as a GraphDef, traced
-                              with ``FULL_TRACE``; per op type the fixed cost (tiny tensors)
-                              and the factor on the roofline, fitted by
+                              a tiny size and at :data:`~runtime.calibrate_kernels.FIT_SIZES`
+                              on ``alone``, pinned and exported as a GraphDef, traced with
+                              ``FULL_TRACE``; per op type the fixed cost (tiny tensors) and
+                              the factor on the roofline, fitted by
                               :func:`runtime.calibrate_kernels.kernel_costs_from_traces`
 ``op_overhead``               the median gap between kernels in the fastest traced step of
                               the tiny calibration graph (:func:`core.costs.dispatch_gaps`),
@@ -30,9 +33,9 @@ figure                        measured by
                               tiny Identity ops (:func:`runtime.calibrate.
                               measure_dispatch_overhead`) is kept as
                               ``figures["chain_op_overhead"]``
-step, part, crossing figures  :func:`runtime.calibrate.calibrate_distributed` on the servers,
-                              the same graphs timed the same way as on ours
-                              (:func:`tensorflow_session` opens the sessions)
+step, part, crossing figures  :func:`runtime.calibrate.calibrate_distributed` on the
+                              cluster's servers, the same graphs timed the same way as on
+                              ours (:func:`tensorflow_session` opens the sessions)
 ============================  ==============================================================
 
 Why the gaps between kernels and not the chain's slope: TensorFlow's executor runs an op
@@ -57,6 +60,7 @@ Needs ``tensorflow``; importing this module does not import it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from dataclasses import replace
 
@@ -69,10 +73,15 @@ from experiments.tf_backend import (TFLocalCluster, import_tensorflow, placed_gr
                                     session_config, trace_from_step_stats)
 
 __all__ = ["calibrate_tensorflow", "tensorflow_session", "traced_tensorflow_steps",
-           "measure_tf_matmul_rate", "measure_tf_memory_bandwidth", "measure_tf_kernel_costs",
+           "measure_tf_matmul_rate", "measure_tf_bandwidth_curve", "measure_tf_kernel_costs",
            "TF_RUNTIME_MODEL"]
 
 _log = logging.getLogger(__name__)
+
+#: Numbers the containers of the calibration graphs' variables: a server keeps a
+#: variable by name after its session closes, and graphs of one name and another shape
+#: (each size of the kernel calibration graph) need containers of their own.
+_CONTAINERS = itertools.count()
 
 #: The runtime model a TensorFlow calibration records (see the module's docstring).
 TF_RUNTIME_MODEL = IDEAL
@@ -140,10 +149,11 @@ def traced_tensorflow_steps(target: str, builds: dict, device: str, steps: int,
     out: dict = {}
     with contextlib.ExitStack() as stack:
         runs = {}
-        for i, (key, (graph, init, fetches)) in enumerate(builds.items()):
+        for key, (graph, init, fetches) in builds.items():
             placement = _pinned(graph, device)
             sess = stack.enter_context(_opened(tf, target, graph, placement=placement,
-                                               init=init, container=f"calibration{i}"))
+                                               init=init,
+                                               container=f"calibration{next(_CONTAINERS)}"))
             names = [f.name for f in fetches]
             for _ in range(warmup):
                 sess.run(names)
@@ -162,16 +172,31 @@ def _fastest_kernel(traces, op_name: str) -> float:
     return min(rec.end - rec.start for trace in traces for rec in trace.ops if rec.op == op_name)
 
 
-def _binary_graph(shape, op: str):
-    """A graph of ``op`` (``matmul`` or ``add``) on two filled float32 arrays of
-    ``shape`` (made in the graph: a GraphDef of large constants would be as large)."""
+def _fastest_span(traces, prefix: str) -> float:
+    """The fastest step's time from the first start to the last end of the ops whose
+    names start with ``prefix``."""
+    def span(trace):
+        recs = [r for r in trace.ops if r.op.startswith(prefix)]
+        return max(r.end for r in recs) - min(r.start for r in recs)
+    return min(span(trace) for trace in traces)
+
+
+def _binary_graph(shape, op: str, copies: int = 1):
+    """A graph of ``copies`` independent ``op`` (``matmul`` or ``add``, named ``op0``,
+    ``op1``...) each on two float32 variables of ``shape``, filled by the initializer
+    (a GraphDef of large constants would be as large; a Fill in the step would run
+    with it): ``(graph, init, fetches)``."""
     import core as ctf
     g = Graph()
     with g.as_default():
-        a = ctf.fill(list(shape), 1.0, name="a")
-        b = ctf.fill(list(shape), 0.5, name="b")
-        out = ctf.matmul(a, b, name="op") if op == "matmul" else ctf.add(a, b, name="op")
-    return g, None, [out.op]
+        outs = []
+        for k in range(copies):
+            a = ctf.Variable(ctf.fill(list(shape), 1.0), name=f"a{k}").value()
+            b = ctf.Variable(ctf.fill(list(shape), 0.5), name=f"b{k}").value()
+            outs.append(ctf.matmul(a, b, name=f"op{k}") if op == "matmul"
+                        else ctf.add(a, b, name=f"op{k}"))
+        init = ctf.global_variables_initializer()
+    return g, init, [t.op for t in outs]
 
 
 def measure_tf_matmul_rate(target: str, device: str, n: int = 512, repeat: int = 5) -> float:
@@ -179,41 +204,116 @@ def measure_tf_matmul_rate(target: str, device: str, n: int = 512, repeat: int =
     server at ``target``: the fastest kernel time of ``repeat`` traced steps."""
     runs = traced_tensorflow_steps(target, {"mm": _binary_graph((n, n), "matmul")}, device,
                                    repeat)
-    return 2.0 * n ** 3 / _fastest_kernel(runs["mm"][1], "op")
+    return 2.0 * n ** 3 / _fastest_kernel(runs["mm"][1], "op0")
 
 
-def measure_tf_memory_bandwidth(target: str, device: str, nbytes: int = 64 << 20,
-                                repeat: int = 5) -> float:
-    """Bytes/s of TensorFlow's Add on float32 arrays of ``nbytes`` each (it reads two and
-    writes one) on ``device`` of the server at ``target``, timed as
-    :func:`measure_tf_matmul_rate`."""
-    n = max(1, nbytes // 4)
-    runs = traced_tensorflow_steps(target, {"add": _binary_graph((n,), "add")}, device, repeat)
-    return 3.0 * n * 4 / _fastest_kernel(runs["add"][1], "op")
+def measure_tf_bandwidth_curve(target: str, device: str, elements, repeat: int = 7,
+                               arrays: int = 1) -> list[tuple[int, float]]:
+    """``[(working set bytes, bytes/s)]`` of TensorFlow's Add on ``device`` of the server
+    at ``target``, as :func:`runtime.calibrate.measure_bandwidth_curve` (``arrays=1``)
+    and :func:`runtime.calibrate.measure_shared_bandwidth` (``arrays=2``: two Adds of
+    one step at once, their bytes over the time from the first's start to the last's
+    end) measure ours: for each size of ``elements``, two float32 arrays read and one
+    written per Add, the fixed cost of an Add on one element taken off; the fastest of
+    ``repeat`` traced steps, the sizes taking turns."""
+    builds = {n: _binary_graph((n,), "add", arrays) for n in (1, *elements)}
+    runs = traced_tensorflow_steps(target, builds, device, repeat)
+    took = {n: _fastest_span(traces, "op") for n, (_, traces) in runs.items()}
+    return [(12 * n * arrays, 12 * n * arrays / max(took[n] - took[1], 1e-9)) for n in elements]
 
 
 def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8,
-                            large=None) -> tuple[dict, float]:
-    """``(kernel_costs, dispatch_gap)`` of TensorFlow's CPU kernels for ``device`` (a
-    :class:`core.cluster.Device` with its rates already calibrated) on the server at
+                            large=None, pin: str | None = None) -> tuple[dict, float, list]:
+    """``(kernel_costs, dispatch_gap, fused)`` of TensorFlow's CPU kernels for ``device``
+    (a :class:`core.cluster.Device` with its rates already calibrated) on the server at
     ``target``: the kernel calibration graph on ``small`` and on each size of ``large``
     (default :data:`runtime.calibrate_kernels.FIT_SIZES`), ``steps`` traced steps each
-    (:func:`traced_tensorflow_steps`), fitted by
-    :func:`runtime.calibrate_kernels.kernel_costs_from_traces`."""
+    (:func:`traced_tensorflow_steps`, pinned to ``pin``, default ``device``'s name: a
+    device of that server), fitted by
+    :func:`runtime.calibrate_kernels.kernel_costs_from_traces`.
+
+    ``fused`` lists the op types of the step that TensorFlow's step stats never show:
+    with oneDNN on (TensorFlow's default on x86) a graph pass that runs whatever the
+    session's rewrite options fuses, e.g., a Conv2D into its BiasAdd's node (recorded
+    under the BiasAdd's name, its kernel doing both) and a BiasAddGrad into the
+    Conv2DBackpropFilter's.  Those types take the ``"*"`` entry, while the node that
+    absorbed them fits a factor that includes their work (at the calibration graph's
+    shapes)."""
+    from core.graph import ops_needed
     from runtime.calibrate_kernels import (FIT_SIZES, kernel_calibration_graph,
                                            kernel_costs_from_traces)
     sizes = (small, *(FIT_SIZES if large is None else large))
-    runs = traced_tensorflow_steps(target, {n: kernel_calibration_graph(n) for n in sizes},
-                                   device.name, steps)
-    return kernel_costs_from_traces(device, runs, small)
+    builds = {n: kernel_calibration_graph(n) for n in sizes}
+    runs = traced_tensorflow_steps(target, builds, pin or device.name, steps)
+    costs, gap = kernel_costs_from_traces(device, runs, small)
+    graph, _, fetches = builds[small]
+    step = ops_needed([getattr(f, "op", f) for f in fetches])
+    seen = {rec.op for trace in runs[small][1] for rec in trace.ops}
+    fused = sorted({op.type for op in step if op.name not in seen} - set(costs))
+    return costs, gap, fused
 
 
-def _one_thread_cluster() -> Cluster:
-    """One task whose CPU has one inter-op and one intra-op thread: where the
-    single-threaded MatMul rate is measured (a process's intra-op pool is fixed when
-    its first session or server starts, so it takes a server of its own)."""
-    return Cluster.from_spec(ClusterSpec({"calibration": ["127.0.0.1:0"]}), cpu_cores=1,
-                             cpu_inter_op_threads=1, cpu_intra_op_threads=1)
+def _calibration_servers(cpu) -> Cluster | None:
+    """The servers the device figures of ``cpu`` are measured on besides its own task's,
+    one process each (a process's intra-op pool is fixed when its first session or
+    server starts): ``alone``, one inter-op thread and the device's intra-op threads
+    (each kernel timed alone, as the simulator's figures mean it: kernels at once slow
+    each other through the host's shared memory bandwidth, measured on its own), unless
+    the device's own task runs one op at a time; ``single``, one thread of each (the
+    single-threaded MatMul rate), unless the device has one intra-op thread.  None when
+    neither is needed."""
+    jobs = {}
+    if cpu.inter_op_threads > 1:
+        jobs["alone"] = ["127.0.0.1:0"]
+    if cpu.intra_op_threads > 1:
+        jobs["single"] = ["127.0.0.1:0"]
+    if not jobs:
+        return None
+    cluster = Cluster.from_spec(ClusterSpec(jobs), cpu_cores=cpu.intra_op_threads,
+                                cpu_inter_op_threads=1, cpu_intra_op_threads=cpu.intra_op_threads)
+    if "single" in jobs:
+        cluster = cluster.replace_device(_cpu("single"), intra_op_threads=1)
+    return cluster
+
+
+def _cpu(job: str) -> str:
+    return f"/job:{job}/replica:0/task:0/device:CPU:0"
+
+
+def _device_figures(cluster: Cluster, servers: TFLocalCluster, env, quick: bool
+                    ) -> tuple[dict, dict, list]:
+    """``(CPU figures, kernel costs, fused types)`` of TensorFlow on this host for the
+    master's CPU of ``cluster``, and the host's shared bandwidth among the figures
+    (``"shared_bandwidth"``, measured on the master's server ``servers``, whose
+    inter-op threads run the two Adds at once)."""
+    from runtime.calibrate import CURVE_ELEMENTS, QUICK_CURVE_ELEMENTS
+    n, repeat = (192, 3) if quick else (1024, 7)
+    # Ten traced steps even when quick: a TensorFlow step of the tiny graph takes a
+    # millisecond, and three left the fastest kernels to the machine's noise (MatMul's
+    # fixed cost 8.6 us from three, 1.3 us from twenty, on a loaded machine).
+    steps, curve_repeat = (10, 3) if quick else (20, 15)
+    elements = QUICK_CURVE_ELEMENTS if quick else CURVE_ELEMENTS
+    job, index = cluster.master
+    cpu = next(d for d in cluster.devices_of_task(job, index) if d.is_cpu)
+    extra = _calibration_servers(cpu)
+    with contextlib.ExitStack() as stack:
+        own = extra and stack.enter_context(TFLocalCluster(extra, env=env))
+        alone, pin = ((own.target("alone", 0), _cpu("alone")) if cpu.inter_op_threads > 1
+                      else (servers.target(job, index), cpu.name))
+        multi = measure_tf_matmul_rate(alone, pin, n, repeat)
+        single = (measure_tf_matmul_rate(own.target("single", 0), _cpu("single"), n, repeat)
+                  if cpu.intra_op_threads > 1 else multi)
+        curve = measure_tf_bandwidth_curve(alone, pin, elements, curve_repeat)
+        figures = {"peak_flops": single, "intra_op_speedup": max(1.0, multi / single),
+                   "bandwidth_curve": curve, "mem_bandwidth": curve[-1][1]}
+        costs, gap, fused = measure_tf_kernel_costs(alone, replace(cpu, **figures), steps,
+                                                    pin=pin)
+    figures["op_overhead"] = gap
+    shared = ()
+    if cpu.inter_op_threads > 1 and cluster.host(cpu.host).cpu_cores > 1:
+        shared = measure_tf_bandwidth_curve(servers.target(job, index), cpu.name, elements,
+                                            curve_repeat, arrays=2)
+    return {**figures, "shared_bandwidth": shared}, costs, fused
 
 
 def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | None = None,
@@ -226,42 +326,31 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
 
     The servers start for the calibration with ``env`` (one process per task, or all in
     one with ``one_process``: faster to start, but the tasks then share one intra-op
-    pool) and stop after it; every CPU device gets the master CPU's figures.
-    ``figures`` holds the measurements (``calibrate_distributed``'s, plus
-    ``peak_flops``, ``intra_op_speedup``, ``mem_bandwidth``, ``kernel_costs``,
-    ``dispatch_gap``, the ``op_overhead`` the devices got, ``chain_op_overhead``, the
-    chain's, and ``other_cores``, the cores other programs kept busy).
-    ``quick``: small sizes and few repeats (for tests)."""
+    pool), beside those of the device figures (:func:`_calibration_servers`), and stop
+    after it; every CPU device gets the master CPU's figures, every host with a
+    calibrated CPU and two cores the shared bandwidth.  ``figures`` holds the
+    measurements (``calibrate_distributed``'s, plus the device figures,
+    ``kernel_costs``, ``fused`` (the op types TensorFlow fused into others, see
+    :func:`measure_tf_kernel_costs`), ``dispatch_gap`` (the ``op_overhead`` the devices
+    got), ``chain_op_overhead`` (the chain's) and ``other_cores``, the cores other
+    programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
     from runtime.calibrate import calibrate_distributed
     from runtime.calibrate_kernels import with_kernel_costs
-    # Ten traced steps even when quick: a TensorFlow step of the tiny graph takes a
-    # millisecond, and three left the fastest kernels to the machine's noise (MatMul's
-    # fixed cost 8.6 us from three, 1.3 us from twenty, on a loaded machine).
-    n, mem, repeat, steps = (192, 8 << 20, 3, 10) if quick else (1024, 128 << 20, 7, 20)
-    job, index = cluster.master
-    cpu = next(d for d in cluster.devices_of_task(job, index) if d.is_cpu)
-    with OtherLoad() as load, contextlib.ExitStack() as stack:
-        servers = stack.enter_context(TFLocalCluster(cluster, env=env, one_process=one_process))
-        target = servers.target(job, index)
-        multi = measure_tf_matmul_rate(target, cpu.name, n, repeat)
-        if cpu.intra_op_threads > 1:
-            one = stack.enter_context(TFLocalCluster(_one_thread_cluster(), env=env))
-            single_cpu = "/job:calibration/replica:0/task:0/device:CPU:0"
-            single = measure_tf_matmul_rate(one.target("calibration", 0), single_cpu, n, repeat)
-        else:
-            single = multi
-        rates = {"peak_flops": single, "intra_op_speedup": max(1.0, multi / single),
-                 "mem_bandwidth": measure_tf_memory_bandwidth(target, cpu.name, mem, repeat)}
-        costs, gap = measure_tf_kernel_costs(target, replace(cpu, **rates), steps)
+    with OtherLoad() as load, TFLocalCluster(cluster, env=env, one_process=one_process) as servers:
+        device, costs, fused = _device_figures(cluster, servers, env, quick)
+        shared = device.pop("shared_bandwidth")
         for d in cluster.devices:
             if d.is_cpu:
-                cluster = cluster.replace_device(d.name, kernel_costs=(), **rates)
+                cluster = cluster.replace_device(d.name, kernel_costs=(), **device)
+                if shared and cluster.host(d.host).cpu_cores > 1:
+                    cluster = cluster.replace_host(d.host, shared_bandwidth=shared)
         cluster, figures = calibrate_distributed(
             cluster, servers, quick=quick, runtime_model=TF_RUNTIME_MODEL,
             open_session=tensorflow_session)
-    cluster = with_kernel_costs(cluster, costs, dispatch=gap)
-    figures.update(rates, kernel_costs=costs, dispatch_gap=gap, other_cores=load.other_cores,
-                   chain_op_overhead=figures["op_overhead"], op_overhead=gap)
+    cluster = with_kernel_costs(cluster, costs, dispatch=device["op_overhead"])
+    figures.update(device, kernel_costs=costs, fused=fused, shared_bandwidth=shared,
+                   dispatch_gap=device["op_overhead"], other_cores=load.other_cores,
+                   chain_op_overhead=figures["op_overhead"])
     _log.info("calibrated TensorFlow's runtime in %.1f s; other programs kept %.1f cores busy",
               load.seconds, load.other_cores)
     return cluster, figures

@@ -10,8 +10,11 @@ figure                        measured by
 ``peak_flops``                :func:`measure_matmul_rate` with one intra-op thread (the
                               MatMul kernel, float32)
 ``intra_op_speedup``          the same with the device's intra-op threads, over the above
-``mem_bandwidth``             :func:`measure_memory_bandwidth`: a large Add (reads two
-                              arrays, writes one)
+``bandwidth_curve``           :func:`measure_bandwidth_curve`: the Add kernel's rate by
+                              working set (reads two arrays, writes one), one thread
+``mem_bandwidth``             that curve's rate on the largest arrays (main memory)
+``Host.shared_bandwidth``     :func:`measure_shared_bandwidth`: two Add kernels at once,
+                              by their working sets added up (hosts of 2+ cores)
 ``op_overhead``               :func:`measure_op_overhead`: a chain of tiny ops through the
                               :class:`~runtime.executor.Executor` (dispatch included); with
                               ``kernel_costs``, the median gap between kernels of a traced
@@ -74,8 +77,7 @@ from core.runtime_model import INTERPRETER
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
            "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed",
-           "runtime_session",
-           "size_costs",
+           "runtime_session", "size_costs", "measure_bandwidth_curve", "measure_shared_bandwidth",
            "CPU_FIGURES", "with_cpu_figures"]
 
 
@@ -115,6 +117,99 @@ def measure_memory_bandwidth(nbytes: int = 64 << 20, repeat: int = 5) -> float:
     ctx = KernelContext("CPU", 1)
     kernel(ctx, (x, y), {})
     return 3.0 * n * 4 / _best(lambda: kernel(ctx, (x, y), {}), repeat)
+
+
+#: Elements per array of the Add kernel at which :func:`measure_bandwidth_curve` and
+#: :func:`measure_shared_bandwidth` time it: working sets (12 bytes an element) from
+#: the middle cache level to well past the last.  Smaller arrays are left out: there
+#: the call's fixed cost is most of the time, and the rate a difference of two noisy
+#: numbers; below the first point the curve keeps its first rate.
+CURVE_ELEMENTS = (1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
+QUICK_CURVE_ELEMENTS = (1 << 16, 1 << 20, 1 << 22)
+
+
+def _add_calls(n: int):
+    """A function that runs the single-threaded CPU Add kernel on ``n``-element float32
+    arrays enough times to move ~200 MB (at most 2,000 calls), and the number of calls
+    it makes."""
+    from runtime.kernels import KernelContext, get_kernel
+    kernel = get_kernel("Add", "CPU")
+    ctx = KernelContext("CPU", 1)
+    x, y = np.ones(n, np.float32), np.ones(n, np.float32)
+    calls = max(1, min(2000, (1 << 24) // n))
+
+    def run():
+        for _ in range(calls):
+            kernel(ctx, (x, y), {})
+    run()
+    return run, calls
+
+
+def _two_at_once(run):
+    """A function that runs ``run`` and a copy of it on two threads at once (each on its
+    own arrays) and returns the time the slower took."""
+    import threading
+    copies = [run(), run()]
+    start = threading.Barrier(2)
+    took = [0.0, 0.0]
+
+    def timed(k):
+        start.wait()
+        t0 = perf_counter()
+        copies[k][0]()
+        took[k] = perf_counter() - t0
+
+    def both():
+        other = threading.Thread(target=timed, args=(1,))
+        other.start()
+        timed(0)
+        other.join()
+        return max(took)
+    return both, copies[0][1]
+
+
+def _add_rates(elements, repeat: int, arrays: int) -> list[tuple[int, float]]:
+    """``[(working set bytes, bytes/s)]`` of ``arrays`` (1 or 2) Add kernels at once on
+    each size of ``elements``: their bytes over the time the slower took per call, the
+    fixed cost of a call (on one element) taken off.  The sizes take turns round by
+    round, ``repeat`` rounds, and each keeps its fastest: this machine's speed flips
+    between states within seconds (see runtime.calibrate_kernels), and a size timed in
+    one burst would catch one state or the other."""
+    def timer(n):
+        if arrays == 1:
+            run, calls = _add_calls(n)
+
+            def once():
+                t0 = perf_counter()
+                run()
+                return perf_counter() - t0
+            return once, calls
+        return _two_at_once(lambda: _add_calls(n))
+    fixed_run, fixed_calls = timer(1)
+    timers = [(n, *timer(n)) for n in elements]
+    best = {n: float("inf") for n in (1, *elements)}
+    for _ in range(repeat):
+        best[1] = min(best[1], fixed_run() / fixed_calls)
+        for n, once, calls in timers:
+            best[n] = min(best[n], once() / calls)
+    return [(12 * n * arrays, 12 * n * arrays / max(best[n] - best[1], 1e-9)) for n in elements]
+
+
+def measure_bandwidth_curve(elements=CURVE_ELEMENTS, repeat: int = 7) -> list[tuple[int, float]]:
+    """``[(working set bytes, bytes/s)]``: the memory rate of the single-threaded CPU
+    Add kernel by the bytes it moves (two float32 arrays of each size of ``elements``
+    read, one written; best of ``repeat`` rounds).  Rates fall by several times between
+    arrays that fit the caches and arrays that stream from main memory
+    (:attr:`core.cluster.Device.bandwidth_curve`)."""
+    return _add_rates(elements, repeat, arrays=1)
+
+
+def measure_shared_bandwidth(elements=CURVE_ELEMENTS, repeat: int = 7) -> list[tuple[int, float]]:
+    """``[(working set bytes, bytes/s)]``: what the host's memory serves two CPU Add
+    kernels running at once (each on its own thread and core, as two inter-op threads
+    run them), by their two working sets added up: both kernels' bytes over the time
+    the slower took.  Needs two usable cores (:attr:`core.cluster.Host.shared_bandwidth`)."""
+    return _add_rates(elements, repeat, arrays=2)
 
 
 def measure_op_overhead(cluster: Cluster | None = None, device: str | None = None,
@@ -219,19 +314,29 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
                 single = measure_matmul_rate(1, n, repeat)
                 multi = measure_matmul_rate(d.intra_op_threads, n, repeat) \
                     if d.intra_op_threads > 1 else single
+                curve = measure_bandwidth_curve(
+                    QUICK_CURVE_ELEMENTS if quick else CURVE_ELEMENTS, 3 if quick else 15)
                 cpu_figures = {
                     "peak_flops": single,
                     "intra_op_speedup": max(1.0, multi / single),
-                    "mem_bandwidth": measure_memory_bandwidth(mem, repeat),
+                    "bandwidth_curve": curve,
+                    "mem_bandwidth": curve[-1][1],  # streaming from main memory
                     "op_overhead": measure_op_overhead(
                         ops=50 if quick else 200, repeat=repeat),
                 }
                 if kernel_costs:
                     from runtime.calibrate_kernels import measure_kernel_costs
                     from runtime.kernels.cpu import PARALLEL_MIN_ELEMENTS
+                    from runtime.config import SessionConfig
+                    # One kernel at a time: each is timed alone, as the simulator's
+                    # figures mean it; kernels at once slow each other through the
+                    # host's shared memory bandwidth, which is measured on its own.
+                    alone = SessionConfig(inter_op_parallelism_threads=1,
+                                          intra_op_parallelism_threads=d.intra_op_threads,
+                                          use_per_session_threads=True)
                     costs, dispatch = measure_kernel_costs(
                         replace(d, **cpu_figures), steps=3 if quick else 20,
-                        parallel_min_elements=PARALLEL_MIN_ELEMENTS)
+                        parallel_min_elements=PARALLEL_MIN_ELEMENTS, config=alone)
                     cpu_figures.update(kernel_costs=costs, op_overhead=dispatch,
                                        parallel_min_elements=PARALLEL_MIN_ELEMENTS)
             cluster = cluster.replace_device(d.name, **cpu_figures)
@@ -243,6 +348,8 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
             link = f"pcie:{d.name}"
             if pcie is not None and link in cluster.links:
                 cluster = cluster.replace_link(link, bandwidth=pcie[0], latency=pcie[1])
+    if cpu_figures is not None:
+        cluster = _with_shared_bandwidth(cluster, names, quick)
     memcpy = measure_memcpy(mem, repeat)
     for host in cluster.hosts:
         link = f"memcpy:{host.name}"
@@ -255,9 +362,25 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
     return cluster
 
 
+def _with_shared_bandwidth(cluster: Cluster, calibrated: set, quick: bool) -> Cluster:
+    """``cluster`` with the memory bandwidth its hosts' kernels share, measured here,
+    on every host with a calibrated CPU and at least two cores (with one, kernels never
+    run at once), when this process can use two cores."""
+    from core.cluster import usable_cpu_cores
+    hosts = {d.host for d in cluster.devices if d.is_cpu and d.name in calibrated
+             and cluster.host(d.host).cpu_cores > 1}
+    if not hosts or usable_cpu_cores() < 2:
+        return cluster
+    shared = measure_shared_bandwidth(QUICK_CURVE_ELEMENTS if quick else CURVE_ELEMENTS,
+                                      3 if quick else 15)
+    for host in sorted(hosts):
+        cluster = cluster.replace_host(host, shared_bandwidth=shared)
+    return cluster
+
+
 #: The fields of a CPU device that :func:`calibrate` measures.
-CPU_FIGURES = ("peak_flops", "intra_op_speedup", "mem_bandwidth", "op_overhead", "kernel_costs",
-               "parallel_min_elements")
+CPU_FIGURES = ("peak_flops", "intra_op_speedup", "mem_bandwidth", "bandwidth_curve",
+               "op_overhead", "kernel_costs", "parallel_min_elements")
 
 
 def with_cpu_figures(cluster: Cluster, calibrated) -> Cluster:

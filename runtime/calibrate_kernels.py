@@ -36,12 +36,18 @@ __all__ = ["kernel_calibration_graph", "measure_kernel_costs", "kernel_costs_fro
 
 def kernel_calibration_graph(n: int = 8, seed: int = 0):
     """``(graph, init, fetches)``: a small training step on ``n x n`` tensors that uses
-    every CPU op type of :mod:`core.ops` the builders make (with its gradients).
+    every CPU op type the workloads' steps use (with its gradients and the
+    optimizers' updates; ``n`` at least 4).
 
     Its MatMuls come in the two shapes of the workloads: square, and a few rows by large
     weights (``[n/8, 4n] @ [4n, n]``, a recurrent or dense layer's batch by its weights),
     whose rate per flop is lower (a gemm packs the weights on every call): one factor
-    on the roofline is fitted over both."""
+    on the roofline is fitted over both.  The models' op types (convolutions, pooling,
+    batch normalisation, embeddings, batched products, the losses and the optimizers'
+    fused updates: :func:`_model_ops`) ride on the same ``n x n`` activations, so that
+    no type a model's step uses falls back to the ``"*"`` guess (a type the graph lacks
+    takes the median of the others' figures, which for an elementwise type like
+    ``Maximum`` was 1.7x its own factor)."""
     rng = np.random.default_rng(seed)
     g = tf.Graph()
     with g.as_default():
@@ -58,13 +64,57 @@ def kernel_calibration_graph(n: int = 8, seed: int = 0):
         c = tf.reshape(tf.reshape(tf.transpose(c), [n * n]), [n, n])
         d = tf.softmax(c) - s
         e = tf.negative(tf.multiply(d, d)) + tf.broadcast_to(b, [n, n])
-        loss = tf.reduce_mean(tf.square(e)) + tf.reduce_sum(t)
-        gw, gb, gwb = tf.gradients(loss, [w, b, wb])
+        model_loss, model_vars = _model_ops(h, n, rng)
+        loss = tf.reduce_mean(tf.square(e)) + tf.reduce_sum(t) + model_loss
+        gw, gb, gwb, *g_model = tf.gradients(loss, [w, b, wb, *model_vars])
+        momentum = tf.train.MomentumOptimizer(0.01, 0.9)
+        adam = tf.train.AdamOptimizer(0.001)
+        half = len(model_vars) // 2
         step = tf.group(tf.assign_sub(w, 0.01 * gw), tf.assign_sub(b, 0.01 * gb),
                         tf.assign_sub(wb, 0.01 * gwb),
-                        tf.assign_add(b, tf.constant(np.zeros(n, np.float32))))
+                        tf.assign_add(b, tf.constant(np.zeros(n, np.float32))),
+                        momentum.apply_gradients(list(zip(g_model[:half], model_vars[:half]))),
+                        adam.apply_gradients(list(zip(g_model[half:], model_vars[half:]))))
         init = tf.global_variables_initializer()
     return g, init, [step]
+
+
+def _model_ops(h, n: int, rng):
+    """``(loss, variables)``: the models' op types on the ``[n, n]`` activations ``h``:
+    a convolution with bias, batch normalisation and ReLU on ``h`` seen as an
+    ``[1, n/4, n/4, 16]`` image, both poolings, an embedding lookup, a batched
+    product, a sparse cross-entropy, and the elementwise types of attention and
+    normalisation layers; each reduced into one scalar loss.  (With ``n`` not a
+    multiple of 4, on the largest such corner of ``h``.)"""
+    if n % 4:
+        n -= n % 4
+        h = h[:n, :n]
+    side, ch = n // 4, 16
+    image = tf.reshape(h, [1, side, side, ch])
+    kernel = tf.Variable(rng.standard_normal((3, 3, ch, ch)).astype(np.float32) * 0.1,
+                         name="conv_kernel")
+    bias = tf.Variable(np.zeros(ch, np.float32), name="conv_bias")
+    scale = tf.Variable(np.ones(ch, np.float32), name="bn_scale")
+    conv = tf.nn.bias_add(tf.nn.conv2d(image, kernel, [1, 1, 1, 1], "SAME"), bias)
+    normed = tf.nn.relu(tf.nn.fused_batch_norm(conv, scale, is_training=True)[0])
+    pooled = (tf.nn.max_pool(normed, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+              + tf.nn.avg_pool(normed, [1, 2, 2, 1], [1, 2, 2, 1], "SAME"))
+    table = tf.Variable(rng.standard_normal((n, n)).astype(np.float32) * 0.1, name="embedding")
+    ids = tf.constant(rng.integers(0, n, n // 2).astype(np.int32), name="ids")
+    looked = tf.nn.embedding_lookup(table, ids)  # [n/2, n]
+    blocks = tf.reshape(h, [2, n // 2, n])[:, :, : n // 2]
+    attention = tf.batch_matmul(blocks, blocks, adj_y=True)
+    labels = tf.constant(rng.integers(0, n, n).astype(np.int32), name="labels")
+    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=h)
+    # (split by rows: each half is contiguous, as the elementwise ops' inputs in a
+    # model are; a strided half ran Maximum at half its speed)
+    left, right = tf.split(h, 2, axis=0)
+    norm = tf.rsqrt(tf.squared_difference(left, tf.stop_gradient(right)) + 1.0)
+    bounded = tf.minimum(tf.maximum(left, -1.0), 1.0) * tf.exp(-tf.square(right))
+    logs = tf.log(tf.square(right) + 1.0) * tf.fill([n // 2, n], 0.5)
+    loss = (tf.reduce_mean(pooled) + tf.reduce_mean(looked) + tf.reduce_mean(attention)
+            + tf.reduce_mean(xent) + tf.reduce_mean(norm * bounded + logs))
+    return loss, [kernel, bias, scale, table]
 
 
 def _traced_steps(n: int, steps: int, config):

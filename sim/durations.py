@@ -35,7 +35,7 @@ from core.dataflow import dense_ids, first_positions, unique_below
 from core.ops import get_op_def
 from sim.errors import InvalidCost
 
-__all__ = ["op_durations", "multithreaded", "transfer_durations"]
+__all__ = ["op_durations", "memory_traffic", "multithreaded", "transfer_durations"]
 
 
 def _valid(t) -> bool:
@@ -102,6 +102,31 @@ def _pack(key: np.ndarray, part: np.ndarray, size: int) -> np.ndarray:
     if (int(key.max()) + 1) * size >= 2**61:
         key = np.unique(key, return_inverse=True)[1].reshape(-1)
     return key * size + part
+
+
+def memory_traffic(plan, devices, cost_model: CostModel, shared) -> tuple[list, list] | None:
+    """``(bytes, seconds)`` lists, in op order: what each op moves through memory and
+    the part of its time that takes (:meth:`core.costs.CostModel.memory_traffic`), for
+    the ops on devices whose ``shared[d]`` is set (the CPUs of hosts whose memory
+    bandwidth kernels share); zero for the others.  None when no op moves any."""
+    ops, op_device = plan.ops, plan.op_device
+    traffic = cost_model.memory_traffic
+    wanted = np.array([bool(x) for x in shared], dtype=bool)[plan.array("op_device")]
+    nbytes, seconds = np.zeros(plan.n_ops, np.int64), np.zeros(plan.n_ops)
+    if type(cost_model) is StaticCostModel and cost_model.shape_hints is None:
+        same = _same_signature(plan)  # as in op_durations: once per signature
+        for i in first_positions(same).tolist():
+            if wanted[i]:
+                nbytes[i], seconds[i] = traffic(ops[i], devices[op_device[i]])
+        nbytes, seconds = nbytes[same], seconds[same]
+        nbytes[~wanted] = 0
+        seconds[~wanted] = 0.0
+    else:
+        for i in np.flatnonzero(wanted).tolist():
+            nbytes[i], seconds[i] = traffic(ops[i], devices[op_device[i]])
+    if not seconds.any():
+        return None
+    return nbytes.tolist(), seconds.tolist()
 
 
 def _output_tensors(plan) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,10 @@ of servers"):
   topological index)`` order).  A CPU op then also needs its host's cores (shared by all
   tasks on the host; see :mod:`sim.pools`); GPU kernels hold no host core.  Its time is
   ``cost_model.op_time(op, device)``, longer when a multithreaded CPU kernel got fewer
-  cores than its intra-op pool (Amdahl's law).
+  cores than its intra-op pool (Amdahl's law), and when the CPU kernels running at once
+  on its host ask more of its memory than it serves (``Host.shared_bandwidth``; the
+  part of the time that moves memory, ``cost_model.memory_traffic``, stretches:
+  :class:`sim.pools.HostMemory`).
 - A data edge between devices is one transfer per (tensor, destination device), sent
   when the producer ends (with serial dispatch, once its task's dispatcher sent it),
   over the links of ``cluster.route`` (see :mod:`sim.links`).
@@ -76,12 +79,12 @@ from core.dataflow import StepPlan, unique_below
 from core.graph import Tensor
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
-from sim.durations import multithreaded, op_durations, transfer_durations
+from sim.durations import memory_traffic, multithreaded, op_durations, transfer_durations
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.handlers import RunState, make_handlers
 from sim.links import link_successors, static_transfer_order
 from sim.memory import TrackedLog, device_capacity, memory_records
-from sim.pools import (DispatchCalendar, HostCores, InterOpPool, rescale_speedup,
+from sim.pools import (DispatchCalendar, HostCores, HostMemory, InterOpPool, rescale_speedup,
                        slowdown_table)
 
 __all__ = ["simulate"]
@@ -275,6 +278,14 @@ class _Simulation:
         device = plan.array("op_device")
         self.want_cores = np.where(multithreaded(plan, self.devices), pool[device],
                                    on_cpu[device]).tolist()
+        # The CPU kernels of a host whose memory bandwidth they share (Host.shared_bandwidth):
+        # what each moves, to slow those that run at once (sim.pools.HostMemory).
+        memories: dict[str, HostMemory] = {}
+        self.memory_of = [memories.setdefault(dev.host, HostMemory(curve))
+                          if dev.is_cpu and (curve := self.cluster.host(dev.host).shared_bandwidth)
+                          else None for dev in self.devices]
+        self.traffic = (memory_traffic(plan, self.devices, self.cost_model, self.memory_of)
+                        if memories else None)
         # Bytes each op allocates when it starts: its outputs' buffers, summed per op
         # with a cumulative sum over the flat per-op lists.
         ptr, outs = plan.array("csr_op_outputs")
@@ -548,6 +559,8 @@ class _Simulation:
 
         # Resources.
         r.durations, r.want_cores = self.durations, self.want_cores
+        r.memory_of = self.memory_of if self.traffic is not None else None
+        r.moved, r.moving = self.traffic or (None, None)
         r.slowdown, r.host_of = self.slowdown, self.host_of
         r.pool_free = [pool.free for pool in self.pools]
         r.pool_waiting = [pool.waiting for pool in self.pools]

@@ -56,6 +56,7 @@ def _op_handlers(r: RunState):
     start_at, late, serial, cheap = r.start_at, r.late, r.serial, r.cheap
     need, counted_down, sole_send = r.need, r.counted_down, r.sole_send
     send_ptr, sends, control_crossings = r.send_ptr, r.sends, r.control_crossings
+    memory_of, moved, moving = r.memory_of, r.moved, r.moving  # (None: no shared bandwidth)
     # Handlers of the other groups (bound below, before the first event).
     dispatched = finish_inline = send_control = start_transfer = send = None
 
@@ -97,6 +98,8 @@ def _op_handlers(r: RunState):
                     cores = free
                     duration *= slowdown[d][cores]
                 host.free = free - cores
+                if memory_of is not None and moving[i]:  # beside the kernels at once
+                    duration = memory_of[d].start(i, moved[i], moving[i], duration)
             now = env._now
             if serial:
                 duration = dispatched(i, duration, cores)
@@ -130,6 +133,8 @@ def _op_handlers(r: RunState):
         duration = durations[i]
         if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
             duration *= slowdown[op_device[i]][cores]
+        if memory_of is not None and moving[i]:  # (a CPU op: its host shares bandwidth)
+            duration = memory_of[op_device[i]].start(i, moved[i], moving[i], duration)
         now = env._now
         if serial:
             duration = dispatched(i, duration, cores)
@@ -152,6 +157,8 @@ def _op_handlers(r: RunState):
             # out, then the successors that became ready queue (ascending), then its
             # sends go.
             d = op_device[i]
+            if memory_of is not None and moving[i]:
+                memory_of[d].end(i)
             free_slots = pool_free[d]
             if cheap is None:
                 cores = op_cores[i]

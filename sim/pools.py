@@ -11,6 +11,8 @@
   ``intra_op_threads`` cores, or fewer if fewer are free (at least one), and runs
   slower in proportion (:func:`amdahl_speedup`).  An op that got a thread but no core
   keeps its thread and waits, by ``(time it asked, topological index)``.
+- :class:`HostMemory` — a host's memory bandwidth, shared by the CPU kernels running
+  at once (:attr:`core.cluster.Host.shared_bandwidth`).
 
 Both are SimPy-clock resources granted synchronously: the simulator's event callbacks
 take and give slots and never create request/release events, which would cost two
@@ -28,8 +30,10 @@ from __future__ import annotations
 
 from bisect import insort
 
-__all__ = ["InterOpPool", "HostCores", "DispatchCalendar", "amdahl_speedup", "rescale_speedup",
-           "slowdown_table"]
+from core.cluster import bandwidth_at
+
+__all__ = ["InterOpPool", "HostCores", "HostMemory", "DispatchCalendar", "amdahl_speedup",
+           "rescale_speedup", "slowdown_table"]
 
 
 class InterOpPool:
@@ -57,6 +61,65 @@ class HostCores:
         self.cores = cores
         self.free = cores
         self.waiting: list = []
+
+
+class HostMemory:
+    """A host's memory bandwidth, shared by the CPU kernels running at once on it.
+
+    Each kernel that moves memory asks, while it moves it, for its own rate alone:
+    ``bytes / seconds`` of :meth:`core.costs.CostModel.memory_traffic`.  The host
+    serves at most ``curve`` at the working sets of the kernels running, added up
+    (:attr:`core.cluster.Host.shared_bandwidth`: caches are shared, so two kernels
+    whose arrays fit them alone may not fit them together).  When a kernel starts and
+    the rates asked add up to more than that, its memory part runs slower by their
+    ratio: ``duration + seconds * (asked / served - 1)``.  The rate is fixed when the
+    kernel starts, as its cores are (kernels already running are not slowed by a
+    later one; in a steady stream of kernels each starts beside the others, so each
+    is slowed once).  A kernel alone is never slowed: its own rate by working set is
+    in its time already (:meth:`core.cluster.Device.bandwidth_at`).
+
+    >>> m = HostMemory(((1 << 20, 100e9), (1 << 24, 40e9)))
+    >>> m.start(0, 8 << 20, 2e-4, 3e-4)     # alone: as it is
+    0.0003
+    >>> round(m.start(1, 8 << 20, 2e-4, 3e-4) * 1e6, 1)  # two ask 84 GB/s of 40
+    ...                                                   # doctest: +NORMALIZE_WHITESPACE
+    519.4
+    >>> m.end(0); m.end(1); m.running
+    0
+    """
+
+    __slots__ = ("curve", "running", "asked", "working_set", "_held")
+
+    def __init__(self, curve: tuple):
+        self.curve = curve
+        self.running = 0
+        self.asked = 0.0
+        self.working_set = 0
+        self._held: dict = {}
+
+    def start(self, op: int, nbytes: int, seconds: float, duration: float) -> float:
+        """Kernel ``op`` starts, moving ``nbytes`` in ``seconds`` of its ``duration``
+        when alone: its duration beside the kernels running."""
+        if seconds <= 0.0 or nbytes <= 0:
+            return duration
+        rate = nbytes / seconds
+        self.running += 1
+        self.asked += rate
+        self.working_set += nbytes
+        self._held[op] = (rate, nbytes)
+        if self.running > 1:
+            ratio = self.asked / bandwidth_at(self.curve, self.working_set)
+            if ratio > 1.0:
+                duration += seconds * (ratio - 1.0)
+        return duration
+
+    def end(self, op: int) -> None:
+        """Kernel ``op`` ended (nothing when it moved no memory)."""
+        held = self._held.pop(op, None)
+        if held is not None:
+            self.running -= 1
+            self.asked -= held[0]
+            self.working_set -= held[1]
 
 
 def amdahl_speedup(cores: int, total_speedup: float, threads: int) -> float:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.cluster import Cluster
-from runtime.calibrate import (calibrate, measure_memcpy, measure_memory_bandwidth,
-                               measure_matmul_rate, measure_op_overhead, measure_pcie)
+from core.cluster import Cluster, usable_cpu_cores
+from runtime.calibrate import (calibrate, measure_bandwidth_curve, measure_memcpy,
+                               measure_memory_bandwidth, measure_matmul_rate,
+                               measure_op_overhead, measure_pcie, measure_shared_bandwidth)
 
 
 def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
@@ -22,6 +23,18 @@ def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
     memcpy = loaded.links["memcpy:host0"]
     assert memcpy.bandwidth > 0 and memcpy.latency >= 0
     assert loaded.links["network:host0"] == base.links["network:host0"]  # kept
+    # The memory rate by working set, and (two cores here) what kernels at once share.
+    assert len(cpu.bandwidth_curve) >= 2 and cpu.mem_bandwidth == cpu.bandwidth_curve[-1][1]
+    if usable_cpu_cores() >= 2:
+        assert len(loaded.hosts[0].shared_bandwidth) == len(cpu.bandwidth_curve)
+
+
+def test_the_bandwidth_curves_time_each_size_given():
+    sizes = (1 << 12, 1 << 16)
+    alone, shared = measure_bandwidth_curve(sizes, repeat=2), measure_shared_bandwidth(sizes, 2)
+    assert [n for n, _ in alone] == [12 * s for s in sizes]
+    assert [n for n, _ in shared] == [24 * s for s in sizes]
+    assert all(rate > 0 for _, rate in alone + shared)
 
 
 def test_each_measurement_is_positive():

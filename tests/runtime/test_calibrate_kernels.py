@@ -20,6 +20,20 @@ def test_the_calibration_graph_covers_the_common_op_types():
     assert COVERED <= {op.type for op in graph.get_operations()}
 
 
+@pytest.mark.parametrize("name", ["transformer", "resnet50", "inception_v3", "gnmt"])
+def test_every_op_type_of_a_models_step_is_calibrated(name):
+    """No type a model's step runs falls back to the "*" guess (the median of the other
+    types' figures)."""
+    from core.graph import ops_needed
+    from experiments import workloads
+    w = workloads.get(name)
+    roots = [f.op if hasattr(f, "op") else f for f in w.fetches]
+    step_types = {op.type for op in ops_needed(roots)}
+    graph, _, _ = kernel_calibration_graph(8)
+    calibrated = {op.type for op in graph.get_operations()}
+    assert step_types <= calibrated, sorted(step_types - calibrated)
+
+
 def test_kernel_costs_are_measured_per_type_and_written_into_the_cpus():
     cluster = Cluster.from_spec({"ps": ["a:1"], "worker": ["a:2"]},
                                 hosts={("ps", 0): "h", ("worker", 0): "h"})

@@ -1,0 +1,209 @@
+"""Simulator vs the in-process executor: is a calibrated cluster's prediction the step?
+
+The user's path, with nothing else set: ``cluster = runtime.calibrate()``, then
+``sim.simulate(graph, placement, cluster, fetches=...)`` against the same step run by a
+:class:`runtime.Session` in this process on its devices' inter-op threads.  Per
+workload (registry workloads at small sizes, :data:`SMALL`; and random graphs that mix
+matrix products, elementwise ops on arrays from cache-sized to larger than the caches,
+and tiny ops, :func:`mixed_graph`) the report gives:
+
+- ``predicted_ms`` under the first calibration and ``rel_error`` against
+  ``measured_ms``, the fastest of ``--repeats`` steps (other load only ever adds time);
+- ``repeat_spread``: how far a second measurement, in a new session right after the
+  first, landed from it (relative): the measurement's own noise;
+- ``calibration_spread``: how far the prediction under a second calibration, made
+  right after the first, landed from the first prediction (relative): the noise a
+  calibration carries into every prediction.
+
+An error well above both spreads is the model's.  The summary gives the median and the
+largest error beside the median spreads.  ``--without`` predicts again with one of the
+model's memory mechanisms taken out (``shared``: the host's bandwidth shared by kernels
+at once; ``curve``: the rate by working set), to show what each contributes.
+
+    python -m experiments.sim_vs_inprocess --help
+"""
+
+from __future__ import annotations
+
+import os
+
+if __name__ == "__main__":  # before numpy loads BLAS, as experiments.sim_vs_real does: the
+    # MatMul kernel splits its work over the intra-op threads itself
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import statistics
+import time
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+import core as tf
+from experiments import cli, workloads
+from experiments.report import Run, finish, print_table
+from experiments.workloads.mlp import Workload
+
+__all__ = ["main", "run", "mixed_graph", "SMALL", "measure_in_process", "without"]
+
+#: Registry workloads at sizes whose steps take milliseconds here.
+SMALL = {
+    "mlp": {},
+    "rnn": {},
+    "inception_like": {},
+    "transformer_like": {},
+    "resnet50": dict(batch=2, image_size=32, num_classes=10, base_width=8, blocks=(1, 1, 1, 1)),
+    "inception_v3": dict(batch=2, image_size=75, num_classes=10, depth_multiplier=0.1, blocks=2),
+    "gnmt": dict(batch=4, layers=2, hidden=64, vocab=500, src_len=8, tgt_len=8),
+    "transformer": dict(batch=4, seq_len=8, layers=1, d_model=64, d_ff=128, heads=4, vocab=500),
+}
+DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "resnet50", "mixed:1", "mixed:2", "mixed:3"]
+COLUMNS = ["workload", "ops", "predicted_ms", "measured_ms", "rel_error", "remeasured_ms",
+           "repeat_spread", "second_prediction_ms", "calibration_spread"]
+
+
+def mixed_graph(seed: int, ops: int = 40) -> Workload:
+    """A random step (deterministic for ``seed``) of ``ops`` ops drawn from three
+    kinds, each on variables or earlier results of its kind: compute-bound (a
+    ``[256, 256]`` product, then Tanh), memory-bound (elementwise ops on arrays of 64k
+    to 1M float32 elements, 0.75 to 12 MiB moved: from cache-sized to past the caches)
+    and tiny (16 elements: dispatch alone); the last dozen results are summed."""
+    rng = np.random.default_rng(seed)
+    g = tf.Graph()
+    with g.as_default():
+        pool: dict[str, list] = {"big": [], "mat": [], "tiny": []}
+        for _ in range(3):
+            for kind, shape in (("big", [1 << int(rng.integers(16, 21))]), ("mat", [256, 256]),
+                                ("tiny", [16])):
+                pool[kind].append(tf.Variable(rng.standard_normal(shape).astype(np.float32)))
+        outs = []
+        for _ in range(ops):
+            kind = str(rng.choice(["big", "mat", "tiny"], p=[0.4, 0.3, 0.3]))
+            source = pool[kind]
+            a = source[int(rng.integers(len(source)))]
+            if kind == "mat":
+                b = source[int(rng.integers(len(source)))]
+                y = tf.tanh(tf.matmul(a, b) * 0.01)
+            elif kind == "big":
+                same = [t for t in source if t.shape == a.shape]
+                y = tf.maximum(a * 0.5, same[int(rng.integers(len(same)))]) - 0.1
+            else:
+                y = a * 1.01 + 0.01
+            source.append(y)
+            outs.append(y)
+        total = tf.add_n([tf.reduce_sum(t) for t in outs[-12:]])
+        init = tf.global_variables_initializer()
+    return Workload(f"mixed:{seed}", g, [total], init)
+
+
+def build(name: str) -> Workload:
+    """Workload ``name``: ``mixed:<seed>`` (:func:`mixed_graph`) or a registry name, at
+    its :data:`SMALL` options."""
+    if name.startswith("mixed:"):
+        return mixed_graph(int(name.split(":", 1)[1]))
+    return workloads.get(name, **SMALL.get(name, {}))
+
+
+def measure_in_process(w: Workload, repeats: int, inter_op_threads: int = 0):
+    """``(placement, seconds)``: the fastest of ``repeats`` steps of ``w`` in a new
+    in-process session (after its initializer and three untimed steps), and the
+    placement it ran (0 threads: the session's default pool)."""
+    import runtime
+    config = runtime.SessionConfig(inter_op_parallelism_threads=inter_op_threads,
+                                   use_per_session_threads=True)
+    feeds = dict(w.feeds) if w.feeds else None
+    with runtime.Session(graph=w.graph, config=config) as session:
+        if w.init is not None:
+            session.run(w.init)
+        for _ in range(3):
+            session.run(w.fetches, feed_dict=feeds)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            session.run(w.fetches, feed_dict=feeds)
+            best = min(best, time.perf_counter() - t0)
+        return session.placement, best
+
+
+def without(cluster, mechanism: str | None):
+    """``cluster`` less one memory mechanism: ``"shared"`` (no host shares bandwidth
+    between kernels at once) or ``"curve"`` (no device's rate depends on the working
+    set; ``"curve"`` also drops the sharing, which reads the same working sets)."""
+    if mechanism is None:
+        return cluster
+    for host in cluster.hosts:
+        cluster = cluster.replace_host(host.name, shared_bandwidth=())
+    if mechanism == "curve":
+        for d in cluster.devices:
+            cluster = cluster.replace_device(d.name, bandwidth_curve=())
+    return cluster
+
+
+def run(names, *, repeats: int = 30, quick: bool = False, mechanism: str | None = None,
+        progress: bool = True) -> tuple[pd.DataFrame, list]:
+    """``(rows, calibrations)``: each workload predicted under two calibrations made
+    back to back and measured twice (see the module docstring)."""
+    import runtime
+    import sim
+    calibrations = [runtime.calibrate(quick=quick) for _ in range(2)]
+    rows = []
+    for name in tqdm(names, desc="workloads", disable=not progress):
+        w = build(name)
+        placement, measured = measure_in_process(w, repeats)
+        _, remeasured = measure_in_process(w, repeats)
+        predicted = [sim.simulate(w.graph, placement, without(c, mechanism),
+                                  fetches=w.fetches).step_time for c in calibrations]
+        rows.append({
+            "workload": name, "ops": len(w.graph.get_operations()),
+            "predicted_ms": predicted[0] * 1e3, "measured_ms": measured * 1e3,
+            "rel_error": (predicted[0] - measured) / measured,
+            "remeasured_ms": remeasured * 1e3,
+            "repeat_spread": abs(remeasured - measured) / measured,
+            "second_prediction_ms": predicted[1] * 1e3,
+            "calibration_spread": abs(predicted[1] - predicted[0]) / predicted[0],
+        })
+    return pd.DataFrame(rows, columns=COLUMNS), calibrations
+
+
+def summarise(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row: the median and largest absolute error beside the median spreads."""
+    errors = frame.rel_error.abs()
+    return pd.DataFrame([{
+        "rows": len(frame), "median_abs_error": statistics.median(errors),
+        "max_abs_error": errors.max(), "worst": frame.workload[errors.idxmax()],
+        "median_repeat_spread": statistics.median(frame.repeat_spread),
+        "median_calibration_spread": statistics.median(frame.calibration_spread)}])
+
+
+def main(argv=None):
+    known = sorted(SMALL) + ["mixed:<seed>"]
+    parser = cli.make_parser(
+        "python -m experiments.sim_vs_inprocess", __doc__.split("\n\n")[0], "workloads",
+        "repeats", "calibrate",
+        defaults={"workloads": DEFAULT_WORKLOADS, "repeats": 30},
+        choices={"calibrate": ["full", "quick"]},
+        helps={"workloads": f"registry names or mixed:<seed> (known: {known})",
+               "repeats": "timed steps per measurement"})
+    parser.add_argument("--without", choices=["shared", "curve"], default=None,
+                        help="predict without one memory mechanism (see the docstring)")
+    args = cli.parse(parser, argv)
+    for name in args.workloads:
+        if not name.startswith("mixed:") and name not in workloads.names():
+            parser.error(f"unknown workload {name!r}; known: {known}")
+    with Run("sim_vs_inprocess", args, out=args.out, argv=argv) as report:
+        frame, calibrations = run(args.workloads, repeats=args.repeats,
+                                  quick=args.calibrate == "quick", mechanism=args.without)
+        print_table(frame, "predicted vs measured in-process step (ms); "
+                           "rel_error = (pred - meas) / meas")
+        summary = summarise(frame)
+        print_table(summary, "summary")
+        print(f"saved {report.save_table(frame, 'sim_vs_inprocess')}")
+        report.save_table(summary, "sim_vs_inprocess_summary")
+        for i, cluster in enumerate(calibrations):
+            cluster.save(report.path(f"calibration_{i}.json"))
+        report.summary = summary.to_dict("records")[0]
+    return finish(report, frame)
+
+
+if __name__ == "__main__":
+    main()
