@@ -288,10 +288,11 @@ def _device_figures(cluster: Cluster, servers: TFLocalCluster, env, quick: bool
     inter-op threads run the two Adds at once)."""
     from runtime.calibrate import CURVE_ELEMENTS, QUICK_CURVE_ELEMENTS
     n, repeat = (192, 3) if quick else (1024, 7)
-    # Ten traced steps even when quick: a TensorFlow step of the tiny graph takes a
-    # millisecond, and three left the fastest kernels to the machine's noise (MatMul's
-    # fixed cost 8.6 us from three, 1.3 us from twenty, on a loaded machine).
-    steps, curve_repeat = (10, 3) if quick else (20, 15)
+    # Ten traced steps even when quick: a TensorFlow step of these graphs takes a
+    # millisecond or a few, and three left the fastest kernels to the machine's noise
+    # (MatMul's fixed cost 8.6 us from three, 1.3 us from twenty; an Add of 1M elements
+    # 20 GB/s from three, against 82 GB/s from fifteen; a loaded machine, 2026-11-27).
+    steps = curve_repeat = 10 if quick else 20
     elements = QUICK_CURVE_ELEMENTS if quick else CURVE_ELEMENTS
     job, index = cluster.master
     cpu = next(d for d in cluster.devices_of_task(job, index) if d.is_cpu)
