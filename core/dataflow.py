@@ -41,7 +41,6 @@ True
 
 from __future__ import annotations
 
-import heapq
 from functools import cached_property
 from itertools import chain, count, repeat
 from operator import attrgetter
@@ -52,6 +51,7 @@ import numpy as np
 from core.costs import planning_bytes as _default_tensor_bytes
 from core.graph import Graph, Operation, Tensor, topological_order
 from core.ops import get_op_def
+from core.partition import ops_needed
 from core.placement import Placement
 
 __all__ = ["StepPlan", "StepState", "Progress", "UnplacedOp", "DataflowError"]
@@ -183,7 +183,7 @@ class _OpArrays:
         # spent most of its time waiting for memory), then columns of the small tuples.
         try:
             fields = list(map(_op_fields, ops))
-        except AttributeError:  # op-like objects without attributes (the runtime's mirrors)
+        except AttributeError:  # op-like objects without attributes
             fields = [(*f, None) for f in map(attrgetter(*_OP_FIELDS[:-1]), ops)]
         names, types, outputs, inputs, controls, attrs = map(list, zip(*fields)) if n else ([],) * 6
         self.names, self.types = names, types
@@ -583,7 +583,8 @@ class StepPlan:
         """The plan of running ``fetches`` (ops or tensors; None: every op of
         ``graph_ops``) with ``placement`` (op name -> device name).
 
-        Only the ops the fetches need through data and control inputs run.  Raises
+        Only the ops the fetches need through data and control inputs run
+        (:func:`core.partition.ops_needed`, in creation order).  Raises
         :class:`core.graph.GraphCycleError` naming a cycle and :class:`UnplacedOp` naming
         an op without a device, before anything runs.  ``tensor_bytes(tensor)`` sizes
         the tensors (default: :func:`core.costs.planning_bytes`, bookkeeping sizes with
@@ -609,7 +610,7 @@ class StepPlan:
                     targets.append(f.op)
                 else:
                     targets.append(f)
-            ops = _needed(targets, ops)
+            ops = ops_needed(targets)
         ops = _topological(ops)
         self.ops = ops
         n = len(ops)
@@ -647,7 +648,7 @@ class StepPlan:
 
         # Data edges, one per (consumer, input slot), in consumer then input order.
         n_in, prod = arrays.n_in, arrays.in_op
-        if len(prod) and prod.min() < 0:  # cannot happen for _needed sets; keep the error clear
+        if len(prod) and prod.min() < 0:  # cannot happen for ops_needed sets; keep the error clear
             pos = set(ops)
             op, t = next((op, t) for op in ops for t in op.inputs if t.op not in pos)
             raise DataflowError(f"op {op.name!r} reads {t.name!r}, which is not in the step")
@@ -936,29 +937,10 @@ class StepState:
             raise DataflowError("invalid step state: " + "; ".join(problems[:10]))
 
 
-def _needed(targets: list[Operation], ops: Sequence[Operation]) -> list[Operation]:
-    """The ops ``targets`` need through data and control inputs, in the order of ``ops``
-    (ops outside ``ops`` that are needed are appended in discovery order)."""
-    seen: dict[int, Operation] = {}
-    stack = list(targets)
-    while stack:
-        op = stack.pop()
-        if id(op) in seen:
-            continue
-        seen[id(op)] = op
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op._control_inputs)
-    out = [op for op in ops if id(op) in seen]
-    if len(out) != len(seen):
-        inside = {id(op) for op in out}
-        out += [op for key, op in seen.items() if key not in inside]
-    return out
-
-
 def _topological(ops: list[Operation]) -> list[Operation]:
-    """``ops`` in topological order: as given when that already is one, else Kahn's
-    order with ties by position; a cycle raises :class:`core.graph.GraphCycleError`
-    naming it.
+    """``ops`` in topological order: as given when that already is one, else
+    :func:`core.graph.topological_order`'s (Kahn's order with ties by position); a cycle
+    raises :class:`core.graph.GraphCycleError` naming it.
 
     In creation order (``graph.get_operations()``, or a subset of it) only a control
     input added by ``add_control_input`` can point forward, so only those are checked
@@ -987,27 +969,7 @@ def _topological(ops: list[Operation]) -> list[Operation]:
             break
     if not forward:
         return ops
-    preds = [{pos[id(x)] for x in [t.op for t in op.inputs] + op._control_inputs if id(x) in pos}
-             for op in ops]
-    count = [len(ps) for ps in preds]
-    succ: list[list[int]] = [[] for _ in ops]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succ[p].append(i)
-    heap = [i for i, c in enumerate(count) if c == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        i = heapq.heappop(heap)
-        out.append(ops[i])
-        for j in succ[i]:
-            count[j] -= 1
-            if count[j] == 0:
-                heapq.heappush(heap, j)
-    if len(out) != len(ops):
-        topological_order(ops)  # raises GraphCycleError naming the ops on a cycle
-        raise DataflowError("the graph has a cycle")  # pragma: no cover
-    return out
+    return topological_order(ops)  # (raises GraphCycleError naming the ops on a cycle)
 
 
 def _is_creation_order(ops: list[Operation], graph) -> bool:

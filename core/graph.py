@@ -32,7 +32,8 @@ from core.dtypes import DType
 from core.ops import OpDef, ShapeError, TensorSpec, get_op_def
 
 __all__ = ["Graph", "Operation", "Tensor", "GraphError", "GraphCycleError", "get_default_graph",
-           "reset_default_graph", "topological_order", "ops_needed", "as_graph_element",
+           "reset_default_graph", "topological_order", "topological_positions", "ops_needed",
+           "as_graph_element",
            "get_default_session", "push_default_session"]
 
 _VALID_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*\Z")
@@ -103,25 +104,35 @@ class Tensor:
     # Operators are defined in core.builders (they build ops); attached there.
 
 
+#: The device spec of an op no device scope pinned (DeviceSpec is immutable: one is shared).
+_UNPINNED = DeviceSpec()
+
+
 class Operation:
     """A node of the graph.
 
     Attributes: ``name``, ``type``, ``inputs`` (tensors), ``control_inputs`` (ops),
     ``outputs`` (tensors), ``attrs`` (dict), ``device`` (the requested device after the
     scopes were applied, canonical string, ``""`` when unpinned), ``graph``.
+
+    Ops are made by :meth:`Graph.create_op`.  An op made directly, with ``graph`` None,
+    belongs to no graph: such ops describe a step's structure for planning (the
+    runtime's part of a step, whose sources and sinks are not ops of the user's graph)
+    and are read by :class:`core.dataflow.StepPlan`; they have no consumers to look up.
     """
 
-    def __init__(self, graph: "Graph", name: str, op_type: str, inputs: Sequence[Tensor],
-                 attrs: dict, output_specs: Sequence[TensorSpec]):
+    def __init__(self, graph: "Graph | None", name: str, op_type: str,
+                 inputs: Sequence[Tensor], attrs: dict, output_specs: Sequence[TensorSpec],
+                 control_inputs: Sequence["Operation"] = ()):
         self.graph = graph
         self.name = name
         self.type = op_type
         self.inputs: tuple[Tensor, ...] = tuple(inputs)
-        self._control_inputs: list[Operation] = []
+        self._control_inputs: list[Operation] = list(control_inputs)
         self.attrs = dict(attrs)
         self.outputs: tuple[Tensor, ...] = tuple(
             Tensor(self, i, s.dtype, s.shape) for i, s in enumerate(output_specs))
-        self._device_spec = DeviceSpec()
+        self._device_spec = _UNPINNED
         self._colocation: tuple[str, ...] = ()
         self._index = -1  # its position in the graph's creation order (set by create_op)
 
@@ -685,35 +696,75 @@ def ops_needed(targets: Iterable[Operation]) -> list[Operation]:
 def topological_order(ops: Sequence[Operation]) -> list[Operation]:
     """``ops`` ordered so that every op comes after its inputs among ``ops``.
 
-    Ties keep the order of ``ops`` (Kahn's algorithm over an index-ordered heap), so the
-    result is deterministic. Raises :class:`GraphCycleError` naming the ops on a cycle.
+    Ties keep the order of ``ops`` (:func:`topological_positions`), so the result is
+    deterministic, and ``ops`` already in such an order come back as given (found by
+    one pass over their edges, before any heap is made).  Ops are matched by name (an
+    input outside ``ops`` is ignored).  Raises :class:`GraphCycleError` naming the ops
+    on a cycle.
+
+    >>> g = Graph()
+    >>> with g.as_default():
+    ...     a = g.create_op("NoOp", [], name="a")
+    ...     b = g.create_op("NoOp", [], name="b")
+    >>> a.add_control_input(b)
+    >>> [op.name for op in topological_order(g.get_operations())]
+    ['b', 'a']
+    """
+    index = {op.name: i for i, op in enumerate(ops)}
+    preds_of: list[set] = []
+    ordered = True
+    for i, op in enumerate(ops):
+        preds = {index.get(t.op.name) for t in op.inputs}
+        if op._control_inputs:
+            preds.update(index.get(c.name) for c in op._control_inputs)
+        preds.discard(None)
+        preds_of.append(preds)
+        if ordered and preds and max(preds) >= i:
+            ordered = False
+    if ordered:
+        return list(ops)
+    order = topological_positions(preds_of)
+    if len(order) != len(ops):
+        done = set(order)
+        stuck = [op for i, op in enumerate(ops) if i not in done]
+        raise GraphCycleError(_find_cycle(stuck, set(index)))
+    return [ops[i] for i in order]
+
+
+def topological_positions(preds: Sequence[Iterable[int]]) -> list[int]:
+    """The positions ``0..len(preds) - 1`` ordered so that each comes after the
+    positions in its ``preds``: Kahn's algorithm over a heap of positions, so ties go
+    to the lower position and the order is deterministic.  Positions on a cycle, or
+    after one, are left out (the caller names the cycle).  The one topological sort
+    of the project: :func:`topological_order` (ops) and the GraphDef importer (nodes)
+    use it.
+
+    >>> topological_positions([{2}, set(), {1}])
+    [1, 2, 0]
+    >>> topological_positions([{1}, {0}, set()])  # 0 and 1 wait for each other
+    [2]
     """
     import heapq
 
-    index = {op.name: i for i, op in enumerate(ops)}
-    pending = [0] * len(ops)
-    consumers: list[list[int]] = [[] for _ in ops]
-    for i, op in enumerate(ops):
-        preds = {index.get(t.op.name) for t in op.inputs}
-        preds.update(index.get(c.name) for c in op._control_inputs)
-        preds.discard(None)
-        pending[i] = len(preds)
-        for p in preds:
+    pending = []
+    consumers: list[list[int]] = [[] for _ in preds]
+    for i, ps in enumerate(preds):
+        n = 0
+        for p in ps:
             consumers[p].append(i)
-    ready = [i for i in range(len(ops)) if pending[i] == 0]
+            n += 1
+        pending.append(n)
+    ready = [i for i, n in enumerate(pending) if n == 0]
     heapq.heapify(ready)
-    result: list[Operation] = []
+    order: list[int] = []
     while ready:
         i = heapq.heappop(ready)
-        result.append(ops[i])
+        order.append(i)
         for c in consumers[i]:
             pending[c] -= 1
             if pending[c] == 0:
                 heapq.heappush(ready, c)
-    if len(result) != len(ops):
-        stuck = [ops[i] for i in range(len(ops)) if pending[i] > 0]
-        raise GraphCycleError(_find_cycle(stuck, set(index)))
-    return result
+    return order
 
 
 def _find_cycle(stuck: list[Operation], names: set[str]) -> list[str]:

@@ -42,7 +42,8 @@ from google.protobuf.message import DecodeError
 
 from core.devices import DeviceSpec, InvalidDeviceSpec
 from core.dtypes import ALL_DTYPES, as_dtype
-from core.graph import Graph, GraphCycleError, GraphError, Operation, Tensor, get_default_graph
+from core.graph import (Graph, GraphCycleError, GraphError, Operation, Tensor, get_default_graph,
+                        topological_positions)
 from core.ops import UnknownOpType, get_op_def
 from core.protos import tf_graph_pb2 as pb
 
@@ -478,43 +479,32 @@ class _Importer:
         node.dynamic = bool(dynamic)
 
     def order(self) -> list[_Node]:
-        """The nodes with every input before its consumers; a cycle raises
+        """The nodes with every input before its consumers (ties in the GraphDef's
+        order: :func:`core.graph.topological_positions`); a cycle raises
         :class:`GraphCycleError` naming its nodes."""
-        import heapq
         names = list(self.nodes)
         index = {n: i for i, n in enumerate(names)}
         preds: list[set[int]] = []
-        consumers: list[list[int]] = [[] for _ in names]
-        for i, name in enumerate(names):
+        for name in names:
             node = self.nodes[name]
             p = {index[m] for m, _ in node.inputs if m in index}
             p.update(index[m] for m in node.controls if m in index)
             p.update(index[m] for m in node.folded.values())
             preds.append(p)
-            for j in p:
-                consumers[j].append(i)
-        pending = [len(p) for p in preds]
-        ready = [i for i, c in enumerate(pending) if c == 0]
-        heapq.heapify(ready)
-        out = []
-        while ready:
-            i = heapq.heappop(ready)
-            out.append(self.nodes[names[i]])
-            for c in consumers[i]:
-                pending[c] -= 1
-                if not pending[c]:
-                    heapq.heappush(ready, c)
-        if len(out) != len(names):
-            raise GraphCycleError(self._cycle(names, preds, pending))
-        return out
+        order = topological_positions(preds)
+        if len(order) != len(names):
+            raise GraphCycleError(self._cycle(names, preds, set(order)))
+        return [self.nodes[names[i]] for i in order]
 
     @staticmethod
-    def _cycle(names, preds, pending) -> list[str]:
-        i, seen, path = next(i for i, c in enumerate(pending) if c), {}, []
+    def _cycle(names, preds, done: set) -> list[str]:
+        """Walk back from a node left out of the order through others left out until
+        one repeats: that is a cycle."""
+        i, seen, path = next(i for i in range(len(names)) if i not in done), {}, []
         while i not in seen:
             seen[i] = len(path)
             path.append(i)
-            i = next(j for j in preds[i] if pending[j])
+            i = next(j for j in preds[i] if j not in done)
         return [names[j] for j in reversed(path[seen[i]:])]
 
     def attrs_of(self, node: _Node) -> dict:

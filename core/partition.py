@@ -4,7 +4,9 @@ graph_partition, as pure code: no I/O, the graph is never changed).
 1. :func:`ops_needed` — the one walk over what a step needs: the ops the roots reach
    through data and control inputs, cut at fed tensors (the producer of a fed tensor
    is not reached through it; a root whose outputs are all fed is included but not
-   walked through), in creation order.
+   walked through), in creation order.  The session, the master,
+   :class:`core.dataflow.StepPlan` and the executor (over one task's part, ``within``
+   its ops) all walk with it.
 2. :func:`partition` — those ops split by the task of their device
    (:class:`TaskPart` per task, sorted by task): each part lists its ops (creation
    order), the fed tensors it reads, its fetches and targets, and ``send_to``: every
@@ -33,7 +35,8 @@ Ordering (one topological order) is :func:`core.graph.topological_order`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from operator import attrgetter
+from typing import Callable, Container, Iterable, Mapping
 
 from core.devices import DeviceSpec
 from core.graph import Graph, Operation
@@ -41,23 +44,49 @@ from core.graph import Graph, Operation
 __all__ = ["ops_needed", "partition", "TaskPart", "Partition"]
 
 
-def ops_needed(roots: Iterable[Operation], fed: Iterable[str] = ()) -> list[Operation]:
+def ops_needed(roots: Iterable[Operation], fed: Iterable[str] = (),
+               within: Container[str] | None = None) -> list[Operation]:
     """The ops ``roots`` need through data and control inputs, cutting at the tensors
     named in ``fed``; an op whose outputs are all fed is included but not walked
-    through. In creation order."""
+    through, and so is an op whose name is not in ``within`` (when given: the ops of
+    one task's part of a step, where another task's op is a source). In creation order.
+
+    >>> import core as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     a = tf.constant(1.0, name="a")
+    ...     b = tf.identity(a, name="b")
+    ...     c = tf.identity(b, name="c")
+    >>> [op.name for op in ops_needed([c.op], fed=["b:0"])]
+    ['c']
+    >>> [op.name for op in ops_needed([c.op], within={"c"})]
+    ['b', 'c']
+    """
     fed = fed if isinstance(fed, (set, frozenset)) else set(fed)
+    # A tensor's name is made on each read: look at it only when its op feeds some.
+    producers = {name.rpartition(":")[0] for name in fed}
     seen: dict[str, Operation] = {}
     stack = list(roots)
     while stack:
         op = stack.pop()
-        if op.name in seen:
+        name = op.name
+        if name in seen:
             continue
-        seen[op.name] = op
-        if fed and op.outputs and all(t.name in fed for t in op.outputs):
+        seen[name] = op
+        if within is not None and name not in within:
             continue
-        stack.extend(t.op for t in op.inputs if t.name not in fed)
+        if name in producers and op.outputs and all(t.name in fed for t in op.outputs):
+            continue
+        if producers:
+            stack.extend(t.op for t in op.inputs
+                         if t.op.name not in producers or t.name not in fed)
+        else:
+            stack.extend(t.op for t in op.inputs)
         stack.extend(op._control_inputs)
-    return sorted(seen.values(), key=lambda op: op._index)
+    return sorted(seen.values(), key=_creation_index)
+
+
+_creation_index = attrgetter("_index")
 
 
 @dataclass

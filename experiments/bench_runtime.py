@@ -40,7 +40,12 @@ reference figures measured with TensorFlow 2.21 (1.5 ms, 1.2 GB/s, 83 ms) are us
     python -m experiments.bench_runtime                 # everything
     python -m experiments.bench_runtime --repeats 20 --skip-mlp
 
-It prints a pandas table and writes ``results/bench_runtime.csv``.
+It prints a pandas table and writes ``results/bench_runtime.csv``.  Beside the MLP's
+figures, the ``blas`` column names the BLAS library that computed them (internal API,
+version, the kernel family it picked for this CPU, file: :func:`blas_column`): for ours
+the copy the runtime's MatMul kernel calls (scipy's, through numba's ``np.dot``), for
+``numpy`` numpy's own; the report prints every BLAS library with its threads and file
+(:func:`experiments.provenance.blas`, which the run's ``run.json`` records too).
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 import core as tf
-from experiments import cli
+from experiments import cli, provenance
 from experiments.machine_load import OtherLoad
 from experiments.report import Run, finish
 from runtime.launcher import LocalCluster, free_ports, wait_until_serving
@@ -355,7 +360,50 @@ def run(repeats: int = 10, warmup: int = 3, batch: int = 1024, skip_mlp: bool = 
         table.loc[mlp, "tf"] = TF_REFERENCE["mlp"] / rate
         table.loc[mlp, "tf_source"] = "reference scaled by numpy now"
         table.loc[mlp, "vs_tf"] = table.loc[mlp, "tf"] / table.loc[mlp, "value"]
+    libraries = provenance.blas()
+    table["blas"] = blas_column(table, libraries)
+    table.attrs["blas"] = libraries
     return table
+
+
+def blas_column(table: pd.DataFrame, libraries: list[dict]) -> list[str]:
+    """Per row of ``table``, the BLAS library that computed it (:func:`short_blas`):
+    for our MLP (transport ``-``) the one the runtime's MatMul kernel calls, for the
+    ``numpy`` MLP numpy's (``used_by`` in ``libraries``, as
+    :func:`experiments.provenance.blas` gives them); "" for rows that run no gemm and
+    where the library is not known.  The servers run the same Python in this process's
+    environment, so they load the same library files this process lists.
+
+    >>> libs = [{"internal_api": "openblas", "version": "0.3.30", "architecture": "Haswell",
+    ...          "filepath": "/x/libopenblas.so", "used_by": "runtime"}]
+    >>> t = pd.DataFrame({"benchmark": ["tiny step", "mlp", "mlp"],
+    ...                   "transport": ["local", "-", "numpy"]})
+    >>> blas_column(t, libs)
+    ['', 'openblas 0.3.30 Haswell (libopenblas.so)', '']
+    """
+    by_user = {lib.get("used_by"): short_blas(lib) for lib in libraries if lib.get("used_by")}
+    user = {"-": "runtime", "numpy": "numpy"}
+    return [by_user.get(user.get(t), "") if b == "mlp" else ""
+            for b, t in zip(table.benchmark, table.transport)]
+
+
+def short_blas(lib: dict) -> str:
+    """``internal_api version architecture (file name)`` of one library of
+    :func:`experiments.provenance.blas`."""
+    name = lib.get("filepath") or ""
+    return (f"{lib.get('internal_api')} {lib.get('version')} {lib.get('architecture')} "
+            f"({name.rsplit('/', 1)[-1]})")
+
+
+def print_blas(libraries: list[dict]) -> None:
+    """The BLAS libraries loaded, each with who uses it, its threads and its file."""
+    print("BLAS (threadpoolctl, threads as in this process; in the servers the MatMul "
+          "kernel runs the runtime's library one thread per gemm, over row blocks, unless "
+          "OPENBLAS_NUM_THREADS is set):")
+    for lib in libraries:
+        if lib.get("user_api") == "blas":
+            print(f"  {lib.get('used_by') or '-':8} {short_blas(lib)}, "
+                  f"{lib.get('num_threads')} threads, {lib.get('filepath')}")
 
 
 def mlp_beside_numpy(table: pd.DataFrame, theirs: dict) -> list[float]:
@@ -396,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         with pd.option_context("display.width", 160, "display.max_columns", 20,
                                "display.float_format", "{:.3f}".format):
             print(table.to_string(index=False))
+        print_blas(table.attrs["blas"])
         print(f"saved {report.save_table(table, 'bench_runtime')}")
     finish(report, table)
     return 0

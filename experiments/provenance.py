@@ -2,8 +2,8 @@
 
 :func:`software` and :func:`machine` give JSON-ready dicts that
 :class:`experiments.report.Run` writes into each run's ``run.json``: the package version
-and git commit, Python, numpy and its BLAS (threadpoolctl), the CPU model and cores, the
-memory, the GPUs, and the machine's load averages.
+and git commit, Python, numpy and the BLAS libraries (threadpoolctl, :func:`blas`), the
+CPU model and cores, the memory, the GPUs, and the machine's load averages.
 
 >>> sorted(software())[:4]
 ['blas', 'commit', 'numpy', 'package']
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["software", "machine", "git_commit", "cpu_model", "gpus"]
+__all__ = ["software", "machine", "git_commit", "cpu_model", "gpus", "blas"]
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,14 +41,46 @@ def git_commit(path: Path = _ROOT) -> dict | None:
     return {"sha": sha, "dirty": bool(status.strip())}
 
 
-def _blas() -> list[dict]:
-    """The BLAS and OpenMP libraries loaded in this process, as threadpoolctl sees them."""
+def blas() -> list[dict]:
+    """The BLAS and OpenMP libraries loaded in this process, as threadpoolctl sees them:
+    ``user_api``, ``internal_api`` (``openblas``, ``mkl``...), ``version``,
+    ``architecture`` (the kernel family the library picked for this CPU, such as
+    OpenBLAS's ``SkylakeX`` or ``Haswell``: what ``OPENBLAS_CORETYPE`` overrides),
+    ``num_threads`` (in this process now), ``filepath``, and ``used_by``: ``"runtime"``
+    for the library the runtime's float MatMul kernel calls (numba's ``np.dot`` reaches
+    scipy's cython_blas, :func:`runtime.kernels.blas.blas_library`; loaded here if it was
+    not), ``"numpy"`` for one shipped inside numpy's own wheel (its ``numpy.libs``
+    folder), else None.  Empty without threadpoolctl.
+
+    >>> all("filepath" in lib and "used_by" in lib for lib in blas())
+    True
+    """
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
         return []
-    keys = ("user_api", "internal_api", "version", "num_threads", "architecture")
-    return [{k: info.get(k) for k in keys} for info in threadpool_info()]
+    from runtime.kernels.blas import blas_library
+
+    ours = blas_library()  # (loads scipy's BLAS, so that it is listed below)
+    ours = os.path.realpath(ours) if ours else None
+    numpy_dirs = _numpy_dirs()
+    keys = ("user_api", "internal_api", "version", "architecture", "num_threads", "filepath")
+    found = []
+    for info in threadpool_info():
+        lib = {k: info.get(k) for k in keys}
+        path = os.path.realpath(lib["filepath"]) if lib["filepath"] else None
+        lib["used_by"] = ("runtime" if path is not None and path == ours else
+                          "numpy" if path is not None and path.startswith(numpy_dirs) else None)
+        found.append(lib)
+    return found
+
+
+def _numpy_dirs() -> tuple[str, ...]:
+    """The folders of numpy's package and of the libraries its wheel ships beside it."""
+    import numpy as np
+
+    package = Path(os.path.realpath(np.__file__)).parent
+    return tuple(str(d) + os.sep for d in (package, package.parent / "numpy.libs"))
 
 
 def software() -> dict:
@@ -62,7 +94,7 @@ def software() -> dict:
         "python": {"version": platform.python_version(), "implementation":
                    platform.python_implementation(), "executable": sys.executable},
         "numpy": np.__version__,
-        "blas": _blas(),
+        "blas": blas(),
     }
 
 

@@ -27,18 +27,19 @@ figure                        measured by
                               ``FULL_TRACE``; per op type the fixed cost (tiny tensors) and
                               the factor on the roofline, fitted by
                               :func:`runtime.calibrate_kernels.kernel_costs_from_traces`
-``op_overhead``               the median gap between kernels in the fastest traced step of
-                              the tiny calibration graph (:func:`core.costs.dispatch_gaps`),
-                              as :func:`runtime.calibrate` takes it for ours; the chain of
-                              tiny Identity ops (:func:`runtime.calibrate.
-                              measure_dispatch_overhead`) is kept as
-                              ``figures["chain_op_overhead"]``
+``op_overhead``               :func:`measure_tf_dispatch` on ``alone``: the untraced step of
+                              the tiny calibration graph less a NoOp step and its kernels,
+                              per op, as :func:`runtime.calibrate` measures ours; the traced
+                              gap between kernels (``figures["dispatch_gap"]``) and a chain
+                              of tiny Identity ops (:func:`runtime.calibrate.
+                              measure_dispatch_overhead`, ``figures["chain_op_overhead"]``)
+                              are kept beside it
 step, part, crossing figures  :func:`runtime.calibrate.calibrate_distributed` on the
                               cluster's servers, the same graphs timed the same way as on
                               ours (:func:`tensorflow_session` opens the sessions)
 ============================  ==============================================================
 
-Why the gaps between kernels and not the chain's slope: TensorFlow's executor runs an op
+Why between the kernels of the calibration graph and not along a chain: TensorFlow's executor runs an op
 it counts inexpensive inline, on the thread that made it ready, so along a chain of
 Identity ops it pays almost nothing per op, and the slope over chain lengths is a
 difference of two step times that the machine's noise swamps (on this shared machine
@@ -48,7 +49,7 @@ does what it does in a workload's step: the rest of each node (TensorFlow's step
 bound a kernel by ``op_start``/``op_end`` inside ``all_start``/``all_end``: its inputs
 gathered, outputs propagated, consumers scheduled, possibly on another thread).  A
 traced step also pays the step-stats collector per node, which an untraced one does
-not: the gap is an upper bound.
+not (the gap is an upper bound): hence the untraced step, less its kernels.
 
 The result records :data:`core.runtime_model.IDEAL` as its runtime model: TensorFlow's
 executor is C++, dispatches ops from every inter-op thread at once, and no interpreter
@@ -223,14 +224,21 @@ def measure_tf_bandwidth_curve(target: str, device: str, elements, repeat: int =
 
 
 def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8,
-                            large=None, pin: str | None = None) -> tuple[dict, float, list]:
-    """``(kernel_costs, dispatch_gap, fused)`` of TensorFlow's CPU kernels for ``device``
+                            large=None, pin: str | None = None) -> tuple[dict, dict, list]:
+    """``(kernel_costs, dispatch, fused)`` of TensorFlow's CPU kernels for ``device``
     (a :class:`core.cluster.Device` with its rates already calibrated) on the server at
     ``target``: the kernel calibration graph on ``small`` and on each size of ``large``
     (default :data:`runtime.calibrate_kernels.FIT_SIZES`), ``steps`` traced steps each
     (:func:`traced_tensorflow_steps`, pinned to ``pin``, default ``device``'s name: a
     device of that server), fitted by
     :func:`runtime.calibrate_kernels.kernel_costs_from_traces`.
+
+    ``dispatch`` holds the executor's work per op between kernels: ``"untraced"``
+    (:func:`measure_tf_dispatch`, what the devices get, as
+    :func:`runtime.calibrate_kernels.untraced_dispatch` measures ours) and ``"gap"``,
+    the median gap between kernels of the fastest traced step
+    (:func:`core.costs.dispatch_gaps`; a traced step also pays the step-stats collector
+    per node).
 
     ``fused`` lists the op types of the step that TensorFlow's step stats never show:
     with oneDNN on (TensorFlow's default on x86) a graph pass that runs whatever the
@@ -245,12 +253,43 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     sizes = (small, *(FIT_SIZES if large is None else large))
     builds = {n: kernel_calibration_graph(n) for n in sizes}
     runs = traced_tensorflow_steps(target, builds, pin or device.name, steps)
-    costs, gap = kernel_costs_from_traces(device, runs, small)
+    from core.costs import dispatch_gaps
+    from runtime.calibrate_kernels import _fastest, _fastest_kernels
+    costs = kernel_costs_from_traces(device, runs, small)
     graph, _, fetches = builds[small]
+    kernels = _fastest_kernels(runs[small][1])
+    dispatch = {"untraced": measure_tf_dispatch(target, pin or device.name, small, kernels,
+                                                steps),
+                "gap": dispatch_gaps([_fastest(runs[small][1])], graph).get("CPU", 0.0)}
     step = ops_needed([getattr(f, "op", f) for f in fetches])
     seen = {rec.op for trace in runs[small][1] for rec in trace.ops}
     fused = sorted({op.type for op in step if op.name not in seen} - set(costs))
-    return costs, gap, fused
+    return costs, dispatch, fused
+
+
+def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: int = 20
+                        ) -> float:
+    """Seconds per op of TensorFlow's executor between kernels, untraced: the fastest
+    step of the kernel calibration graph on ``n x n`` tensors pinned to ``device`` of
+    the server at ``target``, less the fastest step of a graph of one ``NoOp`` there and
+    less ``kernels`` (each op's fastest kernel time, from traced steps), over the ops
+    that ran, as :func:`runtime.calibrate_kernels.untraced_dispatch` measures ours."""
+    import core as ctf
+    from runtime.calibrate_kernels import kernel_calibration_graph, session_step_times
+    tf = import_tensorflow()
+    graph, init, fetches = kernel_calibration_graph(n)
+    empty = Graph()
+    with empty.as_default():
+        nothing = ctf.no_op(name="nothing")
+    with _opened(tf, target, graph, placement=_pinned(graph, device), init=init,
+                 container=f"calibration{next(_CONTAINERS)}") as session, \
+            _opened(tf, target, empty, placement=_pinned(empty, device)) as bare:
+        names = [f.name for f in fetches]
+        for _ in range(2):
+            session.run(names)
+            bare.run(nothing.name)
+        step, fixed = session_step_times([(session, names), (bare, nothing.name)], steps)
+    return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
 
 
 def _calibration_servers(cpu) -> Cluster | None:
@@ -307,14 +346,14 @@ def _device_figures(cluster: Cluster, servers: TFLocalCluster, env, quick: bool
         curve = measure_tf_bandwidth_curve(alone, pin, elements, curve_repeat)
         figures = {"peak_flops": single, "intra_op_speedup": max(1.0, multi / single),
                    "bandwidth_curve": curve, "mem_bandwidth": curve[-1][1]}
-        costs, gap, fused = measure_tf_kernel_costs(alone, replace(cpu, **figures), steps,
-                                                    pin=pin)
-    figures["op_overhead"] = gap
+        costs, dispatch, fused = measure_tf_kernel_costs(alone, replace(cpu, **figures), steps,
+                                                         pin=pin)
+    figures["op_overhead"] = dispatch["untraced"]
     shared = ()
     if cpu.inter_op_threads > 1 and cluster.host(cpu.host).cpu_cores > 1:
         shared = measure_tf_bandwidth_curve(servers.target(job, index), cpu.name, elements,
                                             curve_repeat, arrays=2)
-    return {**figures, "shared_bandwidth": shared}, costs, fused
+    return {**figures, "shared_bandwidth": shared, "dispatch_gap": dispatch["gap"]}, costs, fused
 
 
 def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | None = None,
@@ -332,14 +371,15 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
     calibrated CPU and two cores the shared bandwidth.  ``figures`` holds the
     measurements (``calibrate_distributed``'s, plus the device figures,
     ``kernel_costs``, ``fused`` (the op types TensorFlow fused into others, see
-    :func:`measure_tf_kernel_costs`), ``dispatch_gap`` (the ``op_overhead`` the devices
-    got), ``chain_op_overhead`` (the chain's) and ``other_cores``, the cores other
-    programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
+    :func:`measure_tf_kernel_costs`), ``op_overhead`` (the devices', untraced),
+    ``dispatch_gap`` (the traced gap between kernels), ``chain_op_overhead`` (along a
+    chain of Identity ops) and ``other_cores``, the cores other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
     from runtime.calibrate import calibrate_distributed
     from runtime.calibrate_kernels import with_kernel_costs
     with OtherLoad() as load, TFLocalCluster(cluster, env=env, one_process=one_process) as servers:
         device, costs, fused = _device_figures(cluster, servers, env, quick)
         shared = device.pop("shared_bandwidth")
+        gap = device.pop("dispatch_gap")
         for d in cluster.devices:
             if d.is_cpu:
                 cluster = cluster.replace_device(d.name, kernel_costs=(), **device)
@@ -350,7 +390,7 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
             open_session=tensorflow_session)
     cluster = with_kernel_costs(cluster, costs, dispatch=device["op_overhead"])
     figures.update(device, kernel_costs=costs, fused=fused, shared_bandwidth=shared,
-                   dispatch_gap=device["op_overhead"], other_cores=load.other_cores,
+                   dispatch_gap=gap, other_cores=load.other_cores,
                    chain_op_overhead=figures["op_overhead"])
     _log.info("calibrated TensorFlow's runtime in %.1f s; other programs kept %.1f cores busy",
               load.seconds, load.other_cores)

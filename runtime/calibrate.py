@@ -15,6 +15,8 @@ figure                        measured by
 ``mem_bandwidth``             that curve's rate on the largest arrays (main memory)
 ``Host.shared_bandwidth``     :func:`measure_shared_bandwidth`: two Add kernels at once,
                               by their working sets added up (hosts of 2+ cores)
+``Task.step_overhead``        :func:`measure_session_overhead`: an in-process step of one
+                              ``NoOp`` (what every step costs besides its ops)
 ``op_overhead``               :func:`measure_op_overhead`: a chain of tiny ops through the
                               :class:`~runtime.executor.Executor` (dispatch included); with
                               ``kernel_costs``, the median gap between kernels of a traced
@@ -78,6 +80,7 @@ __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
            "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed",
            "runtime_session", "size_costs", "measure_bandwidth_curve", "measure_shared_bandwidth",
+           "measure_session_overhead", "measure_server_dispatch",
            "CPU_FIGURES", "with_cpu_figures"]
 
 
@@ -350,6 +353,7 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
                 cluster = cluster.replace_link(link, bandwidth=pcie[0], latency=pcie[1])
     if cpu_figures is not None:
         cluster = _with_shared_bandwidth(cluster, names, quick)
+        cluster = _with_session_overhead(cluster, names, 5 if quick else 30)
     memcpy = measure_memcpy(mem, repeat)
     for host in cluster.hosts:
         link = f"memcpy:{host.name}"
@@ -376,6 +380,34 @@ def _with_shared_bandwidth(cluster: Cluster, calibrated: set, quick: bool) -> Cl
     for host in sorted(hosts):
         cluster = cluster.replace_host(host, shared_bandwidth=shared)
     return cluster
+
+
+def measure_session_overhead(repeat: int = 30) -> float:
+    """Seconds of the fastest of ``repeat`` in-process steps of a graph of one
+    ``NoOp``: what every step costs besides its ops (the session's call, the plan's
+    look-up, the fetches' return)."""
+    import core as tf
+    from runtime.calibrate_kernels import session_step_times
+    from runtime.session import Session
+    graph = tf.Graph()
+    with graph.as_default():
+        nothing = tf.no_op(name="nothing")
+    with Session(graph=graph) as session:
+        session.run(nothing)
+        return session_step_times([(session, nothing)], repeat)[0]
+
+
+def _with_session_overhead(cluster: Cluster, calibrated: set, repeat: int) -> Cluster:
+    """``cluster`` whose tasks with a calibrated CPU start a step's ops after
+    :func:`measure_session_overhead` (``Task.step_overhead``: a step run in this
+    process pays it before its first op; :func:`calibrate_distributed` measures a
+    step across server processes instead)."""
+    overhead = measure_session_overhead(repeat)
+    keys = {(d.job, d.task) for d in cluster.devices if d.is_cpu and d.name in calibrated}
+    tasks = [replace(t, step_overhead=overhead) if (t.job, t.index) in keys else t
+             for t in cluster.tasks]
+    return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links.values(), cluster.master,
+                   cluster.nvlink, cluster.runtime_model)
 
 
 #: The fields of a CPU device that :func:`calibrate` measures.
@@ -663,6 +695,35 @@ def measure_dispatch_overhead(local_cluster, master=("worker", 0), lengths=(1, 1
     return max(slope, 1e-7)
 
 
+def measure_server_dispatch(local_cluster, master=("worker", 0), n: int = 8,
+                            steps: int = 15) -> float:
+    """Seconds per op of a server's executor between kernels, on a graph with a
+    workload's fan-in and fan-out: :func:`runtime.calibrate_kernels.untraced_dispatch`'s
+    measure (the fastest untraced step of the kernel calibration graph, less a
+    ``NoOp`` step and the ops' kernel times), with every op on the master task's CPU
+    and the kernel times from traced steps there.  A server's executor does more per op
+    than an in-process one (each op's values go through its step's rendezvous)."""
+    import core as tf
+    import runtime
+    from runtime.calibrate_kernels import (_fastest_kernels, kernel_calibration_graph,
+                                           session_step_times)
+    master = tuple(master)
+    graph, init, fetches = kernel_calibration_graph(n, device=_cpu(*master))
+    empty = tf.Graph()
+    with empty.as_default(), tf.device(_cpu(*master)):
+        nothing = tf.no_op(name="nothing")
+    target = local_cluster.target(*master)
+    with runtime.Session(target, graph=graph) as session, \
+            runtime.Session(target, graph=empty) as bare:
+        session.run(init)
+        for _ in range(2):
+            session.run(fetches)
+            bare.run(nothing)
+        kernels = _fastest_kernels([session.run(fetches, trace=True)[1] for _ in range(steps)])
+        step, fixed = session_step_times([(session, fetches), (bare, nothing)], steps)
+    return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
+
+
 def size_costs(latency: float, bandwidth: float, samples: dict) -> tuple:
     """A link's ``size_costs`` from :func:`measure_process_transfer`'s figures: the
     time each size of ``samples`` added to a step, at least the chain's ``latency``, and
@@ -688,15 +749,19 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     :class:`runtime.LocalCluster` ``local_cluster``, all on one host) with the fixed
     costs of a distributed step measured on it: every task's ``step_overhead`` and
     ``part_overhead``, the ``memcpy:<host>`` link's latency, bandwidth and
-    ``size_costs`` (what a tensor crossing processes costs; :func:`size_costs`), and the ``op_overhead`` of every CPU not calibrated with
-    kernel costs (the server's dispatch cost per op along a chain of tiny ops).
-    ``figures`` holds the measurements and their samples.
+    ``size_costs`` (what a tensor crossing processes costs; :func:`size_costs`), and
+    every CPU's ``op_overhead``: the server's dispatch cost per op between the kernels
+    of the kernel calibration graph (:func:`measure_server_dispatch`) for a CPU
+    calibrated with kernel costs, else along a chain of tiny ops
+    (:func:`measure_dispatch_overhead`).  ``figures`` holds the measurements and their
+    samples.
 
     ``local_cluster`` is anything with ``tasks`` (``(job, index)`` pairs) and
     ``target(job, index)``, and ``open_session(target, graph, fetches)`` opens a session
     of its runtime (:func:`runtime_session`, this lab's, by default): the same graphs
     timed the same way calibrate another runtime's servers
-    (:func:`experiments.tf_calibrate.calibrate_tensorflow`).  The result records
+    (:func:`experiments.tf_calibrate.calibrate_tensorflow`, whose devices come without
+    kernel costs: it measures the dispatch between kernels itself).  The result records
     ``runtime_model`` as the runtime it was calibrated for."""
     master = tuple(master or cluster.master)
     repeats = 5 if quick else 15
@@ -726,10 +791,12 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
             if name in links:
                 links[name] = replace(links[name], latency=latency, bandwidth=bandwidth,
                                       size_costs=costs)
-    # A device calibrated with kernel costs keeps its dispatch figure (measured between
-    # the kernels of a realistic graph; a chain of Identity ops shows less).
-    devices = [replace(d, op_overhead=dispatch) if d.is_cpu and not d.kernel_costs else d
-               for d in cluster.devices]
+    # A device calibrated with kernel costs gets the server's dispatch between the
+    # kernels of a realistic graph (a chain of Identity ops shows less).
+    between_kernels = (measure_server_dispatch(local_cluster, master, steps=5 if quick else 15)
+                       if any(d.is_cpu and d.kernel_costs for d in cluster.devices) else None)
+    devices = [replace(d, op_overhead=between_kernels if d.kernel_costs else dispatch)
+               if d.is_cpu else d for d in cluster.devices]
     out = Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink,
                   runtime_model)
     if path is not None:

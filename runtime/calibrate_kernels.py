@@ -8,9 +8,9 @@ mid-sized tensors a simple kernel runs well below the device's peak rates.  So
 :func:`measure_kernel_costs` measures, per op type, a fixed cost and a factor on the
 roofline: one graph holding every CPU op type (forward, gradients and updates) runs
 traced in an in-process session, on tiny tensors and on a few larger sizes (the trace
-times the kernel call alone).  The same traces give the executor's work between kernels, per op
-(:func:`core.costs.dispatch_gaps`: on a graph with a real workload's fan-in and fan-out
-it is several times what a chain of Identity ops shows).  :func:`with_kernel_costs`
+times the kernel call alone).  The same graph, untraced, gives the executor's work
+between kernels, per op (:func:`untraced_dispatch`: on a graph with a real workload's
+fan-in and fan-out it is several times what a chain of Identity ops shows).  :func:`with_kernel_costs`
 writes both into a cluster's CPU devices (``Device.kernel_costs`` and ``op_overhead``),
 where :class:`core.costs.StaticCostModel` reads them.
 
@@ -23,18 +23,19 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 
 import numpy as np
 
 import core as tf
 from core.cluster import Cluster
-from core.costs import dispatch_gaps
 
 __all__ = ["kernel_calibration_graph", "measure_kernel_costs", "kernel_costs_from_traces",
-           "with_kernel_costs", "fit_factors", "FIT_SIZES"]
+           "with_kernel_costs", "fit_factors", "untraced_dispatch", "session_step_times",
+           "FIT_SIZES"]
 
 
-def kernel_calibration_graph(n: int = 8, seed: int = 0):
+def kernel_calibration_graph(n: int = 8, seed: int = 0, device: str | None = None):
     """``(graph, init, fetches)``: a small training step on ``n x n`` tensors that uses
     every CPU op type the workloads' steps use (with its gradients and the
     optimizers' updates; ``n`` at least 4).
@@ -47,10 +48,11 @@ def kernel_calibration_graph(n: int = 8, seed: int = 0):
     fused updates: :func:`_model_ops`) ride on the same ``n x n`` activations, so that
     no type a model's step uses falls back to the ``"*"`` guess (a type the graph lacks
     takes the median of the others' figures, which for an elementwise type like
-    ``Maximum`` was 1.7x its own factor)."""
+    ``Maximum`` was 1.7x its own factor).  ``device``: where every op goes (None: the
+    session's choice)."""
     rng = np.random.default_rng(seed)
     g = tf.Graph()
-    with g.as_default():
+    with g.as_default(), tf.device(device):
         x = tf.constant(rng.standard_normal((n, n)).astype(np.float32), name="x")
         w = tf.Variable(rng.standard_normal((n, n)).astype(np.float32) * 0.1, name="w")
         b = tf.Variable(np.zeros(n, np.float32), name="b")
@@ -232,8 +234,8 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     factor is the difference of two noisy numbers (on one size, 128, it came out
     between 0.1 and 1.9 for Mul from one calibration to the next); a type without any
     takes the ``"*"`` factor.  The entry ``"*"`` (the medians over the types) stands
-    for types the graph lacks.  ``dispatch`` is the median gap between kernels in the
-    fastest step on the small graph (:func:`core.costs.dispatch_gaps`).
+    for types the graph lacks.  ``dispatch`` is the executor's work per op between
+    kernels on the small graph, untraced (:func:`untraced_dispatch`).
 
     With ``parallel_min_elements`` (where the kernels switch to their parallel path; see
     :class:`core.cluster.Device`) and more than one intra-op thread on ``device``, the
@@ -249,8 +251,9 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     roofline = StaticCostModel()
     sizes = (large,) if isinstance(large, int) else tuple(large)
     runs = _interleaved_traced_steps((small, *sizes), steps, config)
-    costs, dispatch = kernel_costs_from_traces(device, runs, small)
+    costs = kernel_costs_from_traces(device, runs, small)
     default = costs["*"]
+    dispatch = untraced_dispatch(small, _fastest_kernels(runs[small][1]), steps, config)
     if parallel_min_elements and device.intra_op_threads > 1:
         n = math.isqrt(parallel_min_elements - 1) + 1  # n * n reaches the threshold
         graph, traces = _traced_steps(n, max(3, steps // 4), config)
@@ -266,15 +269,13 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     return costs, dispatch
 
 
-def kernel_costs_from_traces(device, runs: dict, small: int
-                             ) -> tuple[dict[str, tuple[float, float]], float]:
-    """``(kernel_costs, dispatch)`` from traced steps of the kernel calibration graph:
+def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[float, float]]:
+    """The kernel costs fitted to traced steps of the kernel calibration graph:
     ``runs`` maps each size ``n`` to ``(graph, traces)`` (the graph on ``n x n``
     tensors, its traced steps on whichever runtime ran it), ``small`` is the size whose
     fastest kernels give each type's fixed cost, the others fit the factors on the
     roofline of ``device`` (:func:`measure_kernel_costs` says how; the entry ``"*"``
-    stands for the types the graph lacks).  ``dispatch`` is the median gap between
-    kernels in the fastest step on the small graph (:func:`core.costs.dispatch_gaps`)."""
+    stands for the types the graph lacks)."""
     from dataclasses import replace
 
     from core.costs import StaticCostModel
@@ -282,7 +283,6 @@ def kernel_costs_from_traces(device, runs: dict, small: int
     roofline = StaticCostModel()
     graph, traces = runs[small]
     fixed = _median_by_type(graph, _fastest_kernels(traces), lambda op, t: t)
-    dispatch = dispatch_gaps([_fastest(traces)], graph).get("CPU", 0.0)
     samples: dict[str, list[tuple[float, float]]] = {}
     for n, (graph, traces) in runs.items():
         if n == small:
@@ -295,7 +295,48 @@ def kernel_costs_from_traces(device, runs: dict, small: int
                statistics.median(factors.values()) if factors else 1.0)
     costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
     costs["*"] = default
-    return costs, dispatch
+    return costs
+
+
+def session_step_times(runs, steps: int) -> list[float]:
+    """The fastest wall time of ``session.run(fetches)`` of each ``(session, fetches)``
+    of ``runs`` over ``steps`` rounds, the runs taking turns (see
+    :func:`_interleaved_traced_steps` for why in turns)."""
+    best = [math.inf] * len(runs)
+    for _ in range(steps):
+        for k, (session, fetches) in enumerate(runs):
+            t0 = time.perf_counter()
+            session.run(fetches)
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best
+
+
+def untraced_dispatch(n: int, kernels: dict[str, float], steps: int = 20, config=None) -> float:
+    """Seconds per op of the executor's own work between kernels: the fastest untraced
+    step of :func:`kernel_calibration_graph` on ``n x n`` tensors, less the fastest
+    step of a graph of one ``NoOp`` (what every step costs: the session's call, the
+    plan's look-up, the fetches' return) and less ``kernels`` (each op's fastest kernel
+    time, from traced steps), over the ops that ran.
+
+    Untraced, because a traced step does more between kernels (it records each op's
+    times and allocations): the recurrent workload's traced steps spanned 15% more
+    than its untraced ones, all of it between kernels, so the gaps of a traced step
+    (:func:`core.costs.dispatch_gaps`) overstate the dispatch.  Under one inter-op thread
+    (as :func:`runtime.calibrate` runs it) the ops run one after another, so the step
+    is the sum of its kernels and the work between them."""
+    import runtime
+    graph, init, fetches = kernel_calibration_graph(n)
+    empty = tf.Graph()
+    with empty.as_default():
+        nothing = tf.no_op(name="nothing")
+    with runtime.Session(graph=graph, config=config) as session, \
+            runtime.Session(graph=empty, config=config) as bare:
+        session.run(init)
+        for _ in range(2):
+            session.run(fetches)
+            bare.run(nothing)
+        step, fixed = session_step_times([(session, fetches), (bare, nothing)], steps)
+    return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
 
 
 def _largest(op) -> int:

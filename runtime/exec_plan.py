@@ -3,12 +3,15 @@
 The part of a step a task runs is not a closed subgraph: a fed tensor's producer
 becomes a source with no inputs, an op of another task a source whose tensors arrive by
 ``recv``, and a *sink* on each remote device collects the tensors sent there. So the
-plan is built over stand-ins of the ops (:class:`_MirrorOp`), never by changing the
-graph: a :class:`core.dataflow.StepPlan` plus the per-op facts the executor's hot path
-reads (:class:`_Node`: kernel, buffers, cores, checks), the transfers' kinds and the
-fetched buffers. :func:`fuse_matmul_relu` and :func:`fetch_writers` are the plan's two
-rewrites (a Relu folded into its MatMul; a fetched tensor written into an offered
-buffer).
+plan is built over the part's own ops, never by changing the graph: ops of no graph
+(:class:`core.graph.Operation` with ``graph`` None, :meth:`ExecPlan._build_plan`) for
+the sources, the needed ops (each reading the part's ops) and the sinks; each with its
+kind (``KERNEL``, ``FED``, ``REMOTE``, ``SINK``) and its op of the user's graph kept
+beside it.  The plan is a :class:`core.dataflow.StepPlan` over them plus the per-op facts
+the executor's hot path reads (:class:`_Node`: kernel, buffers, cores, checks), the
+transfers' kinds and the fetched buffers. :func:`fuse_matmul_relu` and
+:func:`fetch_writers` are the plan's two rewrites (a Relu folded into its MatMul; a
+fetched tensor written into an offered buffer).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 from core.dataflow import StepPlan
 from core.devices import DeviceSpec
 from core.graph import Operation, topological_order
-from core.ops import get_op_def
+from core.partition import ops_needed
 from core.runtime_model import INTERPRETER
 from runtime.errors import InvalidArgument
 
@@ -31,43 +34,6 @@ __all__ = ["ExecPlan", "fuse_matmul_relu", "fetch_writers", "KERNEL", "VARIABLE"
 KERNEL, VARIABLE, FED, REMOTE, SINK = range(5)
 # Transfer kinds.
 LOCAL_COPY, RECV, SEND = range(3)
-
-
-class _MirrorTensor:
-    """A tensor of a :class:`_MirrorOp` (what :meth:`StepPlan.build` reads of a tensor)."""
-
-    __slots__ = ("op", "value_index", "dtype", "shape")
-
-    def __init__(self, op, value_index, dtype, shape):
-        self.op, self.value_index, self.dtype, self.shape = op, value_index, dtype, shape
-
-    @property
-    def name(self) -> str:
-        return f"{self.op.name}:{self.value_index}"
-
-
-class _MirrorOp:
-    """A stand-in for an op in the executor's plan, shaped like an Operation for
-    :meth:`StepPlan.build` (name, type, inputs, control inputs, outputs, op_def).
-
-    The plan is built over mirrors, not the graph's ops, because the part of a step a
-    task runs is not a closed subgraph: a fed tensor's producer becomes a source with no
-    inputs, an op of another task becomes a source whose tensors arrive by ``recv``, and
-    a *sink* on each remote device collects the tensors sent there.  The graph is never
-    changed.
-    """
-
-    __slots__ = ("name", "type", "inputs", "_control_inputs", "outputs", "op_def", "graph",
-                 "real", "kind")
-
-    def __init__(self, name, op_type, real, kind):
-        self.name, self.type, self.real, self.kind = name, op_type, real, kind
-        self.inputs: tuple = ()
-        self._control_inputs: list = []
-        self.op_def = get_op_def(op_type)
-        self.graph = None
-        specs = real.outputs if real is not None else ()
-        self.outputs = tuple(_MirrorTensor(self, k, t.dtype, t.shape) for k, t in enumerate(specs))
 
 
 class _Node:
@@ -84,7 +50,7 @@ class ExecPlan:
 
     Built in phases: :meth:`_walk` (the ops the part needs, cut at fed tensors and other
     tasks' ops), :func:`_destinations` of each output (what goes to other tasks),
-    :meth:`_build_plan` (the mirrors and the :class:`core.dataflow.StepPlan`),
+    :meth:`_build_plan` (the part's ops and the :class:`core.dataflow.StepPlan`),
     :meth:`_make_nodes` (per-op facts the hot path reads), :meth:`_transfers` and
     :meth:`_fetches`.
     """
@@ -116,8 +82,10 @@ class ExecPlan:
                                  local, send_to, my_task, control=True, producer=op)
             if dsts:
                 ctrl_sends[op.name] = dsts
-        self.plan = self._build_plan(needed, fed_ops, remote, node_device, send_tensors,
-                                     ctrl_sends, placement)
+        # The plan's ops are the part's own (see _build_plan); each one's kind and op of
+        # the user's graph (None: a sink) are kept beside it, index for index.
+        self.plan, self.kinds, self.graph_ops = self._build_plan(
+            needed, fed_ops, remote, node_device, send_tensors, ctrl_sends, placement)
         self.dev_objs = [devices.get(name) for name in self.plan.devices]  # None: another task's
         remote_ctrl = {name for name, info in remote.items() if info["ctrl"]}
         self.nodes = self._make_nodes(devices, remote_ctrl, ctrl_sends, executor.variable_lock)
@@ -125,19 +93,23 @@ class ExecPlan:
         self._fetches(fetches)
 
     def _walk(self, ops, placement, local, fetches, targets, fed) -> tuple:
-        """The ops the part needs, walking back from its roots (fetched producers,
-        targets, ops nothing in the part consumes) and cutting at fed tensors and other
-        tasks' ops; return ``(needed, fed_ops, remote, node_device)``."""
+        """The ops the part needs (:func:`core.partition.ops_needed` from its roots:
+        fetched producers, targets, ops nothing in the part consumes), cut at fed
+        tensors, at ops with a fed output and at other tasks' ops, which become the
+        part's sources; return ``(needed, fed_ops, remote, node_device)``."""
         given = {op.name: op for op in ops}
         fed_ops: dict[str, Operation] = {}  # producer of a fed tensor -> the op
         remote: dict[str, dict] = {}
         node_device: dict[str, str] = {}
 
-        def fed_source(t) -> None:
-            if t.op.name not in fed_ops:
-                fed_ops[t.op.name] = t.op
-                d = placement.get(t.op.name)
-                node_device[t.op.name] = d if d in local else self.cpu_name
+        def fed_source(op) -> None:
+            if op.name not in fed_ops:
+                fed_ops[op.name] = op
+                d = placement.get(op.name)
+                node_device[op.name] = d if d in local else self.cpu_name
+
+        def has_fed_output(op) -> bool:
+            return any(t.name in fed for t in op.outputs)
 
         consumed: set[str] = set()
         for op in ops:
@@ -147,7 +119,7 @@ class ExecPlan:
         for name in fetches:
             op_name = name.rpartition(":")[0]
             if name in fed:
-                fed_source(_tensor(self.graph, name, given))
+                fed_source(_tensor(self.graph, name, given).op)
             elif op_name not in given:
                 raise InvalidArgument(f"fetch {name!r} is neither fed nor produced by an op of "
                                       "this part of the step")
@@ -160,76 +132,98 @@ class ExecPlan:
             roots.append(name)
         roots += [op.name for op in ops if op.name not in consumed]
 
-        needed: dict[str, Operation] = {}
-        stack = list(dict.fromkeys(roots))
-        while stack:
-            name = stack.pop()
-            if name in needed or name in fed_ops:
-                continue
-            op = given[name]
-            fed_out = [t for t in op.outputs if t.name in fed]
-            if fed_out:
-                fed_source(fed_out[0])
-                continue
-            needed[name] = op
+        # An op with a fed output is a source (it does not run), as another task's op is.
+        producers = {name.rpartition(":")[0] for name in fed}  # (of the fed tensors)
+        within = given
+        if fed:
+            within = given.keys() - {p for p in producers
+                                     if p in given and has_fed_output(given[p])}
+        reached = ops_needed([given[name] for name in dict.fromkeys(roots)], fed, within)
+        needed = {op.name: op for op in reached if op.name in within}
+        for op in reached:
+            if op.name not in within and op.name in given:
+                fed_source(op)
+        # The sources the needed ops read: fed tensors' producers and other tasks' ops
+        # (an op of the part that is not needed has a fed output).
+        for op in needed.values():
             for t in op.inputs:
                 p = t.op
-                if t.name in fed:
-                    fed_source(t)
-                elif p.name in given:
-                    stack.append(p.name)
-                else:
-                    src = _device_of(placement, p.name)
-                    if src in local:
-                        raise InvalidArgument(
-                            f"op {name!r} reads {t.name!r}, made by op {p.name!r} on this task's "
-                            f"device {src}, which is not among the ops of the step")
-                    remote.setdefault(p.name, {"op": p, "ctrl": False})
-            for c in op._control_inputs:
-                fed_out = [t for t in c.outputs if t.name in fed]
-                if c.name in fed_ops:
+                name = p.name
+                if name in needed:
                     continue
-                if fed_out:
-                    fed_source(fed_out[0])  # a fed op counts as done
-                elif c.name in given:
-                    stack.append(c.name)
-                else:
+                if name in producers and t.name in fed:
+                    fed_source(p)
+                    continue
+                if name in given:  # p has another output fed, so it does not run
+                    raise InvalidArgument(
+                        f"op {op.name!r} reads {t.name!r}, which is not fed, while another "
+                        f"output of op {name!r} is: feed every output of {name!r} the step "
+                        "reads, or none")
+                src = _device_of(placement, name)
+                if src in local:
+                    raise InvalidArgument(
+                        f"op {op.name!r} reads {t.name!r}, made by op {name!r} on this task's "
+                        f"device {src}, which is not among the ops of the step")
+                remote.setdefault(name, {"op": p, "ctrl": False})
+            for c in op._control_inputs:
+                if c.name in needed or c.name in fed_ops:
+                    continue
+                if c.name in producers and has_fed_output(c):
+                    fed_source(c)  # a fed op counts as done
+                else:  # (an op of the part would be needed or fed)
                     src = _device_of(placement, c.name)
                     if src in local:
                         raise InvalidArgument(
-                            f"op {name!r} waits for op {c.name!r} on this task's device {src}, "
-                            "which is not among the ops of the step")
+                            f"op {op.name!r} waits for op {c.name!r} on this task's device "
+                            f"{src}, which is not among the ops of the step")
                     remote.setdefault(c.name, {"op": c, "ctrl": False})["ctrl"] = True
         return needed, fed_ops, remote, node_device
 
     @staticmethod
     def _build_plan(needed, fed_ops, remote, node_device, send_tensors, ctrl_sends,
-                    placement) -> StepPlan:
-        """The mirrors (sources: fed, other tasks'; the real ops in topological order;
-        a sink per destination device of sends) and their StepPlan."""
-        mirror: dict[str, _MirrorOp] = {}
-        for name, op in fed_ops.items():
-            mirror[name] = _MirrorOp(name, op.type, op, FED)
-        for name, info in remote.items():
-            mirror[name] = _MirrorOp(name, info["op"].type, info["op"], REMOTE)
-            node_device[name] = _device_of(placement, name)
-        order = list(mirror.values())
+                    placement) -> tuple:
+        """The part's ops, of no graph (:class:`core.graph.Operation` with ``graph``
+        None): a source for each fed op and each other task's op (its type, attributes
+        and outputs, no inputs), each needed op in topological order reading the part's
+        ops, and a sink (``NoOp``) per destination device of sends, reading what goes
+        there.  Returns their :class:`core.dataflow.StepPlan`, and for each op of the
+        plan its kind and its op of the graph (None for a sink)."""
+        part: dict[str, Operation] = {}
+        kinds: list[int] = []
+        graph_ops: list = []
+        for kind, sources in ((FED, fed_ops), (REMOTE, {n: i["op"] for n, i in remote.items()})):
+            for name, op in sources.items():
+                part[name] = Operation(None, name, op.type, (), op.attrs, op.outputs)
+                kinds.append(kind)
+                graph_ops.append(op)
+                if kind == REMOTE:
+                    node_device[name] = _device_of(placement, name)
+        order = list(part.values())
         for op in topological_order(list(needed.values())):
-            m = _MirrorOp(op.name, op.type, op, KERNEL)
-            m.inputs = tuple(mirror[t.op.name].outputs[t.value_index] for t in op.inputs)
-            m._control_inputs = [mirror[c.name] for c in op._control_inputs]
-            mirror[op.name] = m
-            order.append(m)
+            controls = op._control_inputs
+            own = part[op.name] = Operation(
+                None, op.name, op.type,
+                tuple(part[t.op.name].outputs[t.value_index] for t in op.inputs), op.attrs,
+                op.outputs, [part[c.name] for c in controls] if controls else ())
+            order.append(own)
+            kinds.append(KERNEL)
+            graph_ops.append(op)
             node_device[op.name] = placement[op.name]
         for dst in sorted(set(send_tensors) | {d for ds in ctrl_sends.values() for d in ds}):
             name = f"^send:{dst}"
-            m = _MirrorOp(name, "NoOp", None, SINK)
-            m.inputs = tuple(mirror[t.op.name].outputs[t.value_index]
-                             for t in send_tensors.get(dst, ()))
-            m._control_inputs = [mirror[n] for n, ds in ctrl_sends.items() if dst in ds]
-            order.append(m)
+            order.append(Operation(
+                None, name, "NoOp", [part[t.op.name].outputs[t.value_index]
+                                     for t in send_tensors.get(dst, ())], {}, (),
+                [part[n] for n, ds in ctrl_sends.items() if dst in ds]))
+            kinds.append(SINK)
+            graph_ops.append(None)
             node_device[name] = dst
-        return StepPlan.build(order, node_device)
+        plan = StepPlan.build(order, node_device)
+        if plan.ops != order:  # (in topological order already: kept as given)
+            at = {op.name: i for i, op in enumerate(order)}
+            kinds = [kinds[at[name]] for name in plan.op_names]
+            graph_ops = [graph_ops[at[name]] for name in plan.op_names]
+        return plan, kinds, graph_ops
 
     def _make_nodes(self, devices, remote_ctrl: set, ctrl_sends: dict,
                     variable_lock) -> list:
@@ -244,8 +238,9 @@ class ExecPlan:
         nodes = []
         gpu_count = sum(1 for d in devices if not d.is_cpu)
         self.has_gpu = False
+        kinds, graph_ops = self.kinds, self.graph_ops
         for i, m in enumerate(plan.ops):
-            op = m.real
+            op, kind = graph_ops[i], kinds[i]
             node = _Node()
             node.name, node.type = m.name, m.type
             d = plan.op_device[i]
@@ -255,13 +250,13 @@ class ExecPlan:
             node.checks = ()
             node.want_cores = 0
             node.gpu_ctx = None
-            node.remote_ctrl = m.kind == REMOTE and m.name in remote_ctrl
+            node.remote_ctrl = kind == REMOTE and m.name in remote_ctrl
             node.ctrl_sends = ctrl_sends.get(m.name, ())
-            node.kind = m.kind
+            node.kind = kind
             node.fused = False  # a Relu folded into its MatMul (fuse_matmul_relu)
             node.then = None  # that Relu's index, on the MatMul: it ends with it
             node.var_lock = None
-            if m.kind != KERNEL:
+            if kind != KERNEL:
                 node.in_bufs = ()
                 nodes.append(node)
                 continue
@@ -313,22 +308,22 @@ class ExecPlan:
         # A variable's read (Identity of a Variable op) forwards the variable's buffer
         # instead of copying it, as TensorFlow's IdentityOp does, when nothing in the
         # step writes that variable in place (then the copy keeps the read consistent).
-        written = {t.op.name for m in plan.ops if m.kind == KERNEL and m.op_def.ref_inputs
-                   for t in m.real.inputs[:1]}
-        for node, m in zip(nodes, plan.ops):
-            node.forward = (node.kind == KERNEL and m.type == "Identity"
-                            and m.real.inputs[0].op.type == "Variable"
-                            and m.real.inputs[0].op.name not in written
-                            and m.real.inputs[0].op.name in plan.op_index)
+        written = {t.op.name for op, kind in zip(graph_ops, kinds)
+                   if kind == KERNEL and op.op_def.ref_inputs for t in op.inputs[:1]}
+        for node, op in zip(nodes, graph_ops):
+            node.forward = (node.kind == KERNEL and op.type == "Identity"
+                            and op.inputs[0].op.type == "Variable"
+                            and op.inputs[0].op.name not in written
+                            and op.inputs[0].op.name in plan.op_index)
         # Cheap ops may run inline on a thread that would only wait (Step._run_ready):
         # by the runtime model the simulator predicts this executor with (variables,
         # CPU kernels on small tensors of known shape), and forwarded variable reads,
         # which do no kernel work.
         is_cheap = INTERPRETER.is_cheap
-        for node, m in zip(nodes, plan.ops):
+        for node, op in zip(nodes, graph_ops):
             node.cheap = node.kind == VARIABLE or node.forward or (
                 node.kind == KERNEL and is_cheap(
-                    m.type, [t.shape for t in (*m.real.inputs, *m.real.outputs)],
+                    op.type, [t.shape for t in (*op.inputs, *op.outputs)],
                     node.device.is_cpu))
         # One sink per destination device of sends; it finishes once its sends are done.
         self.n_sinks = sum(1 for n in nodes if n.kind == SINK)
@@ -381,7 +376,6 @@ class ExecPlan:
                            for name, b in self.fetch_bufs.items()}
         self.fed_names = {n.name: [t.name for t in plan.ops[i].outputs]
                           for i, n in enumerate(nodes) if n.kind == FED}
-        self.plan_ops_real = [m.real for m in plan.ops]
         fuse_matmul_relu(nodes, plan, self.keep)
         self.fetch_writers = fetch_writers(nodes, plan, self.fetch_bufs, self.copy_fetch)
         # Memory: resident bytes per local device at the start.

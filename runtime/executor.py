@@ -97,7 +97,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -105,50 +104,20 @@ import numpy as np
 
 from core.dataflow import FINISHED, StepState
 from core.graph import Operation
-from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
+from core.trace import TransferRecord
 from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
                             LabRuntimeError, OpError, Unavailable)
 from runtime.exec_plan import (FED, RECV, REMOTE, SEND, SINK, VARIABLE, ExecPlan, _Node,
                                 fetch_writers, fuse_matmul_relu)
 from runtime.local_devices import LocalDevices
 from runtime.rendezvous import StepIO
+from runtime.step_result import StepResult, add_records
 from runtime.variables import VariableStore
 
 __all__ = ["Executor", "StepResult", "StepIO", "fuse_matmul_relu"]
 
 
 _CONTROL_VALUE = np.zeros(0, np.float32)
-
-
-@dataclass
-class StepResult:
-    """What one :meth:`Executor.run_step` produced (see the module's contract, item 7)."""
-
-    values: dict
-    ops: list = field(default_factory=list)
-    transfers: list = field(default_factory=list)
-    memory: list = field(default_factory=list)
-    oom: list = field(default_factory=list)
-    start: float = 0.0
-    end: float = 0.0
-    sent: list = field(default_factory=list)
-    capacity: dict = field(default_factory=dict)
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def step_time(self) -> float:
-        return self.end - self.start
-
-    def to_trace(self, origin: float | None = None) -> Trace:
-        """A :class:`core.trace.Trace` with times shifted so ``origin`` (default: this
-        step's start) is 0."""
-        o = self.start if origin is None else origin
-        return Trace(
-            ops=[r._replace(start=r.start - o, end=r.end - o) for r in self.ops],
-            transfers=[r._replace(start=r.start - o, end=r.end - o) for r in self.transfers],
-            memory=[r._replace(time=r.time - o) for r in self.memory],
-            oom_events=[r._replace(time=r.time - o) for r in self.oom],
-            capacity=dict(self.capacity), meta=dict(self.meta))
 
 
 def _cuda():
@@ -876,7 +845,8 @@ class Executor:
         result = StepResult(values, start=start, end=end, sent=step.sent,
                             capacity=self.devices.capacities())
         if trace or xp.has_gpu:
-            self._records(step, result, trace)
+            add_records(result, xp, step.op_times, step.xfer_records, step.mem_events, trace)
+            result.meta = {"backend": "runtime", "memory": self.devices.memory_stats()}
         return result
 
     def _feed(self, step: _Step, i: int, node: _Node, feeds, now: float) -> None:
@@ -894,40 +864,6 @@ class Executor:
         if step.trace:
             step.op_times[i] = (now, now, 0, 0)
             step._alloc_outputs(i, node, now)
-
-    def _records(self, step: _Step, result: StepResult, trace: bool) -> None:
-        """Op, transfer and memory records, OOM events, and the devices' reservations."""
-        xp, plan = step.xp, step.plan
-        if trace:
-            ops = []
-            for i, (t0, t1, slot, cores) in step.op_times.items():
-                node = xp.nodes[i]
-                ops.append(OpRecord(node.name, node.type, plan.devices[plan.op_device[i]], slot,
-                                    t0, t1, cores))
-            ops.sort(key=lambda r: (r.start, r.op))
-            result.ops = ops
-            result.transfers = sorted(step.xfer_records, key=lambda r: (r.start, r.tensor))
-        events = sorted(step.mem_events, key=lambda e: (e[0], e[1]))
-        in_use: dict[str, int] = {}
-        peak: dict[str, int] = {}
-        capacity = result.capacity
-        memory, oom = [], []
-        for t, _, dname, delta, op, tensor in events:
-            before = in_use.get(dname, 0)
-            now = before + delta
-            in_use[dname] = now
-            if now > peak.get(dname, 0):
-                peak[dname] = now
-            if trace:
-                cap = capacity.get(dname)
-                if delta > 0 and cap is not None and now > cap and op is not None:
-                    oom.append(OOMEvent(t, dname, op, tensor, delta, before, cap))
-                memory.append(MemoryRecord(dname, t, now))
-        result.memory, result.oom = memory, oom
-        for d in xp.dev_objs:
-            if d is not None:
-                d.memory.used(peak.get(d.name, 0))
-        result.meta = {"backend": "runtime", "memory": self.devices.memory_stats()}
 
     def close(self) -> None:
         """Stop the recv helper threads (the device pools belong to ``devices``)."""

@@ -214,11 +214,6 @@ def check_feed(tensor: Tensor, value) -> np.ndarray:
     return arr
 
 
-def needed_ops(roots: list[Operation], fed: set[str]) -> list[Operation]:
-    """The ops ``roots`` need, cut at fed tensors (:func:`core.partition.ops_needed`)."""
-    return ops_needed(roots, fed)
-
-
 class Session:
     """A TF 1.x session (see the module docstring for the contract)."""
 
@@ -363,7 +358,7 @@ class Session:
         if ops is None:
             roots = [e.op if isinstance(e, Tensor) else e for e in flat.elements]
             # A tuple: the executor memoises its plan key by the tuple's identity.
-            ops = tuple(needed_ops(roots, set(feeds)))
+            ops = tuple(ops_needed(roots, set(feeds)))
             if len(self._needed_cache) > 256:
                 self._needed_cache.clear()
             self._needed_cache[key] = ops

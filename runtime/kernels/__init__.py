@@ -29,6 +29,7 @@ from .threading_layer import THREADING_LAYER  # first: before anything compiles 
 from .context import KernelContext
 from .registry import Kernel, NoKernel, get_kernel, registered, supported_dtypes
 from . import cpu as _cpu  # noqa: F401  (registers the CPU kernels)
+from . import cpu_reduce as _cpu_reduce  # noqa: F401  (the base family's reductions)
 from . import cpu_math as _cpu_math  # noqa: F401  (the math family's CPU kernels)
 from . import cpu_nn as _cpu_nn  # noqa: F401  (the nn family's CPU kernels)
 from . import cpu_train as _cpu_train  # noqa: F401  (the training ops' CPU kernels)
@@ -43,14 +44,15 @@ __all__ = ["Kernel", "KernelContext", "NoKernel", "THREADING_LAYER", "cuda_avail
            "warmup_for"]
 
 
-#: The kernel families that warm up apart: ``name -> (CPU module, GPU module, the op
+#: The kernel families that warm up apart: ``name -> (CPU modules, GPU module, the op
 #: table's family or None for the base table)``; a graph that uses none of a family's ops
 #: need not compile its kernels (the nn family's take a minute on a cold cache).
 def _families() -> dict:
     from core.ops_math import MATH_OPS
     from core.ops_nn import NN_OPS
-    return {"base": (_cpu, _cuda, None), "math": (_cpu_math, _cuda_math, MATH_OPS),
-            "nn": (_cpu_nn, _cuda_nn, NN_OPS)}
+    return {"base": ((_cpu, _cpu_reduce), _cuda, None),
+            "math": ((_cpu_math,), _cuda_math, MATH_OPS),
+            "nn": ((_cpu_nn,), _cuda_nn, NN_OPS)}
 
 
 def families_of(op_types) -> list[str]:
@@ -72,10 +74,10 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",
     On a CPU, every numba function a kernel calls, with the argument types the kernels
     pass (inputs as read-only views), so a step after it compiles nothing, whether its
     inputs are writable or read-only (constants, fed or received tensors); see
-    :func:`.cpu.warmup`.  ``device_types`` may include ``"GPU"`` (compiles the CUDA
-    kernels; needs :func:`cuda_available`).  ``parallel`` also prepares the CPU
-    multithreaded variants.  ``families``: the kernel families to warm
-    (:func:`families_of` a graph's op types; None: all of them).
+    :func:`.cpu.warmup` (each family's CPU modules have one).  ``device_types`` may
+    include ``"GPU"`` (compiles the CUDA kernels; needs :func:`cuda_available`).
+    ``parallel`` also prepares the CPU multithreaded variants.  ``families``: the kernel
+    families to warm (:func:`families_of` a graph's op types; None: all of them).
 
     >>> warmup(dtypes=("float64",), families=["base"])
     """
@@ -88,9 +90,10 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), device_types=("CPU",
         if device_type.upper() not in ("CPU", "GPU"):
             raise ValueError(f"unknown device type {device_type!r}; known: ['CPU', 'GPU']")
         for name in names:
-            cpu_module, gpu_module, _ = table[name]
+            cpu_modules, gpu_module, _ = table[name]
             if device_type.upper() == "CPU":
-                cpu_module.warmup(dtypes, parallel=parallel)
+                for cpu_module in cpu_modules:
+                    cpu_module.warmup(dtypes, parallel=parallel)
             else:
                 gpu_module.warmup(dtypes)
 

@@ -46,9 +46,10 @@ from numba import njit, prange
 from core.ops_nn import window_geometry
 from .cpu import (_CHUNKS_PER_THREAD, _NUMBA_THREADS, GEMM_MIN_ROWS_PER_CHUNK,
                   GEMM_PARALLEL_MIN_MACS, PARALLEL_MIN_ELEMENTS,
-                  _binary, _blas_single_threaded, _pool_threads, _readonly, _reduce_sum,
+                  _binary, _blas_single_threaded, _pool_threads, _readonly,
                   _set_pool_threads)
 from . import cpu_nn_rows
+from .cpu_reduce import _reduce_sum
 from .opcodes import ADD
 from .registry import FLOATING, NUMERIC, register
 from .threading_layer import parallel_region

@@ -25,7 +25,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .cpu import _CHUNKS_PER_THREAD, PARALLEL_MIN_ELEMENTS, _pool_threads, _readonly, _sum_run
+from .cpu import _CHUNKS_PER_THREAD, PARALLEL_MIN_ELEMENTS, _pool_threads, _readonly
+from .cpu_reduce import _sum_run
 from .registry import FLOATING, NUMERIC, register
 from .threading_layer import parallel_region
 

@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import core as tf
 from core.devices import DeviceSpec, InvalidDeviceSpec
 from core.graph import GraphCycleError, ops_needed, topological_order
+from strategies import dags
 
 
 @pytest.fixture
@@ -299,3 +300,23 @@ def test_tensorflow_spellings_of_op_types_build_the_tables_ops():
     assert canonical_op_type("VariableV2") == "Variable"
     with pytest.raises(KeyError, match="unknown op type 'AddV9'"):
         get_op_def("AddV9")
+
+
+@settings(max_examples=40, deadline=None)
+@given(dags(), st.randoms(use_true_random=False))
+def test_topological_order_of_any_order_and_as_given_when_it_is_one(dag, rnd):
+    ops = dag[0].get_operations()
+    try:
+        in_order = topological_order(ops)
+    except GraphCycleError:
+        return
+    shuffled = list(ops)
+    rnd.shuffle(shuffled)
+    for given_order in (ops, shuffled):
+        out = topological_order(given_order)
+        assert sorted(op.name for op in out) == sorted(op.name for op in ops)
+        at = {op.name: i for i, op in enumerate(out)}
+        for op in out:
+            preds = [t.op for t in op.inputs] + list(op._control_inputs)
+            assert all(at[p.name] < at[op.name] for p in preds)
+    assert topological_order(in_order) == in_order  # already one: kept as given

@@ -62,3 +62,27 @@ def test_ops_needed_cuts_at_fed_tensors():
     assert [op.name for op in ops_needed([c.op])] == ["a", "b", "c"]
     assert [op.name for op in ops_needed([c.op], {"b:0"})] == ["c"]  # b is not run
     assert [op.name for op in ops_needed([b.op], {"b:0"})] == ["b"]  # a root: kept, not walked
+
+
+@settings(max_examples=40, deadline=None)
+@given(placed_graphs(), st.data())
+def test_ops_needed_within_a_part_stops_at_its_edge(placed, data):
+    """Walking within some ops (one task's part) reaches exactly the whole walk's ops
+    that have a path to the roots through ops of the part; the others outside are the
+    edge: included, not walked through."""
+    g, _, _ = placed
+    ops = g.get_operations()
+    roots = [data.draw(st.sampled_from(ops))]
+    within = {op.name for op in ops if data.draw(st.booleans())} | {roots[0].name}
+    assert ops_needed(roots, within={op.name for op in ops}) == ops_needed(roots)
+    got = ops_needed(roots, within=within)
+    walked = [op for op in got if op.name in within]
+    # Every op reached is a root or an input (data or control) of a walked op.
+    feeds_walked = {x.op.name for op in walked for x in op.inputs}
+    feeds_walked |= {c.name for op in walked for c in op._control_inputs}
+    assert all(op.name in feeds_walked or op is roots[0] for op in got)
+    # Every input of a walked op is reached; nothing is walked past the edge.
+    assert feeds_walked <= {op.name for op in got}
+    assert {op.name for op in got} <= {op.name for op in ops_needed(roots)}
+    order = [op._index for op in got]
+    assert order == sorted(order)

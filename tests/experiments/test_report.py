@@ -33,6 +33,9 @@ def test_each_run_has_its_own_folder_and_a_full_record(tmp_path):
     assert machine["logical_cores"] >= machine["usable_cores"] >= 1
     assert machine["memory_bytes"] > 0 and isinstance(machine["gpus"], list)
     assert isinstance(record["blas"], list)
+    # The BLAS the runtime's MatMul calls (scipy's, through numba) is named, with its file.
+    ours = [lib for lib in record["blas"] if lib["used_by"] == "runtime"]
+    assert len(ours) == 1 and ours[0]["internal_api"] and ours[0]["filepath"]
     assert record["other_cores"] is None or record["other_cores"] >= 0
 
 

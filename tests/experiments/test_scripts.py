@@ -203,6 +203,11 @@ def test_bench_runtime_rows_and_the_machines_load():
     assert (table.value > 0).all() and table.vs_tf.notna().all()
     assert set(table[table.benchmark == "mlp"].transport) == {"-", "numpy"}
     assert not (table.other_cores < 0).any()
+    # Which BLAS computed each MLP: ours through the runtime's library, numpy's its own.
+    mlp = table.benchmark == "mlp"
+    assert (table[mlp & (table.transport == "-")].blas != "").all()
+    assert (table[~mlp].blas == "").all()
+    assert "runtime" in {lib["used_by"] for lib in table.attrs["blas"]}
 
 
 def test_the_mlp_against_tensorflow_each_beside_its_own_numpy():

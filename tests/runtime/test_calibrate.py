@@ -27,6 +27,16 @@ def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
     assert len(cpu.bandwidth_curve) >= 2 and cpu.mem_bandwidth == cpu.bandwidth_curve[-1][1]
     if usable_cpu_cores() >= 2:
         assert len(loaded.hosts[0].shared_bandwidth) == len(cpu.bandwidth_curve)
+    # An in-process step's own cost, before its first op.
+    assert 0 < loaded.tasks[0].step_overhead < 0.01
+
+
+def test_the_dispatch_per_op_is_measured_untraced_between_the_kernels():
+    from runtime.calibrate_kernels import _fastest_kernels, _traced_steps, untraced_dispatch
+    graph, traces = _traced_steps(4, 3, None)
+    kernels = _fastest_kernels(traces)
+    assert len(kernels) == len(traces[0].ops) > 100
+    assert 0 < untraced_dispatch(4, kernels, steps=3) < 1e-3
 
 
 def test_the_bandwidth_curves_time_each_size_given():
@@ -68,6 +78,22 @@ def test_distributed_figures_are_positive_and_load(tmp_path):
     assert all(link.time(n) == max(t, link.latency) for n, t in samples.items()
                if n != min(samples))
     assert all(0 < d.op_overhead < 0.01 for d in measured.devices if d.is_cpu)
+
+
+def test_a_cpu_with_kernel_costs_gets_the_servers_dispatch_between_kernels():
+    import runtime
+    from experiments.backends import this_host_cluster
+    from runtime.calibrate import calibrate_distributed, measure_server_dispatch
+
+    cpu = this_host_cluster().devices[0]
+    base = this_host_cluster().replace_device(cpu.name, kernel_costs={"*": (1e-6, 1.0)})
+    with runtime.LocalCluster({"ps": 1, "worker": 2}) as local:
+        assert 0 < measure_server_dispatch(local, ("worker", 0), steps=2) < 1e-3
+        measured, figures = calibrate_distributed(base, local, quick=True)
+    with_costs = measured.device(cpu.name)
+    assert with_costs.op_overhead != figures["op_overhead"]  # not the chain's figure
+    assert all(d.op_overhead == figures["op_overhead"] for d in measured.devices
+               if d.is_cpu and not d.kernel_costs)
 
 
 def test_interleaved_step_times_times_every_graph_in_every_round():

@@ -215,6 +215,45 @@ def _two_tasks():
     return cluster, g, placement, w0, w1
 
 
+def test_a_part_is_planned_as_ops_of_no_graph_each_with_its_kind():
+    """The plan of one task's part: its sources (a fed op, another task's op), its ops
+    and a sink per destination of sends are ops of no graph, each with its kind and its
+    op of the user's graph beside it; the user's graph is not changed."""
+    from core.graph import Operation
+    from runtime.exec_plan import FED, KERNEL, REMOTE, SINK
+
+    cluster, g, placement, w0, w1 = _two_tasks()
+    before = [(op.name, [t.name for t in op.inputs]) for op in g.get_operations()]
+    ex = Executor(LocalDevices.for_task(cluster, "worker", 0, SessionConfig()), VariableStore())
+    mine = [op for op in g.get_operations() if placement[op.name] == w0]
+    xp = ex.plan_for(mine, placement, fetches=["twice:0"], fed=["local/y:0"])
+    kinds = dict(zip(xp.plan.op_names, xp.kinds))
+    assert kinds == {"local/y": FED, "remote": REMOTE, "local": KERNEL, "twice": KERNEL,
+                     f"^send:{w1}": SINK}
+    for op, graph_op in zip(xp.plan.ops, xp.graph_ops):
+        assert type(op) is Operation and op.graph is None
+        want = None if kinds[op.name] == SINK else g.get_operation_by_name(op.name)
+        assert graph_op is want
+    sink = xp.plan.ops[xp.plan.op_index[f"^send:{w1}"]]
+    assert [t.name for t in sink.inputs] == ["local:0"]  # back and back2 read it on w1
+    sources = [op for op in xp.plan.ops if kinds[op.name] in (FED, REMOTE)]
+    assert all(not op.inputs for op in sources)
+    assert [(op.name, [t.name for t in op.inputs]) for op in g.get_operations()] == before
+
+
+def test_feeding_one_output_of_an_op_another_output_of_which_is_read_is_refused(executor):
+    """A fed op does not run, so its outputs that are not fed have no value: said
+    before the step runs, naming the op and the tensor."""
+    g = tf.Graph()
+    with g.as_default():
+        a, b = tf.split(tf.constant(np.arange(4, dtype=np.float32)), 2)
+        y = tf.add(a, b, name="y")
+    with pytest.raises(InvalidArgument, match="reads 'split:1', which is not fed"):
+        run(executor, g, ["y:0"], feeds={"split:0": np.ones(2, np.float32)})
+    fed = {"split:0": np.ones(2, np.float32), "split:1": np.zeros(2, np.float32)}
+    np.testing.assert_array_equal(run(executor, g, ["y:0"], feeds=fed).values["y:0"], [1, 1])
+
+
 def test_recv_and_send_cross_task_tensors_once_per_destination():
     cluster, g, placement, w0, w1 = _two_tasks()
     devices = LocalDevices.for_task(cluster, "worker", 0, SessionConfig())

@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 import core as tf
 from runtime import Session, kernels
 from runtime.kernels import KernelContext, NoKernel, get_kernel, registered, supported_dtypes
-from runtime.kernels import cpu
+from runtime.kernels import cpu, cpu_reduce
 
 ALL = ("float32", "float64", "int32", "int64")
 FLOAT = ("float32", "float64")
@@ -571,7 +571,9 @@ def numba_calls():
 
 
 def cpu_signatures() -> dict:
-    return {name: len(f.signatures) for name, f in vars(cpu).items()
+    """The compiled signatures of the base family's numba functions, by name."""
+    return {name: len(f.signatures) for module in (cpu, cpu_reduce)
+            for name, f in vars(module).items()
             if isinstance(f, numba.core.registry.CPUDispatcher)}
 
 
