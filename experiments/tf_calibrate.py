@@ -27,13 +27,13 @@ figure                        measured by
                               ``FULL_TRACE``; per op type the fixed cost (tiny tensors) and
                               the factor on the roofline, fitted by
                               :func:`runtime.calibrate_kernels.kernel_costs_from_traces`
-``op_overhead``               :func:`measure_tf_dispatch` on ``alone``: the untraced step of
-                              the tiny calibration graph less a NoOp step and its kernels,
-                              per op, as :func:`runtime.calibrate` measures ours; the traced
-                              gap between kernels (``figures["dispatch_gap"]``) and a chain
-                              of tiny Identity ops (:func:`runtime.calibrate.
-                              measure_dispatch_overhead`, ``figures["chain_op_overhead"]``)
-                              are kept beside it
+``op_overhead``               the median gap between kernels in the fastest traced step of
+                              the tiny calibration graph on ``alone``
+                              (:func:`core.costs.dispatch_gaps`); the untraced step less a
+                              NoOp step and its kernels (:func:`measure_tf_dispatch`, how
+                              :func:`runtime.calibrate` measures ours) and a chain of tiny
+                              Identity ops (:func:`runtime.calibrate.
+                              measure_dispatch_overhead`) are kept beside it
 step, part, crossing figures  :func:`runtime.calibrate.calibrate_distributed` on the
                               cluster's servers, the same graphs timed the same way as on
                               ours (:func:`tensorflow_session` opens the sessions)
@@ -49,7 +49,8 @@ does what it does in a workload's step: the rest of each node (TensorFlow's step
 bound a kernel by ``op_start``/``op_end`` inside ``all_start``/``all_end``: its inputs
 gathered, outputs propagated, consumers scheduled, possibly on another thread).  A
 traced step also pays the step-stats collector per node, which an untraced one does
-not (the gap is an upper bound): hence the untraced step, less its kernels.
+not: the gap is an upper bound.  (The untraced step less its kernels, how ours is
+measured now, does not work for TensorFlow: see :func:`measure_tf_kernel_costs`.)
 
 The result records :data:`core.runtime_model.IDEAL` as its runtime model: TensorFlow's
 executor is C++, dispatches ops from every inter-op thread at once, and no interpreter
@@ -233,12 +234,14 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     device of that server), fitted by
     :func:`runtime.calibrate_kernels.kernel_costs_from_traces`.
 
-    ``dispatch`` holds the executor's work per op between kernels: ``"untraced"``
-    (:func:`measure_tf_dispatch`, what the devices get, as
-    :func:`runtime.calibrate_kernels.untraced_dispatch` measures ours) and ``"gap"``,
-    the median gap between kernels of the fastest traced step
-    (:func:`core.costs.dispatch_gaps`; a traced step also pays the step-stats collector
-    per node).
+    ``dispatch`` holds the executor's work per op between kernels: ``"gap"``, the
+    median gap between kernels of the fastest traced step
+    (:func:`core.costs.dispatch_gaps`: what the devices get), and ``"untraced"``
+    (:func:`measure_tf_dispatch`, as :func:`runtime.calibrate_kernels.untraced_dispatch`
+    measures ours), kept to compare: TensorFlow's executor runs ops at once even with
+    one inter-op thread (an inexpensive op inline on the thread that made it ready,
+    beside the pool's thread), so the step less its kernels is no sum of gaps; it came
+    out at or below zero in seven of eight quick calibrations (2026-11-27).
 
     ``fused`` lists the op types of the step that TensorFlow's step stats never show:
     with oneDNN on (TensorFlow's default on x86) a graph pass that runs whatever the
@@ -348,12 +351,13 @@ def _device_figures(cluster: Cluster, servers: TFLocalCluster, env, quick: bool
                    "bandwidth_curve": curve, "mem_bandwidth": curve[-1][1]}
         costs, dispatch, fused = measure_tf_kernel_costs(alone, replace(cpu, **figures), steps,
                                                          pin=pin)
-    figures["op_overhead"] = dispatch["untraced"]
+    figures["op_overhead"] = dispatch["gap"]
     shared = ()
     if cpu.inter_op_threads > 1 and cluster.host(cpu.host).cpu_cores > 1:
         shared = measure_tf_bandwidth_curve(servers.target(job, index), cpu.name, elements,
                                             curve_repeat, arrays=2)
-    return {**figures, "shared_bandwidth": shared, "dispatch_gap": dispatch["gap"]}, costs, fused
+    return ({**figures, "shared_bandwidth": shared, "untraced_dispatch": dispatch["untraced"]},
+            costs, fused)
 
 
 def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | None = None,
@@ -371,15 +375,16 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
     calibrated CPU and two cores the shared bandwidth.  ``figures`` holds the
     measurements (``calibrate_distributed``'s, plus the device figures,
     ``kernel_costs``, ``fused`` (the op types TensorFlow fused into others, see
-    :func:`measure_tf_kernel_costs`), ``op_overhead`` (the devices', untraced),
-    ``dispatch_gap`` (the traced gap between kernels), ``chain_op_overhead`` (along a
-    chain of Identity ops) and ``other_cores``, the cores other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
+    :func:`measure_tf_kernel_costs`), ``op_overhead`` and ``dispatch_gap`` (the
+    devices': the traced gap between kernels), ``untraced_dispatch`` and
+    ``chain_op_overhead`` (the two other measures, to compare) and ``other_cores``, the
+    cores other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
     from runtime.calibrate import calibrate_distributed
     from runtime.calibrate_kernels import with_kernel_costs
     with OtherLoad() as load, TFLocalCluster(cluster, env=env, one_process=one_process) as servers:
         device, costs, fused = _device_figures(cluster, servers, env, quick)
         shared = device.pop("shared_bandwidth")
-        gap = device.pop("dispatch_gap")
+        untraced = device.pop("untraced_dispatch")
         for d in cluster.devices:
             if d.is_cpu:
                 cluster = cluster.replace_device(d.name, kernel_costs=(), **device)
@@ -390,7 +395,8 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
             open_session=tensorflow_session)
     cluster = with_kernel_costs(cluster, costs, dispatch=device["op_overhead"])
     figures.update(device, kernel_costs=costs, fused=fused, shared_bandwidth=shared,
-                   dispatch_gap=gap, other_cores=load.other_cores,
+                   dispatch_gap=device["op_overhead"], untraced_dispatch=untraced,
+                   other_cores=load.other_cores,
                    chain_op_overhead=figures["op_overhead"])
     _log.info("calibrated TensorFlow's runtime in %.1f s; other programs kept %.1f cores busy",
               load.seconds, load.other_cores)

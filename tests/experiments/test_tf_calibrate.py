@@ -32,10 +32,11 @@ def test_a_quick_calibration_of_tensorflow_fills_every_figure(tensorflow):
     assert cpu.peak_flops > 1e8 and cpu.mem_bandwidth > 1e8 and cpu.intra_op_speedup == 1.0
     assert len(cpu.bandwidth_curve) >= 2 and cpu.mem_bandwidth == cpu.bandwidth_curve[-1][1]
     assert cluster.hosts[0].shared_bandwidth == ()  # one core: kernels never run at once
-    # Between the kernels of the calibration graph, untraced; the traced gap and the
-    # chain's slope beside it.
-    assert 0 <= cpu.op_overhead < 1e-3 and cpu.op_overhead == figures["op_overhead"]
-    assert figures["dispatch_gap"] > 0 and figures["chain_op_overhead"] > 0
+    # The traced gap between the kernels of the calibration graph; the two other
+    # measures beside it.
+    assert 0 < cpu.op_overhead < 1e-3
+    assert cpu.op_overhead == figures["op_overhead"] == figures["dispatch_gap"]
+    assert figures["untraced_dispatch"] >= 0 and figures["chain_op_overhead"] > 0
     assert 0 < cluster.tasks[0].step_overhead < 0.05
     costs = dict((t, (fixed, factor)) for t, fixed, factor in cpu.kernel_costs)
     _, _, fetches = kernel_calibration_graph(8)
