@@ -30,6 +30,22 @@ program slows every kernel through the whole measurement, which no statistic ove
 repeats removes: an error beside a large ``other_cores`` says more about the machine
 than about the model.
 
+``calibration_spread``: the calibration is run twice, back to back, and each row
+predicted with both; the relative difference of the two predictions (the first one is
+the row's ``predicted_ms``) says how far the calibration itself moves a prediction
+(``--no-calibration-spread``: once).
+
+``--backend tensorflow`` measures on TensorFlow's runtime instead
+(:mod:`experiments.tf_backend`: its ``tf.distribute.Server`` processes, one per task),
+calibrated by the same micro-benchmarks run on TensorFlow
+(:func:`experiments.tf_calibrate.calibrate_tensorflow`) and predicted with the runtime
+model that calibration records (not :data:`experiments.backends.RUNTIME_SIM`).
+
+``--workloads`` takes the names of :data:`experiments.compare_placers.WORKLOADS` and of
+the workload registry, the latter as ``name[:option=value]...`` at small sizes by default
+(:data:`SMALL_OPTIONS`), e.g. ``mixed_random:seed=3`` (random graphs mixing MatMuls,
+elementwise ops on million-element arrays and tiny ops).
+
 Two cost models predict: ``static`` (the roofline on the calibrated cluster) and
 ``measured`` (per-op kernel times, the fastest over the traced steps of ONE profiling
 placement, the simple placer's, plus the executor's dispatch overhead between kernels
@@ -90,6 +106,7 @@ if __name__ == "__main__":  # before numpy loads BLAS: this process calibrates t
 
 import contextlib
 import itertools
+import math
 import time
 
 import pandas as pd
@@ -105,18 +122,71 @@ from experiments.compare_placers import (SPLIT_MARGIN, WORKLOADS, placer_name,
                                          placers_to_compare)
 from experiments.machine_load import wait_until_quiet
 from experiments import cli
+from experiments import workloads as registry
 from experiments.report import Run, finish, print_table
 
 __all__ = ["main", "run", "summarise", "ranking_agreement", "keeps_proposal",
-           "placement_quality"]
+           "placement_quality", "build_workload", "workload_spec", "SMALL_OPTIONS"]
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
-           "median_ms", "halves_spread", "remeasured_ms", "repeat_spread", "other_cores",
-           "replay", "same_as", "calibration"]
+           "median_ms", "halves_spread", "remeasured_ms", "repeat_spread", "calibration_spread",
+           "other_cores", "replay", "same_as", "calibration"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "proposal_kept", "static_under_measured_ms",
                 "measured_cost_predicted_ms"]
+
+
+#: The registry's workloads at sizes whose steps take milliseconds here (the options
+#: given on the command line override them); a name also in
+#: :data:`experiments.compare_placers.WORKLOADS` means that one, when given no options.
+SMALL_OPTIONS: dict[str, dict] = {
+    "mlp_forward": {"batch": 32, "layers": 4, "width": 256},
+    "random_dag": {"num_ops": 200, "size": 64},
+    "mixed_random": {"ops": 40},
+    "resnet50": {"batch": 1, "image_size": 32, "base_width": 8, "blocks": (1, 1, 1, 1),
+                 "num_classes": 10},
+    "inception_v3": {"batch": 1, "image_size": 75, "depth_multiplier": 0.1, "blocks": 3,
+                     "num_classes": 10},
+    "gnmt": {"batch": 4, "layers": 2, "hidden": 64, "vocab": 500, "src_len": 5,
+             "tgt_len": 5},
+    "transformer": {"batch": 2, "seq_len": 8, "layers": 1, "d_model": 64, "d_ff": 128,
+                    "heads": 4, "vocab": 500},
+}
+
+
+def workload_spec(spec: str) -> str:
+    """An argparse type: ``spec`` if it names a workload, that of
+    :data:`experiments.compare_placers.WORKLOADS` or of the registry
+    (``name[:option=value]...``, :func:`experiments.workloads.registry.parse_spec`).
+
+    >>> workload_spec("mixed_random:seed=2")
+    'mixed_random:seed=2'
+    """
+    import argparse
+    try:
+        name, _ = registry.parse_spec(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if name not in WORKLOADS and name not in registry.names():
+        raise argparse.ArgumentTypeError(
+            f"unknown workload {name!r}; known: {sorted(set(WORKLOADS) | set(registry.names()))}")
+    return spec
+
+
+def build_workload(spec: str):
+    """The workload ``spec`` names (see :func:`workload_spec`): the experiments' own
+    size of a name of :data:`experiments.compare_placers.WORKLOADS` given without
+    options, else the registry's builder with :data:`SMALL_OPTIONS` and the spec's
+    options over them.
+
+    >>> build_workload("mixed_random:ops=12:matmul=32:elements=4096").name
+    'mixed_random'
+    """
+    name, options = registry.parse_spec(spec)
+    if name in WORKLOADS and not options:
+        return WORKLOADS[name]()
+    return registry.get(name, **{**SMALL_OPTIONS.get(name, {}), **options})
 
 
 def server_config(threads: int = 0) -> runtime.SessionConfig | None:
@@ -147,8 +217,10 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
     """Per cost model: rows, median and max |relative error|, ranking agreement (the
     replayed rows are left out); and what bounds those figures from below: the median
     ``halves_spread`` and ``repeat_spread`` of the measurements (how far the two halves
-    of one measurement's rounds, and a second measurement, landed from it) and the most
-    cores other programs took while a workload was measured."""
+    of one measurement's rounds, and a second measurement, landed from it), the median
+    ``calibration_spread`` of the predictions (how far a second calibration, right after
+    the first, moved them) and the most cores other programs took while a workload was
+    measured."""
     out = []
     for cm, group in frame[~frame.replay].groupby("cost_model", sort=False):
         err = group.rel_error.abs()
@@ -158,6 +230,7 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
                     "ranked_pairs": pairs, "ranked_same": agree,
                     "median_halves_spread": group.halves_spread.median(),
                     "median_repeat_spread": group.repeat_spread.median(),
+                    "median_calibration_spread": group.calibration_spread.median(),
                     "max_other_cores": group.other_cores.max()})
     return pd.DataFrame(out)
 
@@ -212,7 +285,11 @@ def placement_quality(frame: pd.DataFrame, baselines=BASELINES) -> pd.DataFrame:
 
 
 def _measure_all(wname, w, cluster, local, repeats, placer_names, config,
-                 measure=measure_placements) -> tuple[list, dict]:
+                 measure=measure_placements, sim_config=RUNTIME_SIM, again_cluster=None
+                 ) -> tuple[list, dict]:
+    """The rows of one workload: each placer's placement measured twice and predicted
+    with ``cluster`` (``sim_config``: the simulator's settings), and with
+    ``again_cluster``, a second calibration, for ``calibration_spread`` (NaN without)."""
     placer_objs = placers_to_compare(placer_names, w)
     placements = {pname: placer_objs[pname].place(w.graph, cluster) for pname in placer_names}
     # Placers that chose the same placement share one measurement: timing it twice would
@@ -227,15 +304,26 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config,
     # than that: the machine's speed drifts over seconds).
     again = measure(w, distinct, local, repeats=repeats, traced=1, config=config)
     measured = {pname: timed[first[p]] for pname, p in placements.items()}
+
+    def predicted(p, calibrated, cost_model):
+        return predict(w, p, calibrated, cost_model, sim_config).step_time
+
+    def spread(p, value, cost_model, with_overheads=False):
+        if again_cluster is None:
+            return math.nan
+        other = cost_model.with_overheads(again_cluster) if with_overheads else again_cluster
+        return relative_spread(value, predicted(p, other, cost_model))
+
     rows = []
     for pname, p in placements.items():
         m, m2 = measured[pname], again[first[p]]
-        predicted = predict(w, p, cluster, StaticCostModel(), RUNTIME_SIM).step_time
+        value = predicted(p, cluster, StaticCostModel())
         rows.append({"workload": wname, "placer": pname, "cost_model": "static",
-                     "predicted_ms": predicted * 1e3, "measured_ms": m.step_time * 1e3,
+                     "predicted_ms": value * 1e3, "measured_ms": m.step_time * 1e3,
                      "median_ms": m.median * 1e3, "halves_spread": m.halves_spread,
                      "remeasured_ms": m2.step_time * 1e3,
                      "repeat_spread": relative_spread(m.step_time, m2.step_time),
+                     "calibration_spread": spread(p, value, StaticCostModel()),
                      "other_cores": max(m.other_cores, m2.other_cores), "replay": False,
                      "same_as": "" if first[p] == pname else first[p]})
     profile = "simple" if "simple" in measured else next(iter(measured))
@@ -243,9 +331,10 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config,
     profiled = measured_cost.with_overheads(cluster)
     for row in list(rows):
         p = placements[row["placer"]]
-        predicted = predict(w, p, profiled, measured_cost, RUNTIME_SIM).step_time
+        value = predicted(p, profiled, measured_cost)
         rows.append({**row, "cost_model": f"measured({profile})",
-                     "predicted_ms": predicted * 1e3, "replay": p == placements[profile]})
+                     "predicted_ms": value * 1e3, "replay": p == placements[profile],
+                     "calibration_spread": spread(p, value, measured_cost, True)})
     return rows, {"placements": placements, "measured": measured}
 
 
@@ -273,7 +362,7 @@ def keeps_proposal(proposed: float, static: float, margin: float = SPLIT_MARGIN)
 
 
 def _replacement_loop(wname, w, cluster, local, repeats, first, config,
-                      measure=measure_placements) -> dict:
+                      measure=measure_placements, sim_config=RUNTIME_SIM) -> dict:
     """Place with static costs, run, measure a cost model from that run, place again;
     then time both placements side by side."""
     static_p = first["placements"].get("cost_model") or placers.CostModelPlacer(
@@ -291,8 +380,8 @@ def _replacement_loop(wname, w, cluster, local, repeats, first, config,
     # quick estimate preferred a placement of rnn_large that the simulator put at
     # 88 ms and that ran in 88 ms, against 72 ms for the static one (two runs, 18-23%
     # slower).
-    static_under = predict(w, static_p, profiled, measured_cost, RUNTIME_SIM).step_time
-    proposed_under = predict(w, proposed, profiled, measured_cost, RUNTIME_SIM).step_time
+    static_under = predict(w, static_p, profiled, measured_cost, sim_config).step_time
+    proposed_under = predict(w, proposed, profiled, measured_cost, sim_config).step_time
     kept = keeps_proposal(proposed_under, static_under)
     again = proposed if kept else static_p
     both = measure(w, {"static": static_p, "again": again}, local, repeats=repeats,
@@ -303,7 +392,7 @@ def _replacement_loop(wname, w, cluster, local, repeats, first, config,
             "measured_cost_ms": both["again"].step_time * 1e3,
             "ratio": both["again"].step_time / both["static"].step_time, "same_placement": same,
             "static_predicted_ms": predict(w, static_p, cluster, None,
-                                           RUNTIME_SIM).step_time * 1e3,
+                                           sim_config).step_time * 1e3,
             "proposal_kept": kept,
             "static_under_measured_ms": static_under * 1e3,
             "measured_cost_predicted_ms": proposed_under * 1e3}
@@ -323,7 +412,7 @@ DEFAULT_REPEATS = 101
 def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, placer_names=PLACERS,
         blas_threads: int = 1, threads: int = 0, loop: bool = True, progress: bool = True,
         omp_wait_policy: str = "passive", quiet_below: float | None = None,
-        calibrate_each: bool = True, backend: str = "runtime"):
+        calibrate_each: bool = True, backend: str = "runtime", calibration_spread: bool = True):
     """``(rows, loop_rows, calibrations)``: the comparison, the re-placement loop, and
     the calibrations as ``(cluster, figures)`` pairs (each row's ``calibration`` column
     is its index there).  ``threads``: inter-op and intra-op threads of every device, in
@@ -335,10 +424,14 @@ def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, place
     minutes (its speed drifts: ``experiments.calibration_spread``; one run's 16 rows
     predicted with the first workload's calibration: median error 15.9%, max 74%; each
     with its own: 8.9%, max 37%).  ``backend``: what measures, ``"runtime"`` (ours, on a
-    :class:`runtime.LocalCluster`) or ``"tensorflow"`` (TensorFlow's runtime on its
-    servers, :mod:`experiments.tf_backend`; the simulator still predicts with this
-    machine's calibration of our runtime: how far it is from a runtime nobody here
-    wrote)."""
+    :class:`runtime.LocalCluster`, predicted with :data:`RUNTIME_SIM` on the calibration
+    of :func:`experiments.backends.calibrate_this_host`) or ``"tensorflow"``
+    (TensorFlow's runtime on its servers, :mod:`experiments.tf_backend`, predicted on
+    the calibration of TensorFlow's runtime, :func:`experiments.tf_calibrate.
+    calibrate_tensorflow`, with the runtime model it records).  ``calibration_spread``
+    (default): calibrate twice, back to back, each time, and give each row the relative
+    difference of its two predictions; the first calibration predicts.  ``workloads``:
+    names as :func:`build_workload` takes them."""
     def wait():
         if quiet_below is not None:
             wait_until_quiet(quiet_below)
@@ -346,35 +439,50 @@ def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, place
     env = server_env(blas_threads, omp_wait_policy)
     config = server_config(threads)
 
-    def calibrated():
-        wait()
+    def calibrate_once():
+        if backend == "tensorflow":
+            from experiments.tf_calibrate import calibrate_tensorflow
+            return calibrate_tensorflow(this_host_cluster(threads), quick=quick, env=env)
         return calibrate_this_host(this_host_cluster(threads), env=env, config=config,
                                    quick=quick)
 
-    calibrations = [calibrated()]
+    def calibrated():
+        wait()
+        first = calibrate_once()
+        return first, (calibrate_once() if calibration_spread else None)
+
+    # Ours is predicted with its runtime model named; TensorFlow's with the one its
+    # calibration recorded.
+    sim_config = RUNTIME_SIM if backend == "runtime" else None
+    calibrations, agains = [], []
     rows, loop_rows = [], []
     for i, wname in enumerate(tqdm(workloads, desc="workloads",
                                    disable=not progress or len(workloads) < 2)):
-        if calibrate_each and i:
-            calibrations.append(calibrated())
-        cluster = calibrations[-1][0]
-        w = WORKLOADS[wname]()
+        if calibrate_each or not i:
+            first, second = calibrated()
+            calibrations.append(first)
+            agains.append(second)
+        cluster, again = calibrations[-1][0], agains[-1] and agains[-1][0]
+        w = build_workload(wname)
         # A fresh cluster per workload: variables outlive sessions and names repeat.
         wait()
         with _measuring_cluster(backend, cluster, env, config) as (local, measure):
-            found, first = _measure_all(wname, w, cluster, local, repeats, placer_names, config,
-                                        measure)
+            found, first_run = _measure_all(wname, w, cluster, local, repeats, placer_names,
+                                            config, measure, sim_config, again)
             for row in found:
                 row["calibration"] = len(calibrations) - 1
             rows += found
             if loop:
-                loop_rows.append(_replacement_loop(wname, w, cluster, local, repeats, first,
-                                                   config, measure))
+                loop_rows.append(_replacement_loop(wname, w, cluster, local, repeats, first_run,
+                                                   config, measure, sim_config))
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame["rel_error"] = (frame.predicted_ms - frame.measured_ms) / frame.measured_ms
         frame = frame[COLUMNS]
     loop_frame = pd.DataFrame(loop_rows, columns=LOOP_COLUMNS)
+    for (_, figures), again in zip(calibrations, agains):
+        if again is not None:
+            figures["again"] = again  # (cluster, figures) of the second calibration
     return frame, loop_frame, calibrations
 
 
@@ -407,9 +515,13 @@ def main(argv=None):
         "repeats", "calibrate", "plot",
         defaults={"workloads": DEFAULT_WORKLOADS, "placers": list(PLACERS),
                   "repeats": DEFAULT_REPEATS},
-        choices={"workloads": list(WORKLOADS), "calibrate": ["full", "quick"]},
-        types={"placers": placer_name},
+        choices={"calibrate": ["full", "quick"]},
+        types={"placers": placer_name, "workloads": workload_spec},
         helps={"repeats": "timed steps per placement",
+               "workloads": "names of experiments.compare_placers.WORKLOADS or of the "
+                            "workload registry (experiments.workloads.names()), the latter "
+                            "as name[:option=value]... (small sizes by default: "
+                            "sim_vs_real.SMALL_OPTIONS)",
                "placers": "any registered placer name (placers.names()) or round_robin_vars",
                "plot": "also save a PNG of predicted vs measured"})
     parser.add_argument("--no-loop", action="store_true", help="skip the re-placement loop")
@@ -429,6 +541,9 @@ def main(argv=None):
     parser.add_argument("--backend", choices=["runtime", "tensorflow"], default="runtime",
                         help="what measures: our runtime's server processes (runtime) or "
                              "TensorFlow's (tensorflow: needs tensorflow installed)")
+    parser.add_argument("--no-calibration-spread", action="store_true",
+                        help="calibrate once, not twice back to back (calibration_spread "
+                             "is then empty)")
     parser.add_argument("--quiet-below", type=float, default=None, metavar="CORES",
                         help="before calibrating and before each workload, wait (up to 2 "
                              "minutes) until other programs keep fewer than CORES cores busy")
@@ -446,11 +561,13 @@ def _report(report: Run, args) -> pd.DataFrame:
         blas_threads=args.blas_threads, threads=args.threads,
         omp_wait_policy=args.omp_wait_policy, quiet_below=args.quiet_below,
         loop=not args.no_loop, calibrate_each=not args.calibrate_once,
-        backend=args.backend)
+        backend=args.backend, calibration_spread=not args.no_calibration_spread)
     print()
     for i, (_, figures) in enumerate(calibrations):
         label = "calibration" if len(calibrations) == 1 else f"calibration {i}"
         print(f"{label}: {describe_calibration(figures)}")
+        if "again" in figures:
+            print(f"{label} again: {describe_calibration(figures['again'][1])}")
     print_table(frame, "predicted vs measured step time (ms); rel_error = (pred - meas) / meas")
     summary = summarise(frame)
     print_table(summary, "summary (replayed rows left out)")
@@ -472,11 +589,14 @@ def _report(report: Run, args) -> pd.DataFrame:
     # (another cost model, another version of the simulator) without measuring again:
     # sim_vs_real_cluster.json for one, else sim_vs_real_cluster_<i>.json for the rows
     # whose ``calibration`` is i.
-    for i, (cluster, _) in enumerate(calibrations):
+    # The second calibrations (calibration_spread) beside them, as <name>_again.json.
+    for i, (cluster, figures) in enumerate(calibrations):
         name = "sim_vs_real_cluster" + (f"_{i}" if len(calibrations) > 1 else "")
         cluster_path = report.path(f"{name}.json")
         cluster.save(cluster_path)
         print(f"saved {cluster_path}")
+        if "again" in figures:
+            figures["again"][0].save(report.path(f"{name}_again.json"))
     if args.plot:
         print(f"saved {report.save_figure(_plot(frame), 'sim_vs_real')}")
     print(f"took {time.perf_counter() - t0:.0f} s")

@@ -63,6 +63,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import statistics
@@ -78,7 +79,7 @@ from core.runtime_model import INTERPRETER
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
            "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed",
-           "size_costs", "measure_bandwidth_curve", "measure_shared_bandwidth",
+           "runtime_session", "size_costs", "measure_bandwidth_curve", "measure_shared_bandwidth",
            "measure_session_overhead", "measure_server_dispatch",
            "CPU_FIGURES", "with_cpu_figures"]
 
@@ -468,16 +469,16 @@ def _measure_gpu(index: int, quick: bool) -> dict:
 # A distributed step, measured from outside the runtime
 # ======================================================================================
 
-def _timed_runs(session, fetches, repeats: int, warmup: int = 3) -> float:
-    """The fastest wall-clock seconds of ``session.run(fetches)`` over ``repeats`` runs:
+def _timed_runs(run, repeats: int, warmup: int = 3) -> float:
+    """The fastest wall-clock seconds of ``run()`` (one step) over ``repeats`` calls:
     the undisturbed step (other load on the machine only ever adds time), as the
     experiments measure steps."""
     for _ in range(warmup):
-        session.run(fetches)
+        run()
     best = float("inf")
     for _ in range(repeats):
         t0 = perf_counter()
-        session.run(fetches)
+        run()
         best = min(best, perf_counter() - t0)
     return best
 
@@ -486,42 +487,52 @@ def _cpu(job: str, task: int) -> str:
     return f"/job:{job}/replica:0/task:{task}/device:CPU:0"
 
 
-def _step_time(local_cluster, build, master, repeats: int) -> float:
-    """The fastest step time of the graph ``build()`` returns as ``(graph, fetches)``."""
+@contextlib.contextmanager
+def runtime_session(target: str, graph, fetches):
+    """A session of this lab's runtime at ``target`` on ``graph``, in a ``with``: yields
+    a callable that runs one step of ``fetches``.  The default ``open_session`` of the
+    distributed measurements below; another runtime supplies its own with the same
+    signature (:func:`experiments.tf_calibrate.tensorflow_session`), so that the same
+    graphs are timed the same way on its servers."""
     import runtime
+    with runtime.Session(target, graph=graph) as session:
+        yield lambda: session.run(fetches)
+
+
+def _step_time(local_cluster, build, master, repeats: int,
+               open_session=runtime_session) -> float:
+    """The fastest step time of the graph ``build()`` returns as ``(graph, fetches)``."""
     graph, fetches = build()
-    with runtime.Session(local_cluster.target(*master), graph=graph) as session:
-        return _timed_runs(session, fetches, repeats)
+    with open_session(local_cluster.target(*master), graph, fetches) as run:
+        return _timed_runs(run, repeats)
 
 
 def _interleaved_step_times(local_cluster, builds: dict, master, repeats: int,
-                            warmup: int = 3) -> dict:
+                            warmup: int = 3, open_session=runtime_session) -> dict:
     """Per key of ``builds``: the wall-clock seconds of ``repeats`` steps of its graph
     (``builds[key]()`` returns ``(graph, fetches)``), in a session at ``master`` opened
-    once per graph, after ``warmup`` untimed steps.  The graphs take turns step by step,
-    in a new order each round (a seeded shuffle: in one fixed rotation each graph would
-    always follow the same one, and a step right after a large tensor's is slower)."""
-    import contextlib
-
-    import runtime
+    once per graph (``open_session``, as :func:`runtime_session`), after ``warmup``
+    untimed steps.  The graphs take turns step by step, in a new order each round (a
+    seeded shuffle: in one fixed rotation each graph would always follow the same one,
+    and a step right after a large tensor's is slower)."""
     times: dict = {key: [] for key in builds}
     with contextlib.ExitStack() as stack:
         runs = {}
         for key, make in builds.items():
             graph, fetches = make()
-            session = stack.enter_context(
-                runtime.Session(local_cluster.target(*master), graph=graph))
+            run = stack.enter_context(open_session(local_cluster.target(*master), graph,
+                                                   fetches))
             for _ in range(warmup):
-                session.run(fetches)
-            runs[key] = (session, fetches)
+                run()
+            runs[key] = run
         order = list(builds)
         rng = random.Random(0)
         for _ in range(repeats):
             rng.shuffle(order)
             for key in order:
-                session, fetches = runs[key]
+                run = runs[key]
                 t0 = perf_counter()
-                session.run(fetches)
+                run()
                 times[key].append(perf_counter() - t0)
     return times
 
@@ -537,7 +548,8 @@ def _fit_line(xs, ys) -> tuple[float, float]:
 
 
 def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 15,
-                           rounds: int = 3) -> tuple[float, float, dict]:
+                           rounds: int = 3, open_session=runtime_session
+                           ) -> tuple[float, float, dict]:
     """``(step_overhead, part_overhead, samples)`` of steps on ``local_cluster``.
 
     A step runs one tiny op (a scalar constant and an Identity) on each involved task:
@@ -568,7 +580,7 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
     for _ in range(max(1, rounds)):  # the rounds interleaved: a drift hits every k alike
         for k in runs:
             runs[k].append(_step_time(local_cluster, build([master] + others[:k]), master,
-                                      repeats))
+                                      repeats, open_session))
     samples = {k: statistics.median(v) for k, v in runs.items()}
     base = samples[0]
     ks = [k for k in samples if k]
@@ -578,8 +590,8 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
 
 def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
                              sizes=(4, 64 << 10, 1 << 20, 4 << 20), repeats: int = 30,
-                             crossings: int = 32, size_hops: int = 8
-                             ) -> tuple[float, float, dict]:
+                             crossings: int = 32, size_hops: int = 8,
+                             open_session=runtime_session) -> tuple[float, float, dict]:
     """``(latency s, bandwidth bytes/s, samples)`` of tensors crossing from task ``src``
     to the master's task on one host (stream, local socket or shared memory, as the
     runtime chooses).
@@ -648,7 +660,8 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
     builds = {("chain", crossed): chain(crossed) for crossed in (True, False)}
     builds.update({(n, crossed): build(n, crossed) for n in sizes for crossed in (True, False)})
     fastest = {key: min(times) for key, times in
-               _interleaved_step_times(local_cluster, builds, master, repeats).items()}
+               _interleaved_step_times(local_cluster, builds, master, repeats,
+                                       open_session=open_session).items()}
 
     def added(key, count):
         return (fastest[(key, True)] - fastest[(key, False)]) / count
@@ -662,7 +675,7 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
 
 
 def measure_dispatch_overhead(local_cluster, master=("worker", 0), lengths=(1, 100, 300),
-                              repeats: int = 9) -> float:
+                              repeats: int = 9, open_session=runtime_session) -> float:
     """Seconds per op of a chain of tiny Identity ops run by the master task's server:
     the least-squares slope of the step time over the chain lengths (the executor's
     dispatch, dependency counting and the kernel call together)."""
@@ -679,7 +692,8 @@ def measure_dispatch_overhead(local_cluster, master=("worker", 0), lengths=(1, 1
             return g, [x]
         return make
 
-    times = [_step_time(local_cluster, build(n), master, repeats) for n in lengths]
+    times = [_step_time(local_cluster, build(n), master, repeats, open_session)
+             for n in lengths]
     _, slope = _fit_line(list(lengths), times)
     return max(slope, 1e-7)
 
@@ -732,7 +746,8 @@ def size_costs(latency: float, bandwidth: float, samples: dict) -> tuple:
 
 
 def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick: bool = False,
-                          path: str | os.PathLike | None = None) -> tuple[Cluster, dict]:
+                          path: str | os.PathLike | None = None, open_session=runtime_session,
+                          runtime_model=INTERPRETER) -> tuple[Cluster, dict]:
     """``(cluster, figures)``: ``cluster`` (whose tasks are those of the started
     :class:`runtime.LocalCluster` ``local_cluster``, all on one host) with the fixed
     costs of a distributed step measured on it: every task's ``step_overhead`` and
@@ -742,11 +757,20 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     of the kernel calibration graph (:func:`measure_server_dispatch`) for a CPU
     calibrated with kernel costs, else along a chain of tiny ops
     (:func:`measure_dispatch_overhead`).  ``figures`` holds the measurements and their
-    samples."""
+    samples.
+
+    ``local_cluster`` is anything with ``tasks`` (``(job, index)`` pairs) and
+    ``target(job, index)``, and ``open_session(target, graph, fetches)`` opens a session
+    of its runtime (:func:`runtime_session`, this lab's, by default): the same graphs
+    timed the same way calibrate another runtime's servers
+    (:func:`experiments.tf_calibrate.calibrate_tensorflow`, whose devices come without
+    kernel costs: it measures the dispatch between kernels itself).  The result records
+    ``runtime_model`` as the runtime it was calibrated for."""
     master = tuple(master or cluster.master)
     repeats = 5 if quick else 15
     step, part, step_samples = measure_step_overheads(local_cluster, master, repeats,
-                                                      rounds=1 if quick else 3)
+                                                      rounds=1 if quick else 3,
+                                                      open_session=open_session)
     src = next((tuple(t) for t in local_cluster.tasks if tuple(t) != master), None)
     # Sizes on both sides of the runtime's switch from socket messages to shared
     # memory (runtime.worker.SHM_MIN_BYTES, 256 KiB): the link's size_costs.
@@ -756,9 +780,11 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     x_samples: dict = {}
     if src is not None:
         latency, bandwidth, x_samples = measure_process_transfer(
-            local_cluster, src, master, sizes, repeats=5 if quick else 30)
+            local_cluster, src, master, sizes, repeats=5 if quick else 30,
+            open_session=open_session)
     dispatch = measure_dispatch_overhead(local_cluster, master,
-                                         (1, 50) if quick else (1, 100, 300), repeats)
+                                         (1, 50) if quick else (1, 100, 300), repeats,
+                                         open_session)
     tasks = [replace(t, step_overhead=step, part_overhead=part) for t in cluster.tasks]
     links = cluster.links
     if latency is not None:
@@ -778,7 +804,7 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     devices = [replace(d, op_overhead=between_kernels if d.kernel_costs else dispatch)
                if d.is_cpu else d for d in cluster.devices]
     out = Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink,
-                  INTERPRETER)
+                  runtime_model)
     if path is not None:
         out.save(path)
     figures = {"step_overhead": step, "part_overhead": part, "step_samples": step_samples,

@@ -30,8 +30,9 @@ import numpy as np
 import core as tf
 from core.cluster import Cluster
 
-__all__ = ["kernel_calibration_graph", "measure_kernel_costs", "with_kernel_costs", "fit_factors",
-           "untraced_dispatch", "session_step_times", "FIT_SIZES"]
+__all__ = ["kernel_calibration_graph", "measure_kernel_costs", "kernel_costs_from_traces",
+           "with_kernel_costs", "fit_factors", "untraced_dispatch", "session_step_times",
+           "FIT_SIZES"]
 
 
 def kernel_calibration_graph(n: int = 8, seed: int = 0, device: str | None = None):
@@ -250,22 +251,9 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     roofline = StaticCostModel()
     sizes = (large,) if isinstance(large, int) else tuple(large)
     runs = _interleaved_traced_steps((small, *sizes), steps, config)
-    graph, traces = runs[small]
-    kernels = _fastest_kernels(traces)
-    fixed = _median_by_type(graph, kernels, lambda op, t: t)
-    dispatch = untraced_dispatch(small, kernels, steps, config)
-
-    samples: dict[str, list[tuple[float, float]]] = {}
-    for n in sizes:
-        graph, traces = runs[n]
-        for name, t in _fastest_kernels(traces).items():
-            op = graph.get_operation_by_name(name)
-            samples.setdefault(op.type, []).append((roofline.op_time(op, bare), t))
-    factors = fit_factors(samples, fixed)
-    default = (statistics.median(fixed.values()),
-               statistics.median(factors.values()) if factors else 1.0)
-    costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
-    costs["*"] = default
+    costs = kernel_costs_from_traces(device, runs, small)
+    default = costs["*"]
+    dispatch = untraced_dispatch(small, _fastest_kernels(runs[small][1]), steps, config)
     if parallel_min_elements and device.intra_op_threads > 1:
         n = math.isqrt(parallel_min_elements - 1) + 1  # n * n reaches the threshold
         graph, traces = _traced_steps(n, max(3, steps // 4), config)
@@ -279,6 +267,35 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
         for t, extra in _median_by_type(graph, _fastest_kernels(traces), launch).items():
             costs[f"{t}|parallel"] = (extra, costs.get(t, default)[1])
     return costs, dispatch
+
+
+def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[float, float]]:
+    """The kernel costs fitted to traced steps of the kernel calibration graph:
+    ``runs`` maps each size ``n`` to ``(graph, traces)`` (the graph on ``n x n``
+    tensors, its traced steps on whichever runtime ran it), ``small`` is the size whose
+    fastest kernels give each type's fixed cost, the others fit the factors on the
+    roofline of ``device`` (:func:`measure_kernel_costs` says how; the entry ``"*"``
+    stands for the types the graph lacks)."""
+    from dataclasses import replace
+
+    from core.costs import StaticCostModel
+    bare = replace(device, op_overhead=0.0, kernel_costs=())
+    roofline = StaticCostModel()
+    graph, traces = runs[small]
+    fixed = _median_by_type(graph, _fastest_kernels(traces), lambda op, t: t)
+    samples: dict[str, list[tuple[float, float]]] = {}
+    for n, (graph, traces) in runs.items():
+        if n == small:
+            continue
+        for name, t in _fastest_kernels(traces).items():
+            op = graph.get_operation_by_name(name)
+            samples.setdefault(op.type, []).append((roofline.op_time(op, bare), t))
+    factors = fit_factors(samples, fixed)
+    default = (statistics.median(fixed.values()),
+               statistics.median(factors.values()) if factors else 1.0)
+    costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
+    costs["*"] = default
+    return costs
 
 
 def session_step_times(runs, steps: int) -> list[float]:

@@ -5,12 +5,12 @@ keyword arguments (``batch``, ``layers``, ...), and an option out of range raise
 ValueError naming it.  The literature's models (``resnet50``, ``inception_v3``,
 ``gnmt``, ``transformer``) are whole training steps at their published sizes by
 default; the synthetic workloads (``mlp``, ``rnn``, ``inception_like``,
-``transformer_like``, ``data_parallel``, ``random_dag``) are small graphs of the basic
+``transformer_like``, ``data_parallel``, ``random_dag``, ``mixed_random``) are small graphs of the basic
 op set that run on this machine's executor.  Builders are imported when first asked for.
 
 >>> names()  # doctest: +NORMALIZE_WHITESPACE
-['data_parallel', 'gnmt', 'inception_like', 'inception_v3', 'mlp', 'mlp_forward',
- 'random_dag', 'resnet50', 'rnn', 'transformer', 'transformer_like']
+['data_parallel', 'gnmt', 'inception_like', 'inception_v3', 'mixed_random', 'mlp',
+ 'mlp_forward', 'random_dag', 'resnet50', 'rnn', 'transformer', 'transformer_like']
 >>> get("mlp", batch=4, layers=2, width=8, inputs=8, outputs=2).name
 'mlp_train'
 """
@@ -23,7 +23,7 @@ import importlib
 from core.graph import Operation
 from experiments.workloads.mlp import Workload
 
-__all__ = ["names", "get", "UnknownWorkload", "BUILDERS"]
+__all__ = ["names", "get", "parse_spec", "UnknownWorkload", "BUILDERS"]
 
 #: name -> "module:function" of its builder (imported on first use).
 BUILDERS: dict[str, str] = {
@@ -34,6 +34,7 @@ BUILDERS: dict[str, str] = {
     "transformer_like": "experiments.workloads.models:transformer_training_step",
     "data_parallel": "experiments.workloads.models:data_parallel_step",
     "random_dag": "experiments.workloads.registry:random_dag_workload",
+    "mixed_random": "experiments.workloads.mixed:mixed_random",
     "resnet50": "experiments.workloads.resnet:resnet50",
     "inception_v3": "experiments.workloads.inception_v3:inception_v3",
     "gnmt": "experiments.workloads.gnmt:gnmt",
@@ -78,6 +79,30 @@ def get(name: str, **options) -> Workload:
     finally:
         if collecting:
             gc.enable()
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """``(name, options)`` of a workload written ``name[:option=value]...`` on a command
+    line; each value is a Python literal where it parses as one (``3``, ``0.5``,
+    ``(1, 1, 1, 1)``, ``True``), else the text itself.
+
+    >>> parse_spec("mixed_random:seed=3:matmul=128")
+    ('mixed_random', {'seed': 3, 'matmul': 128})
+    >>> parse_spec("resnet50:blocks=(1,1,1,1):optimizer=sgd")
+    ('resnet50', {'blocks': (1, 1, 1, 1), 'optimizer': 'sgd'})
+    """
+    import ast
+    name, *parts = spec.split(":")
+    options = {}
+    for part in parts:
+        key, sep, text = part.partition("=")
+        if not sep or not key:
+            raise ValueError(f"workload option {part!r} of {spec!r} is not option=value")
+        try:
+            options[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            options[key] = text
+    return name, options
 
 
 def random_dag_workload(num_ops: int = 1000, width: int = 32, seed: int = 0, size: int = 64,

@@ -27,8 +27,13 @@ def test_quick_run_writes_the_table(tmp_path, capsys):
     spread = (saved.remeasured_ms - saved.measured_ms).abs() / saved[
         ["measured_ms", "remeasured_ms"]].min(axis=1)
     assert saved.repeat_spread.to_numpy() == pytest.approx(spread.to_numpy())
+    # How far a second calibration, right after the first, moves each prediction.
+    assert saved.calibration_spread.notna().all() and (saved.calibration_spread >= 0).all()
+    assert (folder / "sim_vs_real_cluster_again.json").exists()
+    assert "calibration again:" in out
     summary = sim_vs_real.summarise(saved)
-    assert {"median_halves_spread", "median_repeat_spread", "max_other_cores"} <= set(summary.columns)
+    assert {"median_halves_spread", "median_repeat_spread", "median_calibration_spread",
+            "max_other_cores"} <= set(summary.columns)
     # The calibrated cluster is saved: the simple row predicts again from it alone.
     from core.cluster import Cluster
     from core.costs import StaticCostModel
@@ -61,7 +66,9 @@ def test_a_proposal_is_kept_only_if_simulated_faster_by_the_split_margin():
 
 def test_the_replacement_loop_keeps_a_proposal_only_if_simulated_faster():
     frame, loop, calibrations = sim_vs_real.run(
-        ["mlp"], repeats=1, quick=True, placer_names=("simple", "cost_model"), progress=False)
+        ["mlp"], repeats=1, quick=True, placer_names=("simple", "cost_model"), progress=False,
+        calibration_spread=False)
+    assert frame.calibration_spread.isna().all()
     assert len(calibrations) == 1 and (frame.calibration == 0).all()
     assert list(loop.columns) == sim_vs_real.LOOP_COLUMNS and len(loop) == 1
     row = loop.iloc[0]
@@ -73,11 +80,14 @@ def test_the_replacement_loop_keeps_a_proposal_only_if_simulated_faster():
 
 
 def test_each_workload_is_calibrated_right_before_it_is_measured(tmp_path, capsys):
-    frame = sim_vs_real.main(["--calibrate", "quick", "--no-loop", "--workloads", "mlp", "rnn",
-                              "--placers", "simple", "--repeats", "1", "--out", str(tmp_path)])
+    frame = sim_vs_real.main(["--calibrate", "quick", "--no-loop", "--workloads", "mlp",
+                              "mixed_random:ops=12:matmul=32:elements=4096", "--placers",
+                              "simple", "--repeats", "1", "--no-calibration-spread",
+                              "--out", str(tmp_path)])
     folder = frame.attrs["run_folder"]
     saved = pd.read_csv(folder / "sim_vs_real.csv")
-    assert dict(zip(saved.workload, saved.calibration)) == {"mlp": 0, "rnn": 1}
+    assert dict(zip(saved.workload, saved.calibration)) == {
+        "mlp": 0, "mixed_random:ops=12:matmul=32:elements=4096": 1}
     assert (folder / "sim_vs_real_cluster_0.json").exists()
     assert (folder / "sim_vs_real_cluster_1.json").exists()
     out = capsys.readouterr().out
@@ -113,3 +123,77 @@ def test_placement_quality_ties_a_baseline_that_is_the_same_placement_as_an_earl
         "measured_ms": [4.0] * 3, "remeasured_ms": [4.2] * 3})
     row = sim_vs_real.placement_quality(rows).iloc[0]
     assert (row.beats_simple, row.beats_round_robin) == ("tie", "tie")
+
+
+def test_workloads_are_the_experiments_and_the_registrys_with_options(capsys):
+    from experiments import workloads
+    from experiments.compare_placers import WORKLOADS
+    for name in workloads.names():  # every registered name, at a small size
+        assert sim_vs_real.workload_spec(name) == name
+    assert set(sim_vs_real.SMALL_OPTIONS) <= set(workloads.names())
+    # A name of the experiments' table without options is that table's size...
+    assert len(sim_vs_real.build_workload("mlp").graph.get_operations()) == len(
+        WORKLOADS["mlp"]().graph.get_operations())
+    # ... with options, the registry's builder over the small defaults.
+    small = sim_vs_real.build_workload("resnet50")
+    assert len(small.graph.get_operations()) < len(
+        sim_vs_real.build_workload("resnet50:blocks=(1,1,2,1)").graph.get_operations())
+    a = sim_vs_real.build_workload("mixed_random:seed=5:ops=20")
+    b = sim_vs_real.build_workload("mixed_random:ops=20:seed=5")
+    assert [op.name for op in a.graph.get_operations()] == [
+        op.name for op in b.graph.get_operations()]
+    with pytest.raises(SystemExit) as stop:
+        sim_vs_real.main(["--workloads", "no_such_workload"])
+    assert stop.value.code == 2 and "unknown workload 'no_such_workload'" in capsys.readouterr().err
+
+
+def test_the_tensorflow_backend_predicts_with_tensorflows_calibration(monkeypatch):
+    """The wiring, without TensorFlow: the calibration run is TensorFlow's (faked here:
+    our preset figures, recording the ideal runtime model), each row is predicted with
+    the runtime model that calibration recorded, not with RUNTIME_SIM, and a second
+    calibration gives calibration_spread.  The "measurements" are the simulator's own."""
+    import contextlib
+
+    import sim
+    import experiments.tf_calibrate as tf_calibrate
+    from core.runtime_model import IDEAL
+    from experiments.backends import Measurement, predict
+    from experiments.compare_placers import placers_to_compare
+
+    calls = []
+
+    def fake_calibration(cluster, quick=False, env=None):
+        calls.append(quick)
+        scale = 1.0 if len(calls) % 2 else 1.25  # the second calibration sees a slower CPU
+        for d in cluster.devices:
+            cluster = cluster.replace_device(d.name, peak_flops=d.peak_flops / scale)
+        return cluster.with_runtime_model(IDEAL), {
+            "step_overhead": 0.0, "part_overhead": 0.0, "transfer_latency": None,
+            "transfer_bandwidth": None, "op_overhead": 0.0}
+
+    @contextlib.contextmanager
+    def fake_servers(backend, cluster, env, config):
+        assert backend == "tensorflow"
+
+        def measure(w, placements, servers, *, repeats, traced=1, config=None):
+            out = {}
+            for name, p in placements.items():
+                trace = predict(w, p, cluster, None, sim.SimConfig(runtime="interpreter"))
+                out[name] = Measurement(trace.step_time, [trace.step_time] * 2, [trace])
+            return out
+        yield None, measure
+
+    monkeypatch.setattr(tf_calibrate, "calibrate_tensorflow", fake_calibration)
+    monkeypatch.setattr(sim_vs_real, "_measuring_cluster", fake_servers)
+    frame, _, calibrations = sim_vs_real.run(
+        ["mlp"], repeats=2, quick=True, placer_names=("simple", "round_robin"), loop=False,
+        progress=False, backend="tensorflow")
+    assert calls == [True, True] and "again" in calibrations[0][1]
+    cluster = calibrations[0][0]
+    w = sim_vs_real.build_workload("mlp")
+    chosen = placers_to_compare(["simple", "round_robin"], w)
+    for row in frame[frame.cost_model == "static"].itertuples():
+        p = chosen[row.placer].place(w.graph, cluster)
+        assert row.predicted_ms == pytest.approx(
+            sim.simulate(w.graph, p, cluster, fetches=w.fetch_ops).step_time * 1e3, rel=1e-9)
+        assert row.calibration_spread > 0  # the slower CPU of the second calibration

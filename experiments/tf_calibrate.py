@@ -1,0 +1,403 @@
+"""Calibration of TensorFlow's runtime: the micro-benchmarks of :mod:`runtime.calibrate`,
+run on TensorFlow's servers, so that the simulator predicts a runtime nobody here wrote.
+
+:func:`calibrate_tensorflow` fills the same figures as :func:`runtime.calibrate` and
+:func:`runtime.calibrate.calibrate_distributed` do for this lab's runtime, measured on
+``tf.distribute.Server`` processes (:class:`experiments.tf_backend.TFLocalCluster`): the
+cluster's own tasks (each with its CPU's thread counts) and, for the device figures, a
+server whose CPU has one inter-op thread and the device's intra-op threads (``alone``:
+each kernel timed alone, as :func:`runtime.calibrate` times ours) and one with one
+thread of each (``single``).  Kernel times are TensorFlow's own, from its step stats
+(``op_start`` to ``op_end`` of the node), the fastest over several traced steps:
+
+============================  ==============================================================
+figure                        measured by
+============================  ==============================================================
+``peak_flops``                a MatMul of two ``n x n`` float32 matrices on ``single``
+``intra_op_speedup``          the same on ``alone``, over the above
+``bandwidth_curve``,          :func:`measure_tf_bandwidth_curve`: an Add of two float32
+``mem_bandwidth``             arrays per size on ``alone`` (TensorFlow's elementwise kernels
+                              split a large array over the intra-op threads, as in a step);
+                              ``mem_bandwidth`` is its largest size's rate
+``Host.shared_bandwidth``     the same with two Adds at once, on the master task's server
+                              (its inter-op threads run them together)
+``kernel_costs``              :func:`runtime.calibrate_kernels.kernel_calibration_graph` at
+                              a tiny size and at :data:`~runtime.calibrate_kernels.FIT_SIZES`
+                              on ``alone``, pinned and exported as a GraphDef, traced with
+                              ``FULL_TRACE``; per op type the fixed cost (tiny tensors) and
+                              the factor on the roofline, fitted by
+                              :func:`runtime.calibrate_kernels.kernel_costs_from_traces`
+``op_overhead``               the median gap between kernels in the fastest traced step of
+                              the tiny calibration graph on ``alone``
+                              (:func:`core.costs.dispatch_gaps`); the untraced step less a
+                              NoOp step and its kernels (:func:`measure_tf_dispatch`, how
+                              :func:`runtime.calibrate` measures ours) and a chain of tiny
+                              Identity ops (:func:`runtime.calibrate.
+                              measure_dispatch_overhead`) are kept beside it
+step, part, crossing figures  :func:`runtime.calibrate.calibrate_distributed` on the
+                              cluster's servers, the same graphs timed the same way as on
+                              ours (:func:`tensorflow_session` opens the sessions)
+============================  ==============================================================
+
+Why between the kernels of the calibration graph and not along a chain: TensorFlow's executor runs an op
+it counts inexpensive inline, on the thread that made it ready, so along a chain of
+Identity ops it pays almost nothing per op, and the slope over chain lengths is a
+difference of two step times that the machine's noise swamps (on this shared machine
+quick calibrations gave 0.1 to 128 us per op, while the traced gap gave 1.7 to 2.0 us in
+five, 2026-11-27).  Between the kernels of a graph with a workload's fan-in and fan-out the executor
+does what it does in a workload's step: the rest of each node (TensorFlow's step stats
+bound a kernel by ``op_start``/``op_end`` inside ``all_start``/``all_end``: its inputs
+gathered, outputs propagated, consumers scheduled, possibly on another thread).  A
+traced step also pays the step-stats collector per node, which an untraced one does
+not: the gap is an upper bound.  (The untraced step less its kernels, how ours is
+measured now, does not work for TensorFlow: see :func:`measure_tf_kernel_costs`.)
+
+The result records :data:`core.runtime_model.IDEAL` as its runtime model: TensorFlow's
+executor is C++, dispatches ops from every inter-op thread at once, and no interpreter
+lock serialises them; the per-op work it does is in ``op_overhead``.
+
+Needs ``tensorflow``; importing this module does not import it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from dataclasses import replace
+
+from core.cluster import Cluster, ClusterSpec
+from core.graph import Graph
+from core.placement import Placement
+from core.runtime_model import IDEAL
+from experiments.machine_load import OtherLoad
+from experiments.tf_backend import (TFLocalCluster, import_tensorflow, placed_graph_def,
+                                    session_config, trace_from_step_stats)
+
+__all__ = ["calibrate_tensorflow", "tensorflow_session", "traced_tensorflow_steps",
+           "measure_tf_matmul_rate", "measure_tf_bandwidth_curve", "measure_tf_kernel_costs",
+           "TF_RUNTIME_MODEL"]
+
+_log = logging.getLogger(__name__)
+
+#: Numbers the containers of the calibration graphs' variables: a server keeps a
+#: variable by name after its session closes, and graphs of one name and another shape
+#: (each size of the kernel calibration graph) need containers of their own.
+_CONTAINERS = itertools.count()
+
+#: The runtime model a TensorFlow calibration records (see the module's docstring).
+TF_RUNTIME_MODEL = IDEAL
+
+
+def _tf_graph(tf, graph: Graph, placement: Placement | None, container: str | None):
+    """``graph`` as a TensorFlow graph (pinned to ``placement`` when given); its
+    variables in ``container`` when given (a server keeps variables across sessions, by
+    name: graphs of one name and other shapes need containers of their own)."""
+    v1 = tf.compat.v1
+    data = (placed_graph_def(graph, placement) if placement is not None
+            else graph.as_graph_def().SerializeToString())
+    graph_def = v1.GraphDef.FromString(data)
+    if container:
+        for node in graph_def.node:
+            if node.op in ("Variable", "VariableV2", "VarHandleOp"):
+                node.attr["container"].s = container.encode()
+    out = tf.Graph()
+    with out.as_default():
+        v1.import_graph_def(graph_def, name="")
+    return out
+
+
+@contextlib.contextmanager
+def _opened(tf, target: str, graph: Graph, *, placement=None, init=None, container=None):
+    """A TensorFlow session at ``target`` on ``graph`` (its rewrites off), its
+    variables (in ``container``, if given) initialised.  The servers keep the
+    variables after the session closes (resetting a container closes every session of
+    the master): calibration servers stop after the calibration."""
+    v1 = tf.compat.v1
+    with v1.Session(target, graph=_tf_graph(tf, graph, placement, container),
+                    config=session_config(tf)) as sess:
+        if init is not None:
+            sess.run(init.name)
+        yield sess
+
+
+@contextlib.contextmanager
+def tensorflow_session(target: str, graph: Graph, fetches):
+    """:func:`runtime.calibrate.runtime_session` for TensorFlow: a session of
+    TensorFlow's runtime at ``target`` (``grpc://...``; ``""``: in this process) on
+    ``graph`` (its ops pinned by their own device fields), in a ``with``; yields a
+    callable that runs one step of ``fetches``."""
+    tf = import_tensorflow()
+    names = [f.name for f in fetches]
+    with _opened(tf, target, graph) as sess:
+        yield lambda: sess.run(names)
+
+
+def _pinned(graph: Graph, device: str) -> Placement:
+    return Placement({op.name: device for op in graph.get_operations()})
+
+
+def traced_tensorflow_steps(target: str, builds: dict, device: str, steps: int,
+                            warmup: int = 2) -> dict:
+    """Per key of ``builds`` (``builds[key]`` is ``(graph, init or None, fetches)``):
+    ``(graph, traces)``, ``steps`` traced steps (``FULL_TRACE``; their step stats as
+    :class:`core.Trace`) of the graph pinned to ``device``, in a session at ``target``
+    opened once per graph after ``warmup`` untimed steps.  The graphs take turns step
+    by step, as :func:`runtime.calibrate_kernels.measure_kernel_costs` runs ours (the
+    machine's speed drifts; each graph's fastest kernels then come from one stretch
+    of time)."""
+    tf = import_tensorflow()
+    v1 = tf.compat.v1
+    out: dict = {}
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for key, (graph, init, fetches) in builds.items():
+            placement = _pinned(graph, device)
+            sess = stack.enter_context(_opened(tf, target, graph, placement=placement,
+                                               init=init,
+                                               container=f"calibration{next(_CONTAINERS)}"))
+            names = [f.name for f in fetches]
+            for _ in range(warmup):
+                sess.run(names)
+            runs[key] = (graph, placement, sess, names)
+            out[key] = (graph, [])
+        options = v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE)
+        for _ in range(steps):
+            for key, (graph, placement, sess, names) in runs.items():
+                meta = v1.RunMetadata()
+                sess.run(names, options=options, run_metadata=meta)
+                out[key][1].append(trace_from_step_stats(meta.step_stats, graph, placement))
+    return out
+
+
+def _fastest_kernel(traces, op_name: str) -> float:
+    return min(rec.end - rec.start for trace in traces for rec in trace.ops if rec.op == op_name)
+
+
+def _fastest_span(traces, prefix: str) -> float:
+    """The fastest step's time from the first start to the last end of the ops whose
+    names start with ``prefix``."""
+    def span(trace):
+        recs = [r for r in trace.ops if r.op.startswith(prefix)]
+        return max(r.end for r in recs) - min(r.start for r in recs)
+    return min(span(trace) for trace in traces)
+
+
+def _binary_graph(shape, op: str, copies: int = 1):
+    """A graph of ``copies`` independent ``op`` (``matmul`` or ``add``, named ``op0``,
+    ``op1``...) each on two float32 variables of ``shape``, filled by the initializer
+    (a GraphDef of large constants would be as large; a Fill in the step would run
+    with it): ``(graph, init, fetches)``."""
+    import core as ctf
+    g = Graph()
+    with g.as_default():
+        outs = []
+        for k in range(copies):
+            a = ctf.Variable(ctf.fill(list(shape), 1.0), name=f"a{k}").value()
+            b = ctf.Variable(ctf.fill(list(shape), 0.5), name=f"b{k}").value()
+            outs.append(ctf.matmul(a, b, name=f"op{k}") if op == "matmul"
+                        else ctf.add(a, b, name=f"op{k}"))
+        init = ctf.global_variables_initializer()
+    return g, init, [t.op for t in outs]
+
+
+def measure_tf_matmul_rate(target: str, device: str, n: int = 512, repeat: int = 5) -> float:
+    """FLOP/s of TensorFlow's MatMul on ``n x n`` float32 matrices on ``device`` of the
+    server at ``target``: the fastest kernel time of ``repeat`` traced steps."""
+    runs = traced_tensorflow_steps(target, {"mm": _binary_graph((n, n), "matmul")}, device,
+                                   repeat)
+    return 2.0 * n ** 3 / _fastest_kernel(runs["mm"][1], "op0")
+
+
+def measure_tf_bandwidth_curve(target: str, device: str, elements, repeat: int = 7,
+                               arrays: int = 1) -> list[tuple[int, float]]:
+    """``[(working set bytes, bytes/s)]`` of TensorFlow's Add on ``device`` of the server
+    at ``target``, as :func:`runtime.calibrate.measure_bandwidth_curve` (``arrays=1``)
+    and :func:`runtime.calibrate.measure_shared_bandwidth` (``arrays=2``: two Adds of
+    one step at once, their bytes over the time from the first's start to the last's
+    end) measure ours: for each size of ``elements``, two float32 arrays read and one
+    written per Add, the fixed cost of an Add on one element taken off; the fastest of
+    ``repeat`` traced steps, the sizes taking turns."""
+    builds = {n: _binary_graph((n,), "add", arrays) for n in (1, *elements)}
+    runs = traced_tensorflow_steps(target, builds, device, repeat)
+    took = {n: _fastest_span(traces, "op") for n, (_, traces) in runs.items()}
+    return [(12 * n * arrays, 12 * n * arrays / max(took[n] - took[1], 1e-9)) for n in elements]
+
+
+def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8,
+                            large=None, pin: str | None = None) -> tuple[dict, dict, list]:
+    """``(kernel_costs, dispatch, fused)`` of TensorFlow's CPU kernels for ``device``
+    (a :class:`core.cluster.Device` with its rates already calibrated) on the server at
+    ``target``: the kernel calibration graph on ``small`` and on each size of ``large``
+    (default :data:`runtime.calibrate_kernels.FIT_SIZES`), ``steps`` traced steps each
+    (:func:`traced_tensorflow_steps`, pinned to ``pin``, default ``device``'s name: a
+    device of that server), fitted by
+    :func:`runtime.calibrate_kernels.kernel_costs_from_traces`.
+
+    ``dispatch`` holds the executor's work per op between kernels: ``"gap"``, the
+    median gap between kernels of the fastest traced step
+    (:func:`core.costs.dispatch_gaps`: what the devices get), and ``"untraced"``
+    (:func:`measure_tf_dispatch`, as :func:`runtime.calibrate_kernels.untraced_dispatch`
+    measures ours), kept to compare: TensorFlow's executor runs ops at once even with
+    one inter-op thread (an inexpensive op inline on the thread that made it ready,
+    beside the pool's thread), so the step less its kernels is no sum of gaps; it came
+    out at or below zero in seven of eight quick calibrations (2026-11-27).
+
+    ``fused`` lists the op types of the step that TensorFlow's step stats never show:
+    with oneDNN on (TensorFlow's default on x86) a graph pass that runs whatever the
+    session's rewrite options fuses, e.g., a Conv2D into its BiasAdd's node (recorded
+    under the BiasAdd's name, its kernel doing both) and a BiasAddGrad into the
+    Conv2DBackpropFilter's.  Those types take the ``"*"`` entry, while the node that
+    absorbed them fits a factor that includes their work (at the calibration graph's
+    shapes)."""
+    from core.graph import ops_needed
+    from runtime.calibrate_kernels import (FIT_SIZES, kernel_calibration_graph,
+                                           kernel_costs_from_traces)
+    sizes = (small, *(FIT_SIZES if large is None else large))
+    builds = {n: kernel_calibration_graph(n) for n in sizes}
+    runs = traced_tensorflow_steps(target, builds, pin or device.name, steps)
+    from core.costs import dispatch_gaps
+    from runtime.calibrate_kernels import _fastest, _fastest_kernels
+    costs = kernel_costs_from_traces(device, runs, small)
+    graph, _, fetches = builds[small]
+    kernels = _fastest_kernels(runs[small][1])
+    dispatch = {"untraced": measure_tf_dispatch(target, pin or device.name, small, kernels,
+                                                steps),
+                "gap": dispatch_gaps([_fastest(runs[small][1])], graph).get("CPU", 0.0)}
+    step = ops_needed([getattr(f, "op", f) for f in fetches])
+    seen = {rec.op for trace in runs[small][1] for rec in trace.ops}
+    fused = sorted({op.type for op in step if op.name not in seen} - set(costs))
+    return costs, dispatch, fused
+
+
+def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: int = 20
+                        ) -> float:
+    """Seconds per op of TensorFlow's executor between kernels, untraced: the fastest
+    step of the kernel calibration graph on ``n x n`` tensors pinned to ``device`` of
+    the server at ``target``, less the fastest step of a graph of one ``NoOp`` there and
+    less ``kernels`` (each op's fastest kernel time, from traced steps), over the ops
+    that ran, as :func:`runtime.calibrate_kernels.untraced_dispatch` measures ours."""
+    import core as ctf
+    from runtime.calibrate_kernels import kernel_calibration_graph, session_step_times
+    tf = import_tensorflow()
+    graph, init, fetches = kernel_calibration_graph(n)
+    empty = Graph()
+    with empty.as_default():
+        nothing = ctf.no_op(name="nothing")
+    with _opened(tf, target, graph, placement=_pinned(graph, device), init=init,
+                 container=f"calibration{next(_CONTAINERS)}") as session, \
+            _opened(tf, target, empty, placement=_pinned(empty, device)) as bare:
+        names = [f.name for f in fetches]
+        for _ in range(2):
+            session.run(names)
+            bare.run(nothing.name)
+        step, fixed = session_step_times([(session, names), (bare, nothing.name)], steps)
+    return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
+
+
+def _calibration_servers(cpu) -> Cluster | None:
+    """The servers the device figures of ``cpu`` are measured on besides its own task's,
+    one process each (a process's intra-op pool is fixed when its first session or
+    server starts): ``alone``, one inter-op thread and the device's intra-op threads
+    (each kernel timed alone, as the simulator's figures mean it: kernels at once slow
+    each other through the host's shared memory bandwidth, measured on its own), unless
+    the device's own task runs one op at a time; ``single``, one thread of each (the
+    single-threaded MatMul rate), unless the device has one intra-op thread.  None when
+    neither is needed."""
+    jobs = {}
+    if cpu.inter_op_threads > 1:
+        jobs["alone"] = ["127.0.0.1:0"]
+    if cpu.intra_op_threads > 1:
+        jobs["single"] = ["127.0.0.1:0"]
+    if not jobs:
+        return None
+    cluster = Cluster.from_spec(ClusterSpec(jobs), cpu_cores=cpu.intra_op_threads,
+                                cpu_inter_op_threads=1, cpu_intra_op_threads=cpu.intra_op_threads)
+    if "single" in jobs:
+        cluster = cluster.replace_device(_cpu("single"), intra_op_threads=1)
+    return cluster
+
+
+def _cpu(job: str) -> str:
+    return f"/job:{job}/replica:0/task:0/device:CPU:0"
+
+
+def _device_figures(cluster: Cluster, servers: TFLocalCluster, env, quick: bool
+                    ) -> tuple[dict, dict, list]:
+    """``(CPU figures, kernel costs, fused types)`` of TensorFlow on this host for the
+    master's CPU of ``cluster``, and the host's shared bandwidth among the figures
+    (``"shared_bandwidth"``, measured on the master's server ``servers``, whose
+    inter-op threads run the two Adds at once)."""
+    from runtime.calibrate import CURVE_ELEMENTS, QUICK_CURVE_ELEMENTS
+    n, repeat = (192, 3) if quick else (1024, 7)
+    # Ten traced steps even when quick: a TensorFlow step of these graphs takes a
+    # millisecond or a few, and three left the fastest kernels to the machine's noise
+    # (MatMul's fixed cost 8.6 us from three, 1.3 us from twenty; an Add of 1M elements
+    # 20 GB/s from three, against 82 GB/s from fifteen; a loaded machine, 2026-11-27).
+    steps = curve_repeat = 10 if quick else 20
+    elements = QUICK_CURVE_ELEMENTS if quick else CURVE_ELEMENTS
+    job, index = cluster.master
+    cpu = next(d for d in cluster.devices_of_task(job, index) if d.is_cpu)
+    extra = _calibration_servers(cpu)
+    with contextlib.ExitStack() as stack:
+        own = extra and stack.enter_context(TFLocalCluster(extra, env=env))
+        alone, pin = ((own.target("alone", 0), _cpu("alone")) if cpu.inter_op_threads > 1
+                      else (servers.target(job, index), cpu.name))
+        multi = measure_tf_matmul_rate(alone, pin, n, repeat)
+        single = (measure_tf_matmul_rate(own.target("single", 0), _cpu("single"), n, repeat)
+                  if cpu.intra_op_threads > 1 else multi)
+        curve = measure_tf_bandwidth_curve(alone, pin, elements, curve_repeat)
+        figures = {"peak_flops": single, "intra_op_speedup": max(1.0, multi / single),
+                   "bandwidth_curve": curve, "mem_bandwidth": curve[-1][1]}
+        costs, dispatch, fused = measure_tf_kernel_costs(alone, replace(cpu, **figures), steps,
+                                                         pin=pin)
+    figures["op_overhead"] = dispatch["gap"]
+    shared = ()
+    if cpu.inter_op_threads > 1 and cluster.host(cpu.host).cpu_cores > 1:
+        shared = measure_tf_bandwidth_curve(servers.target(job, index), cpu.name, elements,
+                                            curve_repeat, arrays=2)
+    return ({**figures, "shared_bandwidth": shared, "untraced_dispatch": dispatch["untraced"]},
+            costs, fused)
+
+
+def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | None = None,
+                         one_process: bool = False) -> tuple[Cluster, dict]:
+    """``(cluster, figures)``: ``cluster`` (its tasks on this host, e.g.
+    :func:`experiments.backends.this_host_cluster`) with the figures of TensorFlow's
+    runtime measured on this machine, as :func:`experiments.backends.calibrate_this_host`
+    measures ours (see the module's docstring for each figure), recording
+    :data:`TF_RUNTIME_MODEL`.
+
+    The servers start for the calibration with ``env`` (one process per task, or all in
+    one with ``one_process``: faster to start, but the tasks then share one intra-op
+    pool), beside those of the device figures (:func:`_calibration_servers`), and stop
+    after it; every CPU device gets the master CPU's figures, every host with a
+    calibrated CPU and two cores the shared bandwidth.  ``figures`` holds the
+    measurements (``calibrate_distributed``'s, plus the device figures,
+    ``kernel_costs``, ``fused`` (the op types TensorFlow fused into others, see
+    :func:`measure_tf_kernel_costs`), ``op_overhead`` and ``dispatch_gap`` (the
+    devices': the traced gap between kernels), ``untraced_dispatch`` and
+    ``chain_op_overhead`` (the two other measures, to compare) and ``other_cores``, the
+    cores other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
+    from runtime.calibrate import calibrate_distributed
+    from runtime.calibrate_kernels import with_kernel_costs
+    with OtherLoad() as load, TFLocalCluster(cluster, env=env, one_process=one_process) as servers:
+        device, costs, fused = _device_figures(cluster, servers, env, quick)
+        shared = device.pop("shared_bandwidth")
+        untraced = device.pop("untraced_dispatch")
+        for d in cluster.devices:
+            if d.is_cpu:
+                cluster = cluster.replace_device(d.name, kernel_costs=(), **device)
+                if shared and cluster.host(d.host).cpu_cores > 1:
+                    cluster = cluster.replace_host(d.host, shared_bandwidth=shared)
+        cluster, figures = calibrate_distributed(
+            cluster, servers, quick=quick, runtime_model=TF_RUNTIME_MODEL,
+            open_session=tensorflow_session)
+    cluster = with_kernel_costs(cluster, costs, dispatch=device["op_overhead"])
+    figures.update(device, kernel_costs=costs, fused=fused, shared_bandwidth=shared,
+                   dispatch_gap=device["op_overhead"], untraced_dispatch=untraced,
+                   other_cores=load.other_cores,
+                   chain_op_overhead=figures["op_overhead"])
+    _log.info("calibrated TensorFlow's runtime in %.1f s; other programs kept %.1f cores busy",
+              load.seconds, load.other_cores)
+    return cluster, figures

@@ -1,0 +1,59 @@
+"""TensorFlow's runtime calibrated by the same micro-benchmarks as ours
+(experiments.tf_calibrate): a quick calibration on one one-core task."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import core as tf
+from core.cluster import Cluster, ClusterSpec
+from core.runtime_model import IDEAL
+from experiments.tf_calibrate import TF_RUNTIME_MODEL, calibrate_tensorflow, tensorflow_session
+
+
+@pytest.fixture(scope="module")
+def tensorflow():
+    return pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
+                               "(pip install -e '.[dev]' installs tensorflow-cpu)")
+
+
+def _one_core_task() -> Cluster:
+    # One thread: one server process, no second one for the single-threaded rate.
+    return Cluster.from_spec(ClusterSpec({"worker": ["127.0.0.1:0"]}), cpu_cores=1,
+                             cpu_inter_op_threads=1, cpu_intra_op_threads=1)
+
+
+def test_a_quick_calibration_of_tensorflow_fills_every_figure(tensorflow):
+    from runtime.calibrate_kernels import kernel_calibration_graph
+    cluster, figures = calibrate_tensorflow(_one_core_task(), quick=True)
+    assert cluster.runtime_model is TF_RUNTIME_MODEL is IDEAL
+    cpu = cluster.devices[0]
+    assert cpu.peak_flops > 1e8 and cpu.mem_bandwidth > 1e8 and cpu.intra_op_speedup == 1.0
+    assert len(cpu.bandwidth_curve) >= 2 and cpu.mem_bandwidth == cpu.bandwidth_curve[-1][1]
+    assert cluster.hosts[0].shared_bandwidth == ()  # one core: kernels never run at once
+    # The traced gap between the kernels of the calibration graph; the two other
+    # measures beside it.
+    assert 0 < cpu.op_overhead < 1e-3
+    assert cpu.op_overhead == figures["op_overhead"] == figures["dispatch_gap"]
+    assert figures["untraced_dispatch"] >= 0 and figures["chain_op_overhead"] > 0
+    assert 0 < cluster.tasks[0].step_overhead < 0.05
+    costs = dict((t, (fixed, factor)) for t, fixed, factor in cpu.kernel_costs)
+    _, _, fetches = kernel_calibration_graph(8)
+    step = tf.graph.ops_needed([f.op if isinstance(f, tf.Tensor) else f for f in fetches])
+    # Every type of the step has its cost, but those TensorFlow fused into another
+    # node (oneDNN's graph pass: a Conv2D into its BiasAdd), which take "*".
+    assert {op.type for op in step} <= set(costs) | set(figures["fused"]) and "*" in costs
+    assert not set(figures["fused"]) & set(costs)
+    assert all(fixed >= 0 and factor >= 0.1 for fixed, factor in costs.values())
+    assert costs == figures["kernel_costs"]
+    again = Cluster.from_dict(cluster.to_dict())  # the model survives the JSON
+    assert again.runtime_model == IDEAL
+
+
+def test_tensorflow_session_runs_a_built_graph_in_this_process(tensorflow):
+    g = tf.Graph()
+    with g.as_default():
+        out = tf.add(tf.constant(np.float32(1.0)), tf.constant(np.float32(2.0)), name="out")
+    with tensorflow_session("", g, [out]) as run:
+        assert run() == [3.0]
