@@ -101,7 +101,8 @@ def _compare_placers(folder: Path, record: dict) -> list[dict]:
 
 def _sim_vs_real(folder: Path, record: dict) -> list[dict]:
     summary = pd.read_csv(folder / "sim_vs_real_summary.csv")
-    return [{"what": f"sim_vs_real, {row.cost_model} costs",
+    backend = (record.get("arguments") or {}).get("backend", "runtime")
+    return [{"what": f"sim_vs_real on {backend}, {row.cost_model} costs",
              "figure": f"median |error| {row.median_abs_error:.0%} over {row.rows} "
                        f"placements, ranked {row.ranked_same}/{row.ranked_pairs} pairs alike",
              "run": _run_label(record)} for row in summary.itertuples()]
