@@ -3,9 +3,11 @@
 The user's path, with nothing else set: ``cluster = runtime.calibrate()``, then
 ``sim.simulate(graph, placement, cluster, fetches=...)`` against the same step run by a
 :class:`runtime.Session` in this process on its devices' inter-op threads.  Per
-workload (registry workloads at small sizes, :data:`SMALL`; and random graphs that mix
-matrix products, elementwise ops on arrays from cache-sized to larger than the caches,
-and tiny ops, :func:`mixed_graph`) the report gives:
+workload (named as for :mod:`experiments.sim_vs_real`, ``name[:option=value]...``:
+registry workloads at the small sizes of
+:data:`experiments.sim_vs_real.SMALL_OPTIONS`, and ``mixed_random`` graphs that mix
+matrix products, elementwise ops and tiny ops, with arrays from cache-sized to larger
+than the caches) the report gives:
 
 - ``predicted_ms`` under the first calibration and ``rel_error`` against
   ``measured_ms``, the fastest of ``--repeats`` steps (other load only ever adds time);
@@ -35,73 +37,22 @@ if __name__ == "__main__":  # before numpy loads BLAS, as experiments.sim_vs_rea
 import statistics
 import time
 
-import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-import core as tf
-from experiments import cli, workloads
+from experiments import cli
 from experiments.report import Run, finish, print_table
+from experiments.sim_vs_real import build_workload, workload_spec
 from experiments.workloads.mlp import Workload
 
-__all__ = ["main", "run", "mixed_graph", "SMALL", "measure_in_process", "without"]
+__all__ = ["main", "run", "measure_in_process", "without", "DEFAULT_WORKLOADS"]
 
-#: Registry workloads at sizes whose steps take milliseconds here.
-SMALL = {
-    "mlp": {},
-    "rnn": {},
-    "inception_like": {},
-    "transformer_like": {},
-    "resnet50": dict(batch=2, image_size=32, num_classes=10, base_width=8, blocks=(1, 1, 1, 1)),
-    "inception_v3": dict(batch=2, image_size=75, num_classes=10, depth_multiplier=0.1, blocks=2),
-    "gnmt": dict(batch=4, layers=2, hidden=64, vocab=500, src_len=8, tgt_len=8),
-    "transformer": dict(batch=4, seq_len=8, layers=1, d_model=64, d_ff=128, heads=4, vocab=500),
-}
-DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "resnet50", "mixed:1", "mixed:2", "mixed:3"]
+DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "inception", "transformer:batch=2",
+                     "resnet50:batch=2", "gnmt:batch=4", "inception_v3:batch=2",
+                     "mixed_random:seed=1", "mixed_random:seed=2",
+                     "mixed_random:seed=3:elements=262144", "mixed_random:seed=4:elements=65536"]
 COLUMNS = ["workload", "ops", "predicted_ms", "measured_ms", "rel_error", "remeasured_ms",
            "repeat_spread", "second_prediction_ms", "calibration_spread"]
-
-
-def mixed_graph(seed: int, ops: int = 40) -> Workload:
-    """A random step (deterministic for ``seed``) of ``ops`` ops drawn from three
-    kinds, each on variables or earlier results of its kind: compute-bound (a
-    ``[256, 256]`` product, then Tanh), memory-bound (elementwise ops on arrays of 64k
-    to 1M float32 elements, 0.75 to 12 MiB moved: from cache-sized to past the caches)
-    and tiny (16 elements: dispatch alone); the last dozen results are summed."""
-    rng = np.random.default_rng(seed)
-    g = tf.Graph()
-    with g.as_default():
-        pool: dict[str, list] = {"big": [], "mat": [], "tiny": []}
-        for _ in range(3):
-            for kind, shape in (("big", [1 << int(rng.integers(16, 21))]), ("mat", [256, 256]),
-                                ("tiny", [16])):
-                pool[kind].append(tf.Variable(rng.standard_normal(shape).astype(np.float32)))
-        outs = []
-        for _ in range(ops):
-            kind = str(rng.choice(["big", "mat", "tiny"], p=[0.4, 0.3, 0.3]))
-            source = pool[kind]
-            a = source[int(rng.integers(len(source)))]
-            if kind == "mat":
-                b = source[int(rng.integers(len(source)))]
-                y = tf.tanh(tf.matmul(a, b) * 0.01)
-            elif kind == "big":
-                same = [t for t in source if t.shape == a.shape]
-                y = tf.maximum(a * 0.5, same[int(rng.integers(len(same)))]) - 0.1
-            else:
-                y = a * 1.01 + 0.01
-            source.append(y)
-            outs.append(y)
-        total = tf.add_n([tf.reduce_sum(t) for t in outs[-12:]])
-        init = tf.global_variables_initializer()
-    return Workload(f"mixed:{seed}", g, [total], init)
-
-
-def build(name: str) -> Workload:
-    """Workload ``name``: ``mixed:<seed>`` (:func:`mixed_graph`) or a registry name, at
-    its :data:`SMALL` options."""
-    if name.startswith("mixed:"):
-        return mixed_graph(int(name.split(":", 1)[1]))
-    return workloads.get(name, **SMALL.get(name, {}))
 
 
 def measure_in_process(w: Workload, repeats: int, inter_op_threads: int = 0):
@@ -148,7 +99,7 @@ def run(names, *, repeats: int = 30, quick: bool = False, mechanism: str | None 
     calibrations = [runtime.calibrate(quick=quick) for _ in range(2)]
     rows = []
     for name in tqdm(names, desc="workloads", disable=not progress):
-        w = build(name)
+        w = build_workload(name)
         placement, measured = measure_in_process(w, repeats)
         _, remeasured = measure_in_process(w, repeats)
         predicted = [sim.simulate(w.graph, placement, without(c, mechanism),
@@ -176,20 +127,17 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv=None):
-    known = sorted(SMALL) + ["mixed:<seed>"]
     parser = cli.make_parser(
         "python -m experiments.sim_vs_inprocess", __doc__.split("\n\n")[0], "workloads",
         "repeats", "calibrate",
         defaults={"workloads": DEFAULT_WORKLOADS, "repeats": 30},
-        choices={"calibrate": ["full", "quick"]},
-        helps={"workloads": f"registry names or mixed:<seed> (known: {known})",
+        choices={"calibrate": ["full", "quick"]}, types={"workloads": workload_spec},
+        helps={"workloads": "name[:option=value]... of experiments.compare_placers.WORKLOADS "
+                            "or of the registry (experiments.workloads.names())",
                "repeats": "timed steps per measurement"})
     parser.add_argument("--without", choices=["shared", "curve"], default=None,
                         help="predict without one memory mechanism (see the docstring)")
     args = cli.parse(parser, argv)
-    for name in args.workloads:
-        if not name.startswith("mixed:") and name not in workloads.names():
-            parser.error(f"unknown workload {name!r}; known: {known}")
     with Run("sim_vs_inprocess", args, out=args.out, argv=argv) as report:
         frame, calibrations = run(args.workloads, repeats=args.repeats,
                                   quick=args.calibrate == "quick", mechanism=args.without)
