@@ -390,14 +390,12 @@ def measure_session_overhead(repeat: int = 30) -> float:
     ``NoOp``: what every step costs besides its ops (the session's call, the plan's
     look-up, the fetches' return)."""
     import core as tf
-    from runtime.calibrate_kernels import session_step_times
     from runtime.session import Session
     graph = tf.Graph()
     with graph.as_default():
         nothing = tf.no_op(name="nothing")
     with Session(graph=graph) as session:
-        session.run(nothing)
-        return session_step_times([(session, nothing)], repeat)[0]
+        return _timed_runs(lambda: session.run(nothing), repeat, warmup=1)
 
 
 def _with_session_overhead(cluster: Cluster, calibrated: set, repeat: int) -> Cluster:
@@ -701,30 +699,14 @@ def measure_dispatch_overhead(local_cluster, master=("worker", 0), lengths=(1, 1
 def measure_server_dispatch(local_cluster, master=("worker", 0), n: int = 8,
                             steps: int = 15) -> float:
     """Seconds per op of a server's executor between kernels, on a graph with a
-    workload's fan-in and fan-out: :func:`runtime.calibrate_kernels.untraced_dispatch`'s
-    measure (the fastest untraced step of the kernel calibration graph, less a
-    ``NoOp`` step and the ops' kernel times), with every op on the master task's CPU
-    and the kernel times from traced steps there.  A server's executor does more per op
-    than an in-process one (each op's values go through its step's rendezvous)."""
-    import core as tf
-    import runtime
-    from runtime.calibrate_kernels import (_fastest_kernels, kernel_calibration_graph,
-                                           session_step_times)
+    workload's fan-in and fan-out: :func:`runtime.calibrate_kernels.untraced_dispatch`
+    with every op on the master task's CPU, run there (the kernel times from traced
+    steps there).  A server's executor does more per op than an in-process one (each
+    op's values go through its step's rendezvous)."""
+    from runtime.calibrate_kernels import untraced_dispatch
     master = tuple(master)
-    graph, init, fetches = kernel_calibration_graph(n, device=_cpu(*master))
-    empty = tf.Graph()
-    with empty.as_default(), tf.device(_cpu(*master)):
-        nothing = tf.no_op(name="nothing")
-    target = local_cluster.target(*master)
-    with runtime.Session(target, graph=graph) as session, \
-            runtime.Session(target, graph=empty) as bare:
-        session.run(init)
-        for _ in range(2):
-            session.run(fetches)
-            bare.run(nothing)
-        kernels = _fastest_kernels([session.run(fetches, trace=True)[1] for _ in range(steps)])
-        step, fixed = session_step_times([(session, fetches), (bare, nothing)], steps)
-    return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
+    return untraced_dispatch(n, steps=steps, target=local_cluster.target(*master),
+                             device=_cpu(*master))
 
 
 def size_costs(latency: float, bandwidth: float, samples: dict) -> tuple:

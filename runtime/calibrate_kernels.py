@@ -311,12 +311,17 @@ def session_step_times(runs, steps: int) -> list[float]:
     return best
 
 
-def untraced_dispatch(n: int, kernels: dict[str, float], steps: int = 20, config=None) -> float:
+def untraced_dispatch(n: int, kernels: dict[str, float] | None = None, steps: int = 20,
+                      config=None, target: str | None = None, device: str | None = None
+                      ) -> float:
     """Seconds per op of the executor's own work between kernels: the fastest untraced
     step of :func:`kernel_calibration_graph` on ``n x n`` tensors, less the fastest
     step of a graph of one ``NoOp`` (what every step costs: the session's call, the
     plan's look-up, the fetches' return) and less ``kernels`` (each op's fastest kernel
-    time, from traced steps), over the ops that ran.
+    time, from traced steps; None: from ``steps`` traced steps of these sessions), over
+    the ops that ran.  ``target`` and ``device``: where the sessions run and the ops go
+    (None: in this process, the session's choice), e.g. a server's CPU
+    (:func:`runtime.calibrate.measure_server_dispatch`).
 
     Untraced, because a traced step does more between kernels (it records each op's
     times and allocations): the recurrent workload's traced steps spanned 15% more
@@ -325,16 +330,19 @@ def untraced_dispatch(n: int, kernels: dict[str, float], steps: int = 20, config
     (as :func:`runtime.calibrate` runs it) the ops run one after another, so the step
     is the sum of its kernels and the work between them."""
     import runtime
-    graph, init, fetches = kernel_calibration_graph(n)
+    graph, init, fetches = kernel_calibration_graph(n, device=device)
     empty = tf.Graph()
-    with empty.as_default():
+    with empty.as_default(), tf.device(device):
         nothing = tf.no_op(name="nothing")
-    with runtime.Session(graph=graph, config=config) as session, \
-            runtime.Session(graph=empty, config=config) as bare:
+    with runtime.Session(target, graph=graph, config=config) as session, \
+            runtime.Session(target, graph=empty, config=config) as bare:
         session.run(init)
         for _ in range(2):
             session.run(fetches)
             bare.run(nothing)
+        if kernels is None:
+            kernels = _fastest_kernels([session.run(fetches, trace=True)[1]
+                                        for _ in range(steps)])
         step, fixed = session_step_times([(session, fetches), (bare, nothing)], steps)
     return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
 
