@@ -32,6 +32,7 @@ from runtime.calibrate import calibrate, calibrate_distributed
 _log = logging.getLogger(__name__)
 
 __all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure", "measure_placements",
+           "in_process_step",
            "prepared_session",
            "runtime_cluster_spec", "server_env", "this_host_cluster", "calibrate_this_host",
            "describe_calibration", "RUNTIME_SIM"]
@@ -189,6 +190,31 @@ def measure(workload: Workload, placement: Placement, local_cluster, **options) 
     :class:`runtime.LocalCluster`) and time it; the options of :func:`measure_placements`."""
     return measure_placements(workload, {"placement": placement}, local_cluster,
                               **options)["placement"]
+
+
+def in_process_step(workload: Workload, repeats: int, *, warmup: int = 3,
+                    inter_op_threads: int = 0, intra_op_threads: int = 0
+                    ) -> tuple[Placement, float]:
+    """``(placement, seconds)``: the fastest of ``repeats`` steps of ``workload``'s fetch
+    ops in a new in-process :class:`runtime.Session` whose inter-op and intra-op pools
+    have that many threads (0: the session's default), after its initializer and
+    ``warmup`` untimed steps; and the placement the session ran (other load only ever
+    adds time, so the fastest step is the undisturbed one)."""
+    config = runtime.SessionConfig(inter_op_parallelism_threads=inter_op_threads,
+                                   intra_op_parallelism_threads=intra_op_threads,
+                                   use_per_session_threads=True)
+    feeds = workload.feeds or None
+    with runtime.Session(graph=workload.graph, config=config) as session:
+        if workload.init is not None:
+            session.run(workload.init)
+        for _ in range(warmup):
+            session.run(workload.fetch_ops, feed_dict=feeds)
+        best = math.inf
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            session.run(workload.fetch_ops, feed_dict=feeds)
+            best = min(best, time.perf_counter() - t0)
+        return session.placement, best
 
 
 @contextlib.contextmanager

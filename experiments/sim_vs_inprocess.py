@@ -35,17 +35,16 @@ if __name__ == "__main__":  # before numpy loads BLAS, as experiments.sim_vs_rea
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import statistics
-import time
 
 import pandas as pd
 from tqdm import tqdm
 
 from experiments import cli
+from experiments.backends import in_process_step
 from experiments.report import Run, finish, print_table
 from experiments.sim_vs_real import build_workload, workload_spec
-from experiments.workloads.mlp import Workload
 
-__all__ = ["main", "run", "measure_in_process", "without", "DEFAULT_WORKLOADS"]
+__all__ = ["main", "run", "without", "DEFAULT_WORKLOADS"]
 
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "inception", "transformer:batch=2",
                      "resnet50:batch=2", "gnmt:batch=4", "inception_v3:batch=2",
@@ -53,27 +52,6 @@ DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "inception", "transformer:batc
                      "mixed_random:seed=3:elements=262144", "mixed_random:seed=4:elements=65536"]
 COLUMNS = ["workload", "ops", "predicted_ms", "measured_ms", "rel_error", "remeasured_ms",
            "repeat_spread", "second_prediction_ms", "calibration_spread"]
-
-
-def measure_in_process(w: Workload, repeats: int, inter_op_threads: int = 0):
-    """``(placement, seconds)``: the fastest of ``repeats`` steps of ``w`` in a new
-    in-process session (after its initializer and three untimed steps), and the
-    placement it ran (0 threads: the session's default pool)."""
-    import runtime
-    config = runtime.SessionConfig(inter_op_parallelism_threads=inter_op_threads,
-                                   use_per_session_threads=True)
-    feeds = dict(w.feeds) if w.feeds else None
-    with runtime.Session(graph=w.graph, config=config) as session:
-        if w.init is not None:
-            session.run(w.init)
-        for _ in range(3):
-            session.run(w.fetches, feed_dict=feeds)
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            session.run(w.fetches, feed_dict=feeds)
-            best = min(best, time.perf_counter() - t0)
-        return session.placement, best
 
 
 def without(cluster, mechanism: str | None):
@@ -100,8 +78,8 @@ def run(names, *, repeats: int = 30, quick: bool = False, mechanism: str | None 
     rows = []
     for name in tqdm(names, desc="workloads", disable=not progress):
         w = build_workload(name)
-        placement, measured = measure_in_process(w, repeats)
-        _, remeasured = measure_in_process(w, repeats)
+        placement, measured = in_process_step(w, repeats)
+        _, remeasured = in_process_step(w, repeats)
         predicted = [sim.simulate(w.graph, placement, without(c, mechanism),
                                   fetches=w.fetches).step_time for c in calibrations]
         rows.append({

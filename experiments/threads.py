@@ -20,7 +20,6 @@ MatMul runs its own threads (``OPENBLAS_NUM_THREADS``), whatever the intra-op se
 
 from __future__ import annotations
 
-import time
 
 import pandas as pd
 from tqdm import tqdm
@@ -39,22 +38,11 @@ BACKENDS = ("sim", "runtime")
 
 def measure_threads(workload, inter: int, intra: int, repeats: int = 5, warmup: int = 2) -> float:
     """The fastest of ``repeats`` steps of ``workload`` in an in-process session whose
-    inter-op and intra-op pools have ``inter`` and ``intra`` threads."""
-    import runtime
-    config = runtime.SessionConfig(inter_op_parallelism_threads=inter,
-                                   intra_op_parallelism_threads=intra,
-                                   use_per_session_threads=True)
-    with runtime.Session(graph=workload.graph, config=config) as session:
-        if workload.init is not None:
-            session.run(workload.init)
-        for _ in range(warmup):
-            session.run(workload.fetch_ops, feed_dict=workload.feeds or None)
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            session.run(workload.fetch_ops, feed_dict=workload.feeds or None)
-            best = min(best, time.perf_counter() - t0)
-    return best
+    inter-op and intra-op pools have ``inter`` and ``intra`` threads
+    (:func:`experiments.backends.in_process_step`)."""
+    from experiments.backends import in_process_step
+    return in_process_step(workload, repeats, warmup=warmup, inter_op_threads=inter,
+                           intra_op_threads=intra)[1]
 
 
 def sweep(workloads: list[str], inter: list[int], intra: list[int], cluster: Cluster,
