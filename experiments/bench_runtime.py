@@ -203,9 +203,14 @@ def _mlp(target: str, batch: int, repeats: int, warmup: int) -> list[dict]:
         sess.run(init)
         ours, numpy_ = interleaved_ms(lambda: sess.run(h), numpy_mlp_forward(batch),
                                       repeats, warmup, pause=MLP_PAUSE)
+    return _mlp_rows(("-", "numpy"), (ours, numpy_), flops)
+
+
+def _mlp_rows(transports, timed, flops: float) -> list[dict]:
+    """The MLP's rows, one per transport, from its ``(median ms, best ms)``."""
     return [{"benchmark": "mlp", "transport": transport, "unit": "ms", "value": med,
              "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9}
-            for transport, (med, best) in (("-", ours), ("numpy", numpy_))]
+            for transport, (med, best) in zip(transports, timed)]
 
 
 def _tiny(target: str, transport: str, repeats: int, warmup: int) -> dict:
@@ -338,10 +343,8 @@ def mlp_side_by_side(v1, batch: int, repeats: int, warmup: int) -> tuple[list[di
         theirs.run(tinit)
         timed = interleaved_many([lambda: ours.run(h), lambda: theirs.run(th),
                                   numpy_mlp_forward(batch)], repeats, warmup, pause=MLP_PAUSE)
-    rows = [{"benchmark": "mlp", "transport": transport, "unit": "ms", "value": med,
-             "best": best, "ms": med, "gflops": flops / (med / 1e3) / 1e9,
-             "other_cores": load.other_cores}
-            for transport, (med, best) in zip(("-", "tensorflow", "numpy"), timed)]
+    rows = [{**row, "other_cores": load.other_cores}
+            for row in _mlp_rows(("-", "tensorflow", "numpy"), timed, flops)]
     return [rows[0], rows[2]], rows[1]
 
 
