@@ -286,6 +286,8 @@ class _Simulation:
                           else None for dev in self.devices]
         self.traffic = (memory_traffic(plan, self.devices, self.cost_model, self.memory_of)
                         if memories else None)
+        if self.traffic is None:  # no kernel moves memory there: nothing to share
+            self.memory_of = None
         # Bytes each op allocates when it starts: its outputs' buffers, summed per op
         # with a cumulative sum over the flat per-op lists.
         ptr, outs = plan.array("csr_op_outputs")
@@ -559,7 +561,7 @@ class _Simulation:
 
         # Resources.
         r.durations, r.want_cores = self.durations, self.want_cores
-        r.memory_of = self.memory_of if self.traffic is not None else None
+        r.memory_of = self.memory_of
         r.moved, r.moving = self.traffic or (None, None)
         r.slowdown, r.host_of = self.slowdown, self.host_of
         r.pool_free = [pool.free for pool in self.pools]
