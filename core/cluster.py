@@ -265,9 +265,9 @@ class Host:
 
     >>> Host("host0", cpu_cores=8, memory_bytes=32 * 2**30).cpu_cores
     8
-    >>> h = Host("h", 2, 2**30, shared_bandwidth=[(1 << 20, 150e9), (1 << 26, 40e9)])
-    >>> h.shared_bandwidth_at(1 << 30) / 1e9
-    40.0
+    >>> h = Host("h", 2, 2**30, shared_bandwidth=[(1 << 26, 40e9), (1 << 20, 150e9)])
+    >>> h.shared_bandwidth
+    ((1048576, 150000000000.0), (67108864, 40000000000.0))
     """
 
     name: str
@@ -278,11 +278,6 @@ class Host:
     def __post_init__(self):
         object.__setattr__(self, "shared_bandwidth",
                            _curve(self.shared_bandwidth, "shared_bandwidth", self.name))
-
-    def shared_bandwidth_at(self, working_set: float) -> float | None:
-        """The bytes/s the host's memory serves kernels at once whose working sets add
-        up to ``working_set`` bytes; None when not measured."""
-        return bandwidth_at(self.shared_bandwidth, working_set) if self.shared_bandwidth else None
 
 
 def _curve(points, what: str, owner: str) -> tuple:
