@@ -111,15 +111,9 @@ def measure_matmul_rate(threads: int = 1, n: int = 512, repeat: int = 5,
 
 def measure_memory_bandwidth(nbytes: int = 64 << 20, repeat: int = 5) -> float:
     """Bytes/s of the single-threaded CPU Add kernel on float32 arrays of ``nbytes``
-    each (it reads two and writes one: ``3 * nbytes`` per call)."""
-    from runtime.kernels import KernelContext, get_kernel
-    kernel = get_kernel("Add", "CPU")
-    n = max(1, nbytes // 4)
-    x = np.ones(n, np.float32)
-    y = np.ones(n, np.float32)
-    ctx = KernelContext("CPU", 1)
-    kernel(ctx, (x, y), {})
-    return 3.0 * n * 4 / _best(lambda: kernel(ctx, (x, y), {}), repeat)
+    each (it reads two and writes one: ``3 * nbytes`` per call): one point of
+    :func:`measure_bandwidth_curve`, which :func:`calibrate` measures instead."""
+    return measure_bandwidth_curve((max(1, nbytes // 4),), repeat)[0][1]
 
 
 #: Elements per array of the Add kernel at which :func:`measure_bandwidth_curve` and
