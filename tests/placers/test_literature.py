@@ -123,6 +123,77 @@ def test_memory_aware_placers_fit_a_training_step_where_the_expert_placement_fit
     assert not sim.simulate(w.graph, p, cluster, fetches=w.fetches, config=config).oom_events
 
 
+def layers_summed_at_the_end(layers=3, steps=8, size=16384):
+    """``layers`` rows of ``steps`` ops, row ``l`` pinned to GPU ``l``, each op's
+    output (``size`` floats) summed per row by an ``AddN`` made after every row (as a
+    weight's gradients over the time steps of an RNN, the sums free to go anywhere)."""
+    g = tf.Graph()
+    with g.as_default():
+        below = [tf.constant([1.0] * size, name=f"in{t}") for t in range(steps)]
+        parts = []
+        for row in range(layers):
+            with g.device(f"/device:GPU:{row}"):
+                h = tf.constant([0.0] * size, name=f"h{row}")
+                outs, mine = [], []
+                for t in range(steps):
+                    h = tf.add(h, below[t], name=f"x{row}_{t}")
+                    outs.append(h)
+                    mine.append(tf.sigmoid(h, name=f"g{row}_{t}"))
+            below = outs
+            parts.append(mine)
+        for row in range(layers):
+            tf.add_n(parts[row], name=f"sum{row}")
+    return g
+
+
+def test_the_ledger_over_a_simulated_schedule_holds_what_devices_send_at_once():
+    # Rows on GPU:0-2 send their outputs to their sums on GPU:3 as they are made, all
+    # rows at once in the simulator; replayed a row and its sum after another (a
+    # topological order, as gnmt's layers come in m_topo's), the ledger held one row's
+    # copies at a time on GPU:3.  Over the simulated schedule it holds them all.
+    from core.costs import StaticCostModel
+    from placers.cost_model import _Model
+    from placers.memory import MemoryLedger
+    from placers.objective import simulated_memory
+    g = layers_summed_at_the_end()
+    cluster = Cluster.single_host(gpus=4)
+    gpu = [d.name for d in cluster.devices if d.device_type == "GPU"]
+    placement = Placement({op.name: gpu[3] if op.name.startswith("sum") else
+                           gpu[int(op.name[1])] if op.name[0] in "hxg" else gpu[0]
+                           for op in g.get_operations()})
+    peaks, schedule = simulated_memory(g, placement, cluster)
+    model = _Model(g.get_operations(), cluster, StaticCostModel())
+    order = sorted(range(len(model.ops)), key=lambda i: (
+        model.ops[i].name[0] in "xgs", model.ops[i].name[-1] if model.ops[i].name[0] == "s"
+        else model.ops[i].name[1], model.ops[i].name[0] == "s"))
+
+    def replay(schedule):
+        ledger = MemoryLedger(model, [2**40] * len(model.devices), {}, schedule=schedule)
+        for i in order:  # inputs, then each row and its sum
+            ledger.commit(i, model.dev_index[placement[model.ops[i].name]])
+        return ledger.peak[model.dev_index[gpu[3]]]
+
+    row = 8 * 16384 * 4  # one row's outputs
+    assert peaks[gpu[3]] >= 2.5 * row  # the simulator: the rows' copies at once
+    assert replay(None) < 1.5 * row  # the replay alone: about one row's
+    assert replay(schedule) >= peaks[gpu[3]]
+
+
+def test_m_topo_fits_where_devices_send_one_device_their_outputs_at_once():
+    # m_topo puts the sums on the last device, which each row's copies fit, not all
+    # rows' at once, as the simulator holds them from their producers' ends (it ran
+    # out of memory when the ledger received each copy with its reader).
+    g = layers_summed_at_the_end()
+    cluster = Cluster.single_host(gpus=4)
+    for d in cluster.devices:
+        if d.device_type == "GPU":
+            cluster = cluster.replace_device(d.name, memory_bytes=int(2.5 * 8 * 16384 * 4))
+    placer = placers.get("m_topo", headroom=0.0)
+    p = placer.place(g, cluster)
+    trace = sim.simulate(g, p, cluster, config=sim.SimConfig(record_oom=True))
+    assert not trace.oom_events
+
+
 def test_m_topo_fills_devices_in_topological_slices():
     g = chain(8)
     p = placers.get("m_topo").place(g, Cluster.single_host(gpus=2))
@@ -354,16 +425,19 @@ def test_memory_aware_placers_place_again_where_the_simulator_runs_out(monkeypat
     cluster, memory = tight_cluster(w.graph, w.fetches)
     calls = []
 
-    def peaks(graph, placement, cluster, fetches=None):
-        calls.append(placement)  # the first check reports GPU:0 over its capacity
+    def simulated(graph, placement, cluster, fetches=None):
+        calls.append(placement)  # the first two checks report GPU:0 over its capacity
         used = {d: 0 for d in placement.devices()}
-        if len(calls) == 1:
+        if len(calls) <= 2:
             used[cluster.devices[1].name] = 2 * memory
-        return used
+        order = {op.name: p for p, op in enumerate(graph.get_operations())}
+        return used, order
 
-    monkeypatch.setattr(objective, "simulated_peaks", peaks)
+    monkeypatch.setattr(objective, "simulated_memory", simulated)
     placer = placers.get("m_topo", fetches=w.fetches)
     placer.place(w.graph, cluster)
-    assert placer.memory_tries == 2 and len(calls) == 2
-    # placed again with GPU:0 scaled down by the overshoot (half)
+    assert placer.memory_tries == 3 and len(calls) == 3
+    # the second run counted over the first's schedule; the third also scaled GPU:0
+    # down by its overshoot (half)
+    assert placer._ledger.profile is not None
     assert placer._ledger.capacity[1] < memory / 2 <= placer._ledger.capacity[2]
