@@ -8,7 +8,10 @@ outgoing transfer are done; a received copy from its transfer's start until its 
 reader there is done.  Gradients and activations are plain op outputs.  A placer knows
 no times, so :class:`MemoryLedger` replays these rules in the order the placer commits
 ops, which is a topological order: an op's outputs (and each copy of them another device
-receives) are held until every reader of the op has been committed, and a colocation
+receives) are held until every reader of the op has been committed, a copy counted from
+its producer's commit on (the simulator sends a tensor when it is made, so a reader
+committed long after, as the sum of a weight's gradients over every time step, holds
+what it receives over that whole span: :meth:`MemoryLedger._fits_past`), and a colocation
 group's variables are reserved on its device when the group is placed, as if from time
 0 (so they also count against every earlier peak).  A group's device is fixed by its
 first op, and its later ops (a variable's read, the gradients colocated with a forward
@@ -26,7 +29,11 @@ input's device and keeps that buffer alive while it is read, as ``StepPlan`` cou
 
 The replay is sequential, the simulator concurrent: ops that overlap in time there hold
 their outputs at once, so the simulator's peak can exceed the replay's; ``headroom``
-keeps that fraction of each device free for it.
+keeps that fraction of each device free for it.  Where that is not enough (devices
+running at once, each sending one device what its sequential replay received one after
+another: gnmt's layers sending their weight gradients to the device that sums them),
+the simulator's check (:class:`SimulatorChecked`) places again with the ledger also
+counting every buffer over the simulated step's schedule (:class:`ScheduleProfile`).
 
 >>> import core as tf
 >>> from core.cluster import Cluster
@@ -46,6 +53,7 @@ keeps that fraction of each device free for it.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 
 import numpy as np
@@ -77,8 +85,8 @@ class MemoryLedger:
     other group's op may use (see the module docstring);
     ``headroom``: the fraction of each capacity kept free; ``step[i]``: whether op ``i``
     runs in the step (default: every op; the others take no memory).  ``schedule``: op
-    name -> its place in an estimated concurrent schedule of the step (the order a
-    simulated step started them): every op must then also fit over it
+    name -> its ``(start, end)`` in an estimated concurrent schedule of the step (as a
+    simulated step ran them): every group's first op must then also fit over it
     (:class:`ScheduleProfile`).  ``in_use[k]`` is what device
     ``k`` holds now (resident plus live), ``peak[k]`` the most it has held.
     """
@@ -483,26 +491,35 @@ class MemoryLedger:
 
 class ScheduleProfile:
     """What each device holds over an estimated concurrent schedule of the step, for a
-    :class:`MemoryLedger` given one (``schedule``: op name -> its place in the order
-    the ops start, as the simulator ran a previous placement).
+    :class:`MemoryLedger` given one (``schedule``: op name -> its ``(start, end)``, as
+    the simulator ran a previous placement).
 
     The ledger's replay is sequential, in the order the placer commits ops, while in
     the simulator the devices run at once: each one's backward pass, say, sends the
     gradients of a weight shared by every time step to the device that sums them, which
     receives those of every layer at the same time; the replay, a layer after another,
-    held one layer's at a time.  Here every buffer is an interval of the schedule
-    (positions ``[first, last]``): an op's outputs from its start to its last reader
-    committed on its device (a forwarded buffer to its forwarders' readers), a received
-    copy from its producer's start to its last reader there; residents stay with the
-    ledger.  ``held[k, p]``: the bytes device ``k`` holds at position ``p``;
-    ``last_max`` the most the last commit's intervals reached.
+    held one layer's at a time.  Here the ops are in the order they start (``position``)
+    and every buffer is an interval of it: an op's outputs from its start to the end of
+    its last reader committed on its device (a forwarded buffer to its forwarders'
+    readers'), a received copy from its producer's start to the end of its last reader
+    there (an op's end: ``after``, the first position that starts after it ends);
+    residents stay with the ledger.  ``held[k, p]``: the bytes device ``k`` holds at
+    position ``p``; ``last_max`` the most the last commit's intervals reached.
     """
 
     def __init__(self, ledger: MemoryLedger, schedule: dict):
         self.ledger = ledger
-        ops = ledger.model.ops
         late = len(schedule)  # (an op the schedule lacks: after all of it)
-        self.position = [schedule.get(op.name, late) for op in ops]
+        started = sorted(schedule, key=lambda name: (schedule[name][0], name))
+        starts = [schedule[name][0] for name in started]
+        at = {name: p for p, name in enumerate(started)}
+        self.position, self.after = [], []
+        for op in ledger.model.ops:
+            p = at.get(op.name, late)
+            self.position.append(p)
+            # what runs while the op does: the positions that start before it ends
+            ends = bisect.bisect_left(starts, schedule[op.name][1]) if op.name in at else p + 1
+            self.after.append(max(p + 1, ends))
         self.held = np.zeros((len(ledger.capacity), late + 2), dtype=np.int64)
         self.end: dict = {}  # op i or (tensor id, device) -> the position after its interval
         self.last_max = 0
@@ -511,26 +528,26 @@ class ScheduleProfile:
         """``(first, after, bytes)`` added on ``k`` by committing op ``i`` there: its
         outputs, the copies it receives or holds longer, its device's inputs held longer."""
         ledger, end = self.ledger, self.end
-        p = self.position[i]
+        p, a = self.position[i], self.after[i]
         out = []
         if not ledger.model.persistent[i]:
             own = ledger._own_bytes(i, k)
             if own:
-                out.append((p, p + 1, own))
+                out.append((p, a, own))
         seen = set()
         for j, tid, nbytes in ledger.inputs[i]:
             if ledger.device[j] != k:
                 was = end.get((tid, k))
                 if was is None:
-                    out.append((self.position[j], p + 1, nbytes))
-                elif was < p + 1:
-                    out.append((was, p + 1, nbytes))
+                    out.append((self.position[j], a, nbytes))
+                elif was < a:
+                    out.append((was, a, nbytes))
                 continue
             while j >= 0 and j not in seen:  # its buffer, and the one it forwards
                 seen.add(j)
                 was = end.get(j)
-                if was is not None and was < p + 1 and ledger.held[j]:
-                    out.append((was, p + 1, ledger.held[j]))
+                if was is not None and was < a and ledger.held[j]:
+                    out.append((was, a, ledger.held[j]))
                 j = ledger.parent[j]
         return out
 
@@ -560,7 +577,7 @@ class ScheduleProfile:
         held, end, ledger = self.held[k], self.end, self.ledger
         for a, b, nbytes in intervals:
             held[a:b] += nbytes
-        p1 = self.position[i] + 1
+        p1 = self.after[i]
         end[i] = p1
         for j, tid, _ in ledger.inputs[i]:
             if ledger.device[j] != k:

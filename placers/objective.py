@@ -51,13 +51,12 @@ def simulated_peaks(graph, placement, cluster, *, fetches=None) -> dict[str, int
 
 
 def simulated_memory(graph, placement, cluster, *, fetches=None) -> tuple[dict, dict]:
-    """``(peaks, schedule)``: as :func:`simulated_peaks`, and each op's place in the
-    order the simulated step started them (op name -> position; ties by name)."""
+    """``(peaks, schedule)``: as :func:`simulated_peaks`, and when the simulated step
+    ran each op (op name -> ``(start, end)`` in seconds)."""
     import sim  # at call time, as in simulated_step
     trace = sim.simulate(graph, placement, cluster, fetches=fetches,
                          config=sim.SimConfig(record_oom=True))
-    started = sorted(trace.ops, key=lambda r: (r.start, r.op))
-    return dict(trace.peak_memory), {r.op: p for p, r in enumerate(started)}
+    return dict(trace.peak_memory), {r.op: (r.start, r.end) for r in trace.ops}
 
 
 def step_objective(objective: Objective | None, fetches=None) -> Objective:

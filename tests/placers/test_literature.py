@@ -430,7 +430,7 @@ def test_memory_aware_placers_place_again_where_the_simulator_runs_out(monkeypat
         used = {d: 0 for d in placement.devices()}
         if len(calls) <= 2:
             used[cluster.devices[1].name] = 2 * memory
-        order = {op.name: p for p, op in enumerate(graph.get_operations())}
+        order = {op.name: (p, p + 1) for p, op in enumerate(graph.get_operations())}
         return used, order
 
     monkeypatch.setattr(objective, "simulated_memory", simulated)
