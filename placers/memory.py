@@ -597,8 +597,8 @@ class SimulatorChecked(BasePlacer):
     still to come, summed), up to ``kept_whole_retries`` groups.
 
     The sequential count of :class:`MemoryLedger` can fall short of what the
-    simulator's concurrent step holds (devices running at once each send a device
-    buffers that its sequential replay received one after another).  So with
+    simulator's concurrent step holds (devices running at once send one device what
+    the sequential replay had it receive one after another).  So with
     ``check_memory`` (default), unless everything the ledger ever allocated on each
     device fits there at once (then nothing can run out), the placement is simulated
     once (:func:`placers.objective.simulated_memory`, the simulator imported at call
