@@ -123,13 +123,20 @@ def test_memory_aware_placers_fit_a_training_step_where_the_expert_placement_fit
     assert not sim.simulate(w.graph, p, cluster, fetches=w.fetches, config=config).oom_events
 
 
-def layers_summed_at_the_end(layers=3, steps=8, size=16384):
-    """``layers`` rows of ``steps`` ops, row ``l`` pinned to GPU ``l``, each op's
-    output (``size`` floats) summed per row by an ``AddN`` made after every row (as a
-    weight's gradients over the time steps of an RNN, the sums free to go anywhere)."""
+def layers_summed_at_the_end(layers=3, steps=8, size=16384, each_row=False, lead=0):
+    """``layers`` rows of ``steps`` ops, row ``l`` pinned to GPU ``l`` (and reading
+    row ``l - 1``: the rows run at once, a step apart), each op's output (``size``
+    floats) summed per row by an ``AddN``, free to go anywhere (as a weight's gradients
+    over the time steps of an RNN), made after every row or, with ``each_row``, after
+    its own; ``lead``: a free chain first, over which m_topo reaches the last GPU."""
     g = tf.Graph()
     with g.as_default():
         below = [tf.constant([1.0] * size, name=f"in{t}") for t in range(steps)]
+        if lead:
+            x = tf.constant([1.0] * size, name="lead")
+            for i in range(lead):
+                x = tf.relu(x, name=f"lead{i}")
+            below = [tf.add(x, b, name=f"in{t}_led") for t, b in enumerate(below)]
         parts = []
         for row in range(layers):
             with g.device(f"/device:GPU:{row}"):
@@ -141,7 +148,9 @@ def layers_summed_at_the_end(layers=3, steps=8, size=16384):
                     mine.append(tf.sigmoid(h, name=f"g{row}_{t}"))
             below = outs
             parts.append(mine)
-        for row in range(layers):
+            if each_row:
+                tf.add_n(mine, name=f"sum{row}")
+        for row in range(layers if not each_row else 0):
             tf.add_n(parts[row], name=f"sum{row}")
     return g
 
@@ -159,13 +168,16 @@ def test_the_ledger_over_a_simulated_schedule_holds_what_devices_send_at_once():
     cluster = Cluster.single_host(gpus=4)
     gpu = [d.name for d in cluster.devices if d.device_type == "GPU"]
     placement = Placement({op.name: gpu[3] if op.name.startswith("sum") else
-                           gpu[int(op.name[1])] if op.name[0] in "hxg" else gpu[0]
-                           for op in g.get_operations()})
+                           gpu[int(op.name[1])] if op.name[0] in "hxg" and op.name[1].isdigit()
+                           else gpu[0] for op in g.get_operations()})
     peaks, schedule = simulated_memory(g, placement, cluster)
     model = _Model(g.get_operations(), cluster, StaticCostModel())
-    order = sorted(range(len(model.ops)), key=lambda i: (
-        model.ops[i].name[0] in "xgs", model.ops[i].name[-1] if model.ops[i].name[0] == "s"
-        else model.ops[i].name[1], model.ops[i].name[0] == "s"))
+    def row(name):  # inputs first (-1), then each row's ops and its sum
+        return int(name[3:]) if name.startswith("sum") else \
+            int(name[1]) if name[0] in "hxg" and name[1].isdigit() else -1
+
+    order = sorted(range(len(model.ops)), key=lambda i: (row(model.ops[i].name),
+                                                         model.ops[i].name.startswith("sum")))
 
     def replay(schedule):
         ledger = MemoryLedger(model, [2**40] * len(model.devices), {}, schedule=schedule)
@@ -192,6 +204,22 @@ def test_m_topo_fits_where_devices_send_one_device_their_outputs_at_once():
     p = placer.place(g, cluster)
     trace = sim.simulate(g, p, cluster, config=sim.SimConfig(record_oom=True))
     assert not trace.oom_events
+
+
+def test_m_topo_places_again_over_the_simulated_schedule_where_rows_run_at_once():
+    # Each row's sum made after it: the replay, in that order, holds one row's copies
+    # at a time on the sums' device, the simulator all of them (the rows run at once):
+    # gnmt's case.  The first placement runs out; the second counts over its schedule.
+    g = layers_summed_at_the_end(size=4096, each_row=True, lead=8)
+    cluster = Cluster.single_host(gpus=4)
+    for d in cluster.devices:
+        if d.device_type == "GPU":
+            cluster = cluster.replace_device(d.name, memory_bytes=2 * 8 * 4096 * 4)
+    placer = placers.get("m_topo", headroom=0.0)
+    p = placer.place(g, cluster)
+    trace = sim.simulate(g, p, cluster, config=sim.SimConfig(record_oom=True))
+    assert not trace.oom_events
+    assert placer.memory_tries == 2 and placer._ledger.profile is not None
 
 
 def test_m_topo_fills_devices_in_topological_slices():
