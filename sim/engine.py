@@ -51,8 +51,8 @@ of servers"):
   kernels hold theirs); with ``RuntimeModel.inline_elements`` too, the
   thread that finished an op goes on with the ops it made ready on its device (cheap
   ones and one other, the last made ready first, :meth:`_Simulation.inline_ops`),
-  taking the freed cores first; ops of its task waiting for cores wait on (they would
-  need the interpreter lock it holds), those of other tasks take what is left.  The
+  taking the freed cores first; the ops waiting for cores take what it leaves (their
+  dispatch waits for the interpreter lock, which it gives up for its kernel).  The
   ops ready at a part's start: the others queue for the pool, one thread runs the
   cheap ones.  With ``RuntimeModel.copies_on_cores`` a crossing within a host is its
   ends' dispatcher work for its whole time (the cores copy the bytes; the link carries

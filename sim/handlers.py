@@ -322,7 +322,7 @@ def _inline_handlers(r: RunState):
     cheap ops it made ready, as the runtime's executor does."""
     env, pending, succ_ptr, succ = r.env, r.pending, r.succ_ptr, r.succ
     op_device, op_thread, op_cores, want_cores = r.op_device, r.op_thread, r.op_cores, r.want_cores
-    host_of, pool_free, task_of, start_at = r.host_of, r.pool_free, r.task_of, r.start_at
+    host_of, pool_free, start_at = r.host_of, r.pool_free, r.start_at
     cheap, stacks = r.cheap, r.stacks
     start = take_thread = ready = schedule = None
 
@@ -333,9 +333,11 @@ def _inline_handlers(r: RunState):
     def finish_inline(i, d):
         """op_done's hand-out under RuntimeModel.inline_elements: the thread that ran
         ``i`` goes on with an op it made ready on its device (cheap ones first, the
-        last made ready first), taking the freed cores first; ops of its task
-        waiting for cores wait on (they would need the interpreter lock it holds);
-        the other successors queue."""
+        last made ready first), taking the freed cores first; the cores it leaves
+        go to the ops waiting for them, its own task's too (their dispatch waits for
+        the interpreter lock, which this thread gives up for its kernel: passing them
+        over kept a CPU's second inter-op thread idle behind a chain of one-core
+        kernels); the other successors queue."""
         own = op_thread[i]
         now_ready = []
         lo, hi = succ_ptr[i], succ_ptr[i + 1]
@@ -368,34 +370,24 @@ def _inline_handlers(r: RunState):
                 cores = total - got  # what is left goes to the waiting ops below
             start(after, own, got)
         if cores:
-            _hand_out_cores(host_of[d], cores, after is not None, task_of[d])
+            _hand_out_cores(host_of[d], cores)
         if after is None:
             heappush(pool_free[d], own)
         for j in queued:
             ready(j)
 
-    def _hand_out_cores(host, cores, holding_lock, own_task):
-        """Freed ``cores`` of ``host`` go to the ops waiting for them, except (while
-        this thread holds its task's interpreter lock) its own task's."""
+    def _hand_out_cores(host, cores):
+        """Freed ``cores`` of ``host`` go to the ops waiting for them, first come
+        first served, each taking what it wants of what is free."""
         free_cores = host.free + cores
         waiting = host.waiting
-        passed = None
         while free_cores and waiting:
-            entry = heappop(waiting)
-            _, j, slot = entry
-            if holding_lock and task_of[op_device[j]] == own_task:
-                # It would need the interpreter lock this thread holds.
-                passed = passed or []
-                passed.append(entry)
-                continue
+            _, j, slot = heappop(waiting)
             got = want_cores[j]
             if got > free_cores:
                 got = free_cores
             free_cores -= got
             start(j, slot, got)
-        if passed:
-            for entry in passed:
-                heappush(waiting, entry)
         host.free = free_cores
 
     def begin_on_device(ops):

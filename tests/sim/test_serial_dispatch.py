@@ -339,3 +339,27 @@ def test_a_multithreaded_kernel_too_small_to_split_leaves_the_other_core_free():
 
     assert run(1 << 21) == {"x": (1e-3, 1), "a": (2e-3, 1), "c": (2e-3, 1)}
     assert run(0) == {"x": (1e-3, 1), "a": (2e-3, 2), "c": (3e-3, 2)}
+
+
+def test_cores_the_next_op_leaves_free_go_to_its_own_task_s_waiting_ops():
+    # x readies a and c, Adds large enough to split (both cores each).  a runs first;
+    # c waits for cores on the other thread.  When a ends, its thread goes on with b
+    # (a slice of a: one core) and the core b leaves free goes to c at once, though
+    # of the same task: c's dispatch waits for the interpreter lock anyway, which the
+    # thread running b gives up for b's kernel.
+    n = 1 << 21
+    g = tf.Graph()
+    with g.as_default(), tf.device(W0):
+        x = tf.constant(np.ones(n, np.float32), name="x")
+        a = tf.add(x, x, name="a")
+        tf.slice(a, [0], [n // 2], name="b")
+        tf.add(x, x, name="c")
+    p = Placement({op.name: W0 for op in g.get_operations()})
+    costs = FixedCost({"b": 5e-3}, default=1e-3)
+    c = two_core_task().replace_device(W0, parallel_min_elements=n)
+    trace = simulate(g, p, c, cost_model=costs, config=INLINE)
+    trace.validate(g, c)
+    run = {r.op: (round(r.start, 9), round(r.end, 9), r.cores) for r in trace.ops}
+    assert run["a"] == (1e-3, 2e-3, 2)
+    assert run["b"][0] == 2e-3 and run["b"][2] == 1
+    assert run["c"][0] == 2e-3 and run["c"][2] == 1  # not after b, at 7 ms
