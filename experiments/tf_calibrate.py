@@ -22,8 +22,9 @@ figure                        measured by
 ``Host.shared_bandwidth``     the same with two Adds at once, on the master task's server
                               (its inter-op threads run them together)
 ``kernel_costs``              :func:`runtime.calibrate_kernels.kernel_calibration_graph` at
-                              a tiny size and at :data:`~runtime.calibrate_kernels.FIT_SIZES`
-                              on ``alone``, pinned and exported as a GraphDef, traced with
+                              a tiny size (eight copies of the step in one graph) and at
+                              :data:`~runtime.calibrate_kernels.FIT_SIZES` on ``alone``,
+                              pinned and exported as a GraphDef, traced with
                               ``FULL_TRACE``; per op type the fixed cost (tiny tensors) and
                               the factor on the roofline, fitted by
                               :func:`runtime.calibrate_kernels.kernel_costs_from_traces`
@@ -225,7 +226,8 @@ def measure_tf_bandwidth_curve(target: str, device: str, elements, repeat: int =
 
 
 def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8,
-                            large=None, pin: str | None = None) -> tuple[dict, dict, list]:
+                            large=None, pin: str | None = None, copies: int = 8
+                            ) -> tuple[dict, dict, list]:
     """``(kernel_costs, dispatch, fused)`` of TensorFlow's CPU kernels for ``device``
     (a :class:`core.cluster.Device` with its rates already calibrated) on the server at
     ``target``: the kernel calibration graph on ``small`` and on each size of ``large``
@@ -233,6 +235,16 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     (:func:`traced_tensorflow_steps`, pinned to ``pin``, default ``device``'s name: a
     device of that server), fitted by
     :func:`runtime.calibrate_kernels.kernel_costs_from_traces`.
+
+    The small size's graph holds ``copies`` copies of the step, so that each type's
+    fixed cost is the median over many of its ops among the others, as in a model's
+    step: TensorFlow runs the first op of a type in a step several times slower than
+    the next ones (``docs/probes/tf_warm_kernels_probe.py``: a MatMul of 8 x 8 took
+    3.4 us as the graph's only one, 1.4 us as the median of eight copies' ones;
+    2026-11-27), and a graph with one op of a type gave fixed costs that overstated the
+    recurrent workload's small kernels two- to fourfold (its kernels summed to 2.2
+    times what TensorFlow measured with one copy, 1.05 times with eight, over three
+    calibrations each; the transformer's MatMuls, median error per op 0.65 and 0.35).
 
     ``dispatch`` holds the executor's work per op between kernels: ``"gap"``, the
     median gap between kernels of the fastest traced step
@@ -254,7 +266,7 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     from runtime.calibrate_kernels import (FIT_SIZES, kernel_calibration_graph,
                                            kernel_costs_from_traces)
     sizes = (small, *(FIT_SIZES if large is None else large))
-    builds = {n: kernel_calibration_graph(n) for n in sizes}
+    builds = {n: kernel_calibration_graph(n, copies=copies if n == small else 1) for n in sizes}
     runs = traced_tensorflow_steps(target, builds, pin or device.name, steps)
     from core.costs import dispatch_gaps
     from runtime.calibrate_kernels import _fastest, _fastest_kernels
@@ -262,7 +274,7 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     graph, _, fetches = builds[small]
     kernels = _fastest_kernels(runs[small][1])
     dispatch = {"untraced": measure_tf_dispatch(target, pin or device.name, small, kernels,
-                                                steps),
+                                                steps, copies),
                 "gap": dispatch_gaps([_fastest(runs[small][1])], graph).get("CPU", 0.0)}
     step = ops_needed([getattr(f, "op", f) for f in fetches])
     seen = {rec.op for trace in runs[small][1] for rec in trace.ops}
@@ -270,8 +282,8 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     return costs, dispatch, fused
 
 
-def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: int = 20
-                        ) -> float:
+def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: int = 20,
+                        copies: int = 1) -> float:
     """Seconds per op of TensorFlow's executor between kernels, untraced: the fastest
     step of the kernel calibration graph on ``n x n`` tensors pinned to ``device`` of
     the server at ``target``, less the fastest step of a graph of one ``NoOp`` there and
@@ -280,7 +292,7 @@ def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: 
     import core as ctf
     from runtime.calibrate_kernels import kernel_calibration_graph, session_step_times
     tf = import_tensorflow()
-    graph, init, fetches = kernel_calibration_graph(n)
+    graph, init, fetches = kernel_calibration_graph(n, copies=copies)
     empty = Graph()
     with empty.as_default():
         nothing = ctf.no_op(name="nothing")
@@ -329,12 +341,15 @@ def _device_figures(cluster: Cluster, servers: TFLocalCluster, env, quick: bool
     (``"shared_bandwidth"``, measured on the master's server ``servers``, whose
     inter-op threads run the two Adds at once)."""
     from runtime.calibrate import CURVE_ELEMENTS, QUICK_CURVE_ELEMENTS
-    n, repeat = (192, 3) if quick else (1024, 7)
-    # Ten traced steps even when quick: a TensorFlow step of these graphs takes a
-    # millisecond or a few, and three left the fastest kernels to the machine's noise
+    n, repeat = (192, 10) if quick else (1024, 7)
+    # Twenty traced steps even when quick: a TensorFlow step of these graphs takes a
+    # millisecond or a few, and fewer left the fastest kernels to the machine's noise
     # (MatMul's fixed cost 8.6 us from three, 1.3 us from twenty; an Add of 1M elements
     # 20 GB/s from three, against 82 GB/s from fifteen; a loaded machine, 2026-11-27).
-    steps = curve_repeat = 10 if quick else 20
+    # Likewise ten MatMuls for the rate: from three, quick calibrations minutes apart
+    # gave 71 to 111 GFLOP/s (this machine's speed flips between two states within
+    # seconds), from ten 103 to 111 in eight.
+    steps = curve_repeat = 20
     elements = QUICK_CURVE_ELEMENTS if quick else CURVE_ELEMENTS
     job, index = cluster.master
     cpu = next(d for d in cluster.devices_of_task(job, index) if d.is_cpu)
@@ -390,8 +405,13 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
                 cluster = cluster.replace_device(d.name, kernel_costs=(), **device)
                 if shared and cluster.host(d.host).cpu_cores > 1:
                     cluster = cluster.replace_host(d.host, shared_bandwidth=shared)
+        # The distributed figures at their full count even when quick: TensorFlow's
+        # steps of those tiny graphs take half a millisecond, so it costs seconds, and
+        # the quick count's few steps left the step overhead anywhere between 0.40 and
+        # 1.21 ms from one calibration to the next (0.40 to 0.45 ms in ten at the full
+        # count; 2026-11-27).
         cluster, figures = calibrate_distributed(
-            cluster, servers, quick=quick, runtime_model=TF_RUNTIME_MODEL,
+            cluster, servers, quick=False, runtime_model=TF_RUNTIME_MODEL,
             open_session=tensorflow_session)
     cluster = with_kernel_costs(cluster, costs, dispatch=device["op_overhead"])
     figures.update(device, kernel_costs=costs, fused=fused, shared_bandwidth=shared,
