@@ -14,13 +14,18 @@ every op (the median traced gap between kernels of its calibration graph,
 :func:`experiments.tf_calibrate.measure_tf_kernel_costs`).
 
 What it showed (2026-11-27, this 2-core machine, quiet): one more op costs an untraced
-step 0.2 us along a chain and 0.4 us among independent ops joined by one fetch, but
-5.8 us when each is fetched (the cost is per fetched op, not per op); the calibration's
-traced gap is 1.8 to 2.0 us per op (the step-stats collector's own work is in it).  A
-calibration with 0.37 us per op did not predict the workloads better, though: their
-single-task steps came out 15 to 50% under the measured ones (with the traced gap, 10%
-over to 40% under), so some per-step cost that grows with a real step is still missing
-and the traced gap stands in for part of it.
+step 0.1 to 0.2 us along a chain, 0.1 to 0.4 us among independent ops joined by one
+fetch (0.10 to 0.11 us as the slope up to 2000 ops in three calibrations; 0.1 to 0.4
+up to 400), but 5.4 to 5.8 us when each is fetched (the cost is per fetched op, not per
+op); the calibration's traced gap is 1.7 to 2.0 us per op (the step-stats collector's
+own work is in it).  Calibrations with the untraced figure as ``op_overhead``
+(``measure_tf_op_cost``, tried and not kept) did not predict the workloads better: on
+two measurements, three calibrations each, the median error over sim_vs_real's rows
+moved from 23-28% to 19-26% on one and from 23-26% to 22-30% on the other, and the
+single-task steps of mlp, rnn and the transformer all came out 15 to 56% under the
+measured ones: some per-step cost that grows with a real step is still missing, and
+the traced gap stands in for part of it.  ``KS`` (environment, comma-separated) sets
+the op counts.
 """
 import os
 import sys
@@ -38,7 +43,7 @@ from experiments.tf_calibrate import tensorflow_session  # noqa: E402
 from runtime.calibrate import _fit_line, _interleaved_step_times  # noqa: E402
 
 W0 = "/job:worker/replica:0/task:0/device:CPU:0"
-KS = (1, 50, 100, 200, 400)
+KS = tuple(int(k) for k in os.environ.get("KS", "1,100,400,1000,2000").split(","))
 
 
 def graph(k: int, shape: str):
