@@ -38,6 +38,9 @@ figure                        measured by
 step, part, crossing figures  :func:`runtime.calibrate.calibrate_distributed` on the
                               cluster's servers, the same graphs timed the same way as on
                               ours (:func:`tensorflow_session` opens the sessions)
+``Link.wait`` of ``memcpy``   the crossing's latency less the servers' CPU time per
+                              crossing (:func:`measure_crossing_cpu`): the part of a
+                              crossing that overlaps others
 ============================  ==============================================================
 
 Why between the kernels of the calibration graph and not along a chain: TensorFlow's executor runs an op
@@ -53,6 +56,14 @@ traced step also pays the step-stats collector per node, which an untraced one d
 not: the gap is an upper bound.  (The untraced step less its kernels, how ours is
 measured now, does not work for TensorFlow: see :func:`measure_tf_kernel_costs`.)
 
+Why a crossing's wait: TensorFlow's crossings are RPCs, many in flight at once; what
+they take turns on is the host's CPU, which serialises and copies each tensor at both
+ends.  32 tiny tensors crossing at once added to a step 29 to 49 us each (one alone:
+0.23 to 0.30 ms, its latency), about the servers' CPU time per crossing (63 to 112 us)
+over the host's two cores (``docs/probes/tf_crossings_probe.py``; 2026-11-27).  So each
+crossing holds the host's ``memcpy`` link for its CPU time (the whole of it: on a
+busy host the kernels hold the other cores) and waits out the rest of its latency.
+
 The result records :data:`core.runtime_model.IDEAL` as its runtime model: TensorFlow's
 executor is C++, dispatches ops from every inter-op thread at once, and no interpreter
 lock serialises them; the per-op work it does is in ``op_overhead``.
@@ -67,6 +78,8 @@ import itertools
 import logging
 from dataclasses import replace
 
+import numpy as np
+
 from core.cluster import Cluster, ClusterSpec
 from core.graph import Graph
 from core.placement import Placement
@@ -77,7 +90,7 @@ from experiments.tf_backend import (TFLocalCluster, import_tensorflow, placed_gr
 
 __all__ = ["calibrate_tensorflow", "tensorflow_session", "traced_tensorflow_steps",
            "measure_tf_matmul_rate", "measure_tf_bandwidth_curve", "measure_tf_kernel_costs",
-           "TF_RUNTIME_MODEL"]
+           "measure_crossing_cpu", "TF_RUNTIME_MODEL"]
 
 _log = logging.getLogger(__name__)
 
@@ -307,6 +320,46 @@ def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: 
     return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
 
 
+def measure_crossing_cpu(servers: TFLocalCluster, master=None, crossings: int = 32,
+                         steps: int = 30) -> float:
+    """Seconds of the servers' CPU one tiny crossing costs TensorFlow: ``steps`` steps
+    (at ``master``, default the first task) of a graph of ``crossings`` scalars, the
+    ``i``-th made on the ``i % n``-th of the ``n`` tasks and read on the next one round
+    them (each read fetched), less as many steps of the same graph with each read on
+    its maker, over the crossings (:meth:`TFLocalCluster.cpu_seconds`; at least 0)."""
+    import core as ctf
+    tasks = [f"/job:{job}/replica:0/task:{index}/device:CPU:0" for job, index in servers.tasks]
+    used = []
+    for crossing in (True, False):
+        graph = Graph()
+        reads = []
+        with graph.as_default():
+            for i in range(crossings):
+                maker = tasks[i % len(tasks)]
+                with ctf.device(maker):
+                    x = ctf.identity(ctf.constant(np.float32(i), name=f"c{i}"), name=f"x{i}")
+                with ctf.device(tasks[(i + 1) % len(tasks)] if crossing else maker):
+                    reads.append(ctf.identity(x, name=f"y{i}").op)
+        with tensorflow_session(servers.target(*(master or servers.tasks[0])), graph,
+                                reads) as run:
+            for _ in range(3):
+                run()
+            before = servers.cpu_seconds()
+            for _ in range(steps):
+                run()
+            used.append(servers.cpu_seconds() - before)
+    return max(0.0, (used[0] - used[1]) / (steps * crossings))
+
+
+def _with_crossing_waits(cluster: Cluster, cpu: float) -> Cluster:
+    """``cluster`` with every ``memcpy`` link's ``wait`` its latency less ``cpu`` (at
+    least 0)."""
+    for name, link in cluster.links.items():
+        if link.kind == "memcpy":
+            cluster = cluster.replace_link(name, wait=max(0.0, link.latency - cpu))
+    return cluster
+
+
 def _calibration_servers(cpu) -> Cluster | None:
     """The servers the device figures of ``cpu`` are measured on besides its own task's,
     one process each (a process's intra-op pool is fixed when its first session or
@@ -392,8 +445,9 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
     ``kernel_costs``, ``fused`` (the op types TensorFlow fused into others, see
     :func:`measure_tf_kernel_costs`), ``op_overhead`` and ``dispatch_gap`` (the
     devices': the traced gap between kernels), ``untraced_dispatch`` and
-    ``chain_op_overhead`` (the two other measures, to compare) and ``other_cores``, the
-    cores other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
+    ``chain_op_overhead`` (the two other measures, to compare), ``crossing_cpu`` (the
+    servers' CPU time per crossing, :func:`measure_crossing_cpu`; with two tasks or
+    more) and ``other_cores``, the cores other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
     from runtime.calibrate import calibrate_distributed
     from runtime.calibrate_kernels import with_kernel_costs
     with OtherLoad() as load, TFLocalCluster(cluster, env=env, one_process=one_process) as servers:
@@ -413,6 +467,9 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
         cluster, figures = calibrate_distributed(
             cluster, servers, quick=False, runtime_model=TF_RUNTIME_MODEL,
             open_session=tensorflow_session)
+        if len(servers.tasks) > 1:
+            figures["crossing_cpu"] = measure_crossing_cpu(servers, cluster.master)
+            cluster = _with_crossing_waits(cluster, figures["crossing_cpu"])
     cluster = with_kernel_costs(cluster, costs, dispatch=device["op_overhead"])
     figures.update(device, kernel_costs=costs, fused=fused, shared_bandwidth=shared,
                    dispatch_gap=device["op_overhead"], untraced_dispatch=untraced,

@@ -40,6 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.getcwd())
 
 import numpy as np  # noqa: E402
+import psutil  # noqa: E402
 
 import core as ctf  # noqa: E402
 import sim  # noqa: E402
@@ -107,6 +108,27 @@ def predicted(cluster, make) -> float:
     return sim.simulate(g, placement, cluster, fetches=outs).step_time
 
 
+def server_cpu(servers) -> float:
+    """CPU seconds the server processes have used so far."""
+    return sum(sum(psutil.Process(proc.pid).cpu_times()[:2]) for proc in servers._procs)
+
+
+def cpu_per_crossing(servers, cross, local, k: int, steps: int = 50) -> float:
+    """Server CPU seconds per crossing: ``steps`` steps of the ``cross`` graph less as
+    many of the ``local`` one, over ``steps * k`` crossings."""
+    used = []
+    for make in (cross, local):
+        g, outs = make()
+        with tensorflow_session(servers.target("worker", 0), g, outs) as run:
+            for _ in range(3):
+                run()
+            before = server_cpu(servers)
+            for _ in range(steps):
+                run()
+            used.append(server_cpu(servers) - before)
+    return (used[0] - used[1]) / (steps * k)
+
+
 RING_MODE = "--ring" in sys.argv
 sizes = [int(s) for s in sys.argv[1:] if s != "--ring"] or [4, 64 << 10, 1 << 20]
 base = this_host_cluster()
@@ -136,3 +158,6 @@ with TFLocalCluster(base, env=server_env(1, "passive")) as servers:
             sim_extra = (predicted(cluster, builds[(k, "cross")])
                          - predicted(cluster, builds[(k, "local")]))
             print(f"  {k:3d} {extra * 1e3:8.3f} {extra / k * 1e6:8.1f} {sim_extra * 1e3:8.3f}")
+        k = KS[-1]
+        print(f"  server CPU per crossing, {k} at once: "
+              f"{cpu_per_crossing(servers, builds[(k, 'cross')], builds[(k, 'local')], k) * 1e6:.0f} us")
