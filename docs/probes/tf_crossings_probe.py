@@ -17,21 +17,26 @@ round the ring (ps, worker 0, worker 1), against the same graph with each read o
 maker (every task runs a part in both).
 
 What it showed (2026-11-27, this 2-core machine, quiet): crossings overlap.  32 tiny
-tensors crossing at once from the ps added 1.0 ms to a step (31 us each, one alone
-0.25 ms), 32 of 64 KiB 1.8 ms, while the simulator, which holds the one ``memcpy``
-link for each crossing's whole latency, predicted 5.2 and 7.0 ms; tensors of 1 MiB took
-turns (0.4 to 0.6 ms each, about the link's bandwidth).  Round the ring, 30 us more per
-tiny or 64 KiB crossing from 8 to 32 at once.  But a model that made the latency a
-wait beside the link (each transfer on the link for its bytes only: ``sim.engine``
-changed so, tried and not kept) predicted the round-robin placements of sim_vs_real's
-workloads 23 to 79% below their measured steps (two measurements, two calibrations
-each), where holding the link for the latency was within -41% to +93%: in a workload's step the crossings are far slower than here
-(the time from a tensor's producer's end to its reader's start on another task, when
-that tensor was the reader's last input: median 0.4 to 0.6 ms in mlp and rnn, 1.2 ms
-in the transformer, against 0.15 ms calibrated), because there the three server
-processes' kernels keep the two cores busy and each crossing's work (its RPC at both
-ends) waits for a core.  What is missing is that crossing work on the host's cores,
-not a shorter time on the link.
+tensors crossing at once from the ps added 0.9 to 1.0 ms to a step (29 to 31 us each,
+one alone 0.23 to 0.25 ms), 32 of 64 KiB 1.8 to 2.6 ms, while the simulator, which
+held the one ``memcpy`` link for each crossing's whole latency, predicted 5.1 and 6.3
+to 7.0 ms; tensors of 1 MiB took turns (0.4 to 0.6 ms each, about the link's
+bandwidth).  Round the ring, 49 to 54 us each for 32 at once.  The servers' CPU time
+per crossing (printed last for each size): 63 us (tiny, from the ps), 112 us (tiny,
+round the ring), 156 us (64 KiB): what 32 at once add is about that over the host's
+two cores, so what crossings take turns on is the CPU.  A model that made the whole
+latency a wait beside the link (each transfer on the link for its bytes only) predicted
+the round-robin placements of sim_vs_real's workloads 23 to 79% under their measured
+steps: in a workload's step the three server processes' kernels keep the cores busy
+and a crossing's CPU work waits for them (from a tensor's producer's end to its reader's
+start on another task, when it was the reader's last input: median 0.4 to 0.6 ms in
+mlp and rnn, 1.2 ms in the transformer, against 0.15 ms calibrated).  Kept:
+``Link.wait`` = the latency less the servers' CPU time per crossing
+(:func:`experiments.tf_calibrate.measure_crossing_cpu`), each crossing holding the link
+for its CPU time; predicting two measurements with three calibrations each, with and
+without the wait, the median error of the eight round-robin rows went from 20-31% to
+17-26% (lower in five of the six, 20 to 24% in one) and the largest from 45-109% to
+40-72%.
 """
 import os
 import sys
