@@ -321,12 +321,16 @@ def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: 
 
 
 def measure_crossing_cpu(servers: TFLocalCluster, master=None, crossings: int = 32,
-                         steps: int = 30) -> float:
+                         steps: int = 100) -> float:
     """Seconds of the servers' CPU one tiny crossing costs TensorFlow: ``steps`` steps
     (at ``master``, default the first task) of a graph of ``crossings`` scalars, the
     ``i``-th made on the ``i % n``-th of the ``n`` tasks and read on the next one round
     them (each read fetched), less as many steps of the same graph with each read on
-    its maker, over the crossings (:meth:`TFLocalCluster.cpu_seconds`; at least 0)."""
+    its maker, over the crossings (:meth:`TFLocalCluster.cpu_seconds`; at least 0).
+
+    A hundred steps: the processes' CPU time comes in clock ticks (10 ms on Linux), and
+    thirty steps of 32 crossings put a tick at 10 us per crossing (the figure went from
+    83 to 188 us in 24 calibrations, in steps of 10 us; 2026-11-27)."""
     import core as ctf
     tasks = [f"/job:{job}/replica:0/task:{index}/device:CPU:0" for job, index in servers.tasks]
     used = []
