@@ -372,6 +372,44 @@ class OpDef:
             return 0  # the value already exists: fed, stored in the graph or resident
         return sum(nbytes(TensorSpec(s.dtype, known_shape(s.shape))) for s in outputs)
 
+    def splits(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], attrs,
+               min_elements: int) -> bool:
+        """Whether the kernel may split its work over the intra-op pool on these tensors,
+        so that it takes the pool's cores: a multithreaded kernel whose largest tensor
+        has at least ``min_elements`` elements (a device's ``parallel_min_elements``;
+        0 or less: any size), or whose arithmetic reaches :data:`SPLIT_MIN_MACS`
+        multiply-adds (a product splits its rows by arithmetic, not by size), or whose
+        sizes are unknown.  Below that the kernel runs on one core, and an executor that
+        took the whole pool for it kept the other inter-op threads' kernels waiting for
+        nothing.  The executor and the simulator both decide an op's cores by this.
+
+        >>> from core.ops import get_op_def, TensorSpec
+        >>> from core.dtypes import float32
+        >>> small, big = TensorSpec(float32, (64, 64)), TensorSpec(float32, (2048, 2048))
+        >>> mul = get_op_def("Mul")
+        >>> mul.splits([small, small], [small], {}, 1 << 21), mul.splits([big, big], [big], {}, 1 << 21)
+        (False, True)
+        >>> get_op_def("MatMul").splits([TensorSpec(float32, (512, 512))] * 2,
+        ...                             [TensorSpec(float32, (512, 512))], {}, 1 << 21)
+        True
+        """
+        if not self.multithreaded:
+            return False
+        if min_elements <= 0:
+            return True
+        largest = 0
+        for spec in (*inputs, *outputs):
+            if any(d is None for d in spec.shape):
+                return True
+            largest = max(largest, math.prod(spec.shape))
+        return largest >= min_elements or self.flops(inputs, outputs, attrs) >= 2 * SPLIT_MIN_MACS
+
+
+#: A product's kernel (MatMul, BatchMatMulV2, the convolutions) splits its rows over
+#: the intra-op pool from this many multiply-adds (the CPU kernels' own threshold,
+#: ``runtime.kernels.cpu.GEMM_PARALLEL_MIN_MACS``, is this figure).
+SPLIT_MIN_MACS = 1 << 24
+
 
 def lazy_gradient(name: str, module: str = "core.autodiff"):
     """Look up the gradient function ``name`` in ``module`` lazily (gradient functions

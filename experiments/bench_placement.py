@@ -5,10 +5,12 @@ simulator records the allocation past a device's capacity and goes on), the peak
 per device, the bytes crossing devices, the time placing took, and the speed-up over one
 device, over the cost-model placer and over the model's expert placement.  A placer that
 raises (no placement fits, ``optimal`` past its limit) has a row with its error.
-Baechi's published figure stands beside its placers' rows where the setting matches
-(its models, 4 GPUs, memory-constrained): Jeon et al., "Baechi: Fast Device Placement
-of Machine Learning Graphs", SoCC 2020 (arXiv:2301.08695): their placements' step is at
-most 6.2% above the expert placements' in TensorFlow (``published_vs_expert_at_most``).
+Baechi's published figures (:mod:`experiments.baechi_published`, each with its source)
+stand beside ours: its abstracts' bound beside its placers' rows on its models where
+memory is constrained (their step at most 6.2% above the expert placements' in
+TensorFlow: ``published_vs_expert_at_most``), and the measured steps of its PyTorch
+repository (Inception-v3, batch 64, four GPUs, memory not constrained) in a table of
+their own beside our rows of that setting (:func:`published_beside`).
 
 Clusters: ``4gpu`` (one host, four default GPUs), any preset name
 ``core.cluster.Cluster.preset`` knows (with ``--gpu-memory-fraction``), and
@@ -27,6 +29,8 @@ cluster): does the measured ranking of the placers agree with the simulated one
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
 import time
 
@@ -39,17 +43,19 @@ from core.costs import tensor_bytes
 from core.graph import ops_needed
 from core.placement import Placement, transfers
 from experiments.compare_placers import WORKLOADS, placer_name
-from experiments import cli
+from experiments import baechi_published, cli
 from experiments.report import Run, finish, per_device_frame, print_table
 
-__all__ = ["bench", "make_cluster", "load_model", "rank_agreement", "BAECHI"]
+__all__ = ["bench", "make_cluster", "load_model", "rank_agreement", "published_beside",
+           "BAECHI"]
 
 DEFAULT_PLACERS = ("simple", "round_robin", "cost_model", "m_topo", "m_etf", "m_sct", "search",
                    "optimal")
 #: Baechi's published bound (see the module docstring), for the settings it measured.
-BAECHI = {"source": "Jeon et al., Baechi, SoCC 2020 (arXiv:2301.08695), abstract and sec. 6",
-          "models": {"inception_v3", "gnmt", "transformer", "inception"},
-          "placers": {"m_topo", "m_etf", "m_sct"}, "vs_expert_at_most": 1.062}
+BAECHI = {"source": baechi_published.SOURCES[baechi_published.BOUNDS[0]["source"]],
+          "models": set(baechi_published.BOUNDS[0]["models"]) | {"inception"},
+          "placers": set(baechi_published.BOUNDS[0]["placers"]),
+          "vs_expert_at_most": baechi_published.BOUNDS[0]["vs_expert_at_most"]}
 _FALLBACK_MODELS = {"inception_v3": "inception", "transformer": "transformer", "gnmt": "rnn",
                     "mlp": "mlp"}
 
@@ -77,6 +83,21 @@ def load_model(name: str, **options):
     if registry is not None and name in registry.names():
         return registry.get(name, **options)
     return WORKLOADS[_FALLBACK_MODELS.get(name, name)]()
+
+
+def model_batch(name: str, options: dict | None = None) -> int | None:
+    """The batch a model is built with: ``options``' ``batch``, else its builder's
+    default (None: the model has no batch option)."""
+    if options and "batch" in options:
+        return options["batch"]
+    registry = _registry()
+    if registry is None or name not in registry.names():
+        return None
+    from experiments.workloads.registry import BUILDERS
+    module, _, function = BUILDERS[name].partition(":")
+    parameter = inspect.signature(getattr(importlib.import_module(module), function)) \
+        .parameters.get("batch")
+    return None if parameter is None else parameter.default
 
 
 def expert_placement(workload, cluster) -> Placement | None:
@@ -158,8 +179,13 @@ def bench(models, clusters, placer_names=DEFAULT_PLACERS, *, tight_fraction=0.6,
     rows = []
     for model in models:
         workload = load_model(model, **(model_options or {}))
+        batch = model_batch(model, model_options)
         for cname in clusters:
             cluster = make_cluster(cname, workload, tight_fraction, gpu_memory_fraction)
+            setting = {"batch": batch, "gpus": sum(d.device_type == "GPU" for d in cluster.devices),
+                       "memory_constrained": cname.endswith(":tight")
+                       or gpu_memory_fraction is not None}
+            first = len(rows)
             expert = expert_placement(workload, cluster)
             if expert is not None:
                 rows.append(_row(model, cname, "expert", workload, cluster, expert, 0.0))
@@ -176,6 +202,8 @@ def bench(models, clusters, placer_names=DEFAULT_PLACERS, *, tight_fraction=0.6,
                                  time.perf_counter() - t0, error))
                 if pname == "search" and placement is not None:
                     rows[-1]["search_evals_per_s"] = placer.stats["evals_per_second"]
+            for row in rows[first:]:
+                row.update(setting)
     frame = pd.DataFrame(rows)
     ok = frame["sim_step_ms"].where(frame["oom"] == False)  # noqa: E712 (None: no placement)
     for base, column in (("simple", "speedup_vs_one_device"),
@@ -184,10 +212,40 @@ def bench(models, clusters, placer_names=DEFAULT_PLACERS, *, tight_fraction=0.6,
             [frame["model"], frame["cluster"]]).transform("max")
         frame[column] = ref / ok
     published = frame["placer"].isin(BAECHI["placers"]) & frame["model"].isin(BAECHI["models"]) \
-        & (frame["cluster"].str.endswith(":tight") | (gpu_memory_fraction is not None))
+        & frame["memory_constrained"]
     frame["published_vs_expert_at_most"] = published.map({True: BAECHI["vs_expert_at_most"],
                                                           False: math.nan})
     return frame
+
+
+def published_beside(frame: pd.DataFrame) -> pd.DataFrame:
+    """Baechi's measured steps (:data:`experiments.baechi_published.FIGURES`) beside the
+    rows of :func:`bench` in their setting (model, batch, GPU count, memory not
+    constrained; :func:`experiments.baechi_published.matches`): per placer (``simple``
+    standing for their single GPU), our simulated step and speed-up over one device,
+    and each published round's step and the speed-up derived from it.  Empty where no
+    row has that setting."""
+    names = {"single_gpu": "simple", "m_topo": "m_topo", "m_etf": "m_etf", "m_sct": "m_sct"}
+    out = []
+    for (model, cname), group in frame.groupby(["model", "cluster"], sort=False):
+        first = group.iloc[0]
+        if not baechi_published.matches(model, first.get("batch"), first.get("gpus"),
+                                        bool(first.get("memory_constrained"))):
+            continue
+        for theirs, ours in names.items():
+            mine = group[group["placer"] == ours]
+            row = {"model": model, "cluster": cname, "placer": ours,
+                   "sim_step_ms": mine["sim_step_ms"].iloc[0] if len(mine) else math.nan,
+                   "speedup_vs_one_device": mine["speedup_vs_one_device"].iloc[0]
+                   if len(mine) else math.nan}
+            for r in (1, 2):
+                step = next(f["step_ms"] for f in baechi_published.FIGURES
+                            if f["round"] == r and f["placer"] == theirs)
+                row[f"published_step_ms_round{r}"] = step
+                row[f"published_speedup_round{r}"] = baechi_published.speedups(r)[theirs]
+            row["published_source"] = "baechi-pytorch"
+            out.append(row)
+    return pd.DataFrame(out)
 
 
 def rank_agreement(frame: pd.DataFrame) -> pd.DataFrame:
@@ -280,6 +338,15 @@ def _report(run: Run, args) -> pd.DataFrame:
                        f"this row's; published: {BAECHI['source']})")
     print(f"saved {run.save_table(frame, 'bench_placement')}")
     print(f"saved {run.save_table(devices, 'bench_placement_devices')}")
+    beside = published_beside(frame)
+    if len(beside):
+        setting = baechi_published.SETTING
+        print_table(beside, "Baechi's measured steps beside ours (theirs: "
+                            f"{setting['framework']}, {setting['gpus']} GPUs of "
+                            f"{setting['gpu_memory']}, GPU type not stated, measured; ours: "
+                            f"simulated; speed-ups over one device, theirs derived from their "
+                            f"steps; source: {baechi_published.SOURCES['baechi-pytorch']})")
+        print(f"saved {run.save_table(beside, 'bench_placement_published')}")
     if args.plot:
         print(f"saved {run.save_figure(_plot(frame), 'bench_placement')}")
     if args.real:

@@ -64,7 +64,8 @@ class ListScheduler:
     constraints (see the module's contract).
 
     ``fetches``: the step whose ops hold memory (default: every op); ``capacity``:
-    bytes per device (default: their ``memory_bytes``).
+    bytes per device (default: their ``memory_bytes``); ``kept_whole``, ``schedule``:
+    as :class:`placers.memory.MemoryLedger`'s.
     ``favorite_parent[i]`` (optional, op index or -1): op ``i`` goes to that op's
     device when it may and fits there (m-SCT's rule).  After :meth:`run`,
     ``device[i]`` and ``finish[i]`` hold each op's device index and end, ``makespan``
@@ -73,7 +74,8 @@ class ListScheduler:
 
     def __init__(self, constraints, cost_model: CostModel | None = None,
                  headroom: float = 0.0, favorite_parent: list[int] | None = None,
-                 fetches=None, capacity: list[int] | None = None, kept_whole=()):
+                 fetches=None, capacity: list[int] | None = None, kept_whole=(),
+                 schedule: dict | None = None):
         self.constraints = constraints
         self.model = model = _Model(constraints.order, constraints.cluster,
                                     cost_model or StaticCostModel())
@@ -87,7 +89,8 @@ class ListScheduler:
                              for g in constraints.groups if g.fixed is not None}
         capacity = capacity or [d.memory_bytes for d in model.devices]
         self.ledger = MemoryLedger(model, capacity, self.group_of, headroom,
-                                   step_mask(model, fetches), self.feasible, kept_whole)
+                                   step_mask(model, fetches), self.feasible, kept_whole,
+                                   schedule)
         self.favorite_parent = favorite_parent
         n = len(model.ops)
         self.device = [-1] * n
@@ -246,7 +249,7 @@ class METFPlacer(SimulatorChecked):
     def choose(self, constraints):
         scheduler = ListScheduler(constraints, self.cost_model, self.headroom, fetches=self.fetches,
                                   capacity=self.capacities(constraints.cluster.devices),
-                                  kept_whole=self.kept_whole())
+                                  kept_whole=self.kept_whole(), schedule=self.schedule())
         self._ledger = scheduler.ledger
         scheduler.run()
         self.estimated_step_time = scheduler.makespan

@@ -181,7 +181,7 @@ class MSCTPlacer(SimulatorChecked):
     def choose(self, constraints):
         scheduler = ListScheduler(constraints, self.cost_model, self.headroom, fetches=self.fetches,
                                   capacity=self.capacities(constraints.cluster.devices),
-                                  kept_whole=self.kept_whole())
+                                  kept_whole=self.kept_whole(), schedule=self.schedule())
         self._ledger = scheduler.ledger
         favorite = favorite_parents(scheduler, self.lp_time_limit, self.lp_window)
         self.favorites = sum(1 for j in favorite if j >= 0)

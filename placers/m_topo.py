@@ -73,7 +73,7 @@ class MTopoPlacer(SimulatorChecked):
         ledger = self._ledger = MemoryLedger(
             model, self.capacities(model.devices), group_of, self.headroom, step,
             {g: [k for k in ks if k in targets] or ks for g, ks in feasible.items()},
-            self.kept_whole())
+            self.kept_whole(), self.schedule())
         share = sum(ledger.out_bytes) / len(targets)
         filled = [0] * len(model.devices)
         group_device = {g.index: model.dev_index[g.fixed]

@@ -8,7 +8,10 @@ outgoing transfer are done; a received copy from its transfer's start until its 
 reader there is done.  Gradients and activations are plain op outputs.  A placer knows
 no times, so :class:`MemoryLedger` replays these rules in the order the placer commits
 ops, which is a topological order: an op's outputs (and each copy of them another device
-receives) are held until every reader of the op has been committed, and a colocation
+receives) are held until every reader of the op has been committed, a copy counted from
+its producer's commit on (the simulator sends a tensor when it is made, so a reader
+committed long after, as the sum of a weight's gradients over every time step, holds
+what it receives over that whole span: :meth:`MemoryLedger._fits_past`), and a colocation
 group's variables are reserved on its device when the group is placed, as if from time
 0 (so they also count against every earlier peak).  A group's device is fixed by its
 first op, and its later ops (a variable's read, the gradients colocated with a forward
@@ -26,7 +29,11 @@ input's device and keeps that buffer alive while it is read, as ``StepPlan`` cou
 
 The replay is sequential, the simulator concurrent: ops that overlap in time there hold
 their outputs at once, so the simulator's peak can exceed the replay's; ``headroom``
-keeps that fraction of each device free for it.
+keeps that fraction of each device free for it.  Where that is not enough (devices
+running at once, each sending one device what its sequential replay received one after
+another: gnmt's layers sending their weight gradients to the device that sums them),
+the simulator's check (:class:`SimulatorChecked`) places again with the ledger also
+counting every buffer over the simulated step's schedule (:class:`ScheduleProfile`).
 
 >>> import core as tf
 >>> from core.cluster import Cluster
@@ -46,14 +53,17 @@ keeps that fraction of each device free for it.
 
 from __future__ import annotations
 
+import bisect
 import heapq
+
+import numpy as np
 
 from core.costs import tensor_bytes
 from core.graph import Tensor, ops_needed
 from core.placement import PlacementError
 from placers.base import BasePlacer
 
-__all__ = ["MemoryLedger", "step_mask", "SimulatorChecked"]
+__all__ = ["MemoryLedger", "ScheduleProfile", "step_mask", "SimulatorChecked"]
 
 
 def step_mask(model, fetches) -> list[bool] | None:
@@ -74,13 +84,16 @@ class MemoryLedger:
     ``kept_whole``: groups whose room is all their ops still to come, summed, which no
     other group's op may use (see the module docstring);
     ``headroom``: the fraction of each capacity kept free; ``step[i]``: whether op ``i``
-    runs in the step (default: every op; the others take no memory).  ``in_use[k]`` is what device
+    runs in the step (default: every op; the others take no memory).  ``schedule``: op
+    name -> its ``(start, end)`` in an estimated concurrent schedule of the step (as a
+    simulated step ran them): every group's first op must then also fit over it
+    (:class:`ScheduleProfile`).  ``in_use[k]`` is what device
     ``k`` holds now (resident plus live), ``peak[k]`` the most it has held.
     """
 
     def __init__(self, model, capacity: list[int], group_of: dict | list, headroom: float = 0.0,
                  step: list[bool] | None = None, feasible: dict | None = None,
-                 kept_whole=()):
+                 kept_whole=(), schedule: dict | None = None):
         if not 0 <= headroom < 1:
             raise ValueError(f"headroom must be a fraction in [0, 1), not {headroom!r}")
         self.model = model
@@ -144,6 +157,16 @@ class MemoryLedger:
                     self.forwarded[i] = tensor_bytes(op.outputs[0])
         self.held = [0] * n  # bytes each op's outputs hold on its device
         self.parent = [-1] * n  # the op whose buffer a forwarding op keeps alive
+        # The replay's past, for the copies: a copy is received when its producer
+        # ends (the simulator sends eagerly), long before a reader committed later
+        # (as the sum of a weight's gradients over every time step) runs.
+        # ``history[k, c]``: the most device ``k`` held, less its resident bytes,
+        # during the ``c``-th commit; ``when[i]``: the commit that placed op ``i``.
+        self.clock = 0
+        self.when = [-1] * n
+        self.history = np.zeros((len(capacity), n + 1), dtype=np.int64)
+        self.total = [0] * len(capacity)  # everything ever allocated on each device
+        self.profile = None if schedule is None else ScheduleProfile(self, schedule)
 
     def _setup_room(self) -> None:
         """What the ops of each group may take when they run, largest first (their
@@ -212,18 +235,25 @@ class MemoryLedger:
         """Whether op ``i`` fits on device ``k`` now and leaves the room kept there for
         the ops still to come of the groups placed on ``k``, its own group's included
         (:meth:`room`); for the first op of a group, also its group's variables (for
-        good: against the device's peak so far too).  ``relaxed``: keep no room (for a
-        placer whose every next op waits for it)."""
+        good: against the device's peak so far too), and the copies it receives over
+        the past they reach back to (:meth:`_fits_past`) and over the ``schedule``
+        (:class:`ScheduleProfile`), where one is given.  ``relaxed``: keep no room,
+        nor those (for a placer whose every next op waits for it)."""
         resident, transient = self.need(i, k)
         cap = self.capacity[k]
         g = self._group_key(i)
         if relaxed:
-            return (g in self._placed or self.peak[k] + resident <= cap) and \
+            return (not resident or self.peak[k] + resident <= cap) and \
                 self.in_use[k] + resident + transient <= cap
         if g in self._placed:  # its group's room is its own (and its device's) to take
             left = cap - self.in_use[k] - transient
             return left >= 0 and left + self._freed_by(i, k) >= self._kept_for_others(k, g)
-        if self.peak[k] + resident > cap:
+        # (the past and the schedule only steer a group's first op: its later ops have
+        # no choice, and waiting changes neither)
+        if not self._fits_past(i, k, resident) or \
+                self.profile is not None and not self.profile.fits(i, k, resident):
+            return False
+        if resident and self.peak[k] + resident > cap:
             return False
         left = cap - self.in_use[k] - resident - transient
         if left < 0:
@@ -231,6 +261,24 @@ class MemoryLedger:
         # The room is needed once the op is done: what it was the last to read is free.
         left += self._freed_by(i, k) - self.room(k, g, i)
         return left >= 0 and self._leaves_room_to_come(g, k, left)
+
+    def _fits_past(self, i: int, k: int, resident: int) -> bool:
+        """Whether the copies op ``i`` would receive on ``k`` fit there over the past
+        they reach back to: each from the commit after its producer's (when the
+        simulator starts its transfer) to now, with what ``k`` held then."""
+        device, copied, when = self.device, self._copied, self.when
+        pending = sorted((when[j], nbytes) for j, tid, nbytes in self.inputs[i]
+                         if device[j] != k and (tid, k) not in copied)
+        if not pending:
+            return True
+        room = self.capacity[k] - self.resident[k] - resident
+        past, extra = self.history[k], 0
+        for at, (since, nbytes) in enumerate(pending):
+            extra += nbytes
+            until = pending[at + 1][0] + 1 if at + 1 < len(pending) else self.clock
+            if since + 1 < until and int(past[since + 1:until].max()) + extra > room:
+                return False
+        return True
 
     def _freed_by(self, i: int, k: int) -> int:
         """The bytes on ``k`` that placing op ``i`` there lets go of: the inputs (and
@@ -339,10 +387,16 @@ class MemoryLedger:
     def commit(self, i: int, k: int) -> None:
         """Place op ``i`` on ``k``: allocate, then free what its placement lets go of."""
         model = self.model
+        now = self.clock
+        if self.profile is not None:
+            self.profile.commit(i, k)
+        for d, used in enumerate(self.in_use):
+            self.history[d, now] = used - self.resident[d]
         resident, _ = self.need(i, k)
         g = self._group_key(i)
         if resident:
             self._reserved.add(g)
+            self.total[k] += resident
             self.resident[k] += resident
             self.in_use[k] += resident
             self.peak[k] += resident
@@ -365,6 +419,7 @@ class MemoryLedger:
                 by_device = self.copies.setdefault(j, {})
                 by_device[k] = by_device.get(k, 0) + nbytes
                 self._alloc(k, nbytes)
+                self._received_since(k, self.when[j] + 1, nbytes)
         if not model.persistent[i]:
             self.held[i] = self._own_bytes(i, k)
             self._alloc(k, self.held[i])
@@ -376,11 +431,27 @@ class MemoryLedger:
                 self._read(j)
         if self.readers[i] == 0:  # nobody reads it: freed when the op ends
             self._release(i)
+        self.when[i] = now
+        self.clock = now + 1
+        if self.profile is not None:
+            self.peak[k] = max(self.peak[k], self.resident[k] + self.profile.last_max)
 
     def _alloc(self, k: int, nbytes: int) -> None:
+        self.total[k] += nbytes
         self.in_use[k] += nbytes
         if self.in_use[k] > self.peak[k]:
             self.peak[k] = self.in_use[k]
+        held = self.in_use[k] - self.resident[k]
+        if held > self.history[k, self.clock]:
+            self.history[k, self.clock] = held
+
+    def _received_since(self, k: int, since: int, nbytes: int) -> None:
+        """A copy of ``nbytes`` held on ``k`` from commit ``since`` on (its transfer's
+        start), counted over the past commits it spans."""
+        if since < self.clock:
+            past = self.history[k, since:self.clock]
+            past += nbytes
+            self.peak[k] = max(self.peak[k], self.resident[k] + int(past.max()))
 
     def _read(self, j: int) -> None:
         """One reader of op ``j`` committed: at the last, its buffers go (and then a
@@ -418,6 +489,105 @@ class MemoryLedger:
                               f"and inputs) and {free}")
 
 
+class ScheduleProfile:
+    """What each device holds over an estimated concurrent schedule of the step, for a
+    :class:`MemoryLedger` given one (``schedule``: op name -> its ``(start, end)``, as
+    the simulator ran a previous placement).
+
+    The ledger's replay is sequential, in the order the placer commits ops, while in
+    the simulator the devices run at once: each one's backward pass, say, sends the
+    gradients of a weight shared by every time step to the device that sums them, which
+    receives those of every layer at the same time; the replay, a layer after another,
+    held one layer's at a time.  Here the ops are in the order they start (``position``)
+    and every buffer is an interval of it: an op's outputs from its start to the end of
+    its last reader committed on its device (a forwarded buffer to its forwarders'
+    readers'), a received copy from its producer's start to the end of its last reader
+    there (an op's end: ``after``, the first position that starts after it ends);
+    residents stay with the ledger.  ``held[k, p]``: the bytes device ``k`` holds at
+    position ``p``; ``last_max`` the most the last commit's intervals reached.
+    """
+
+    def __init__(self, ledger: MemoryLedger, schedule: dict):
+        self.ledger = ledger
+        late = len(schedule)  # (an op the schedule lacks: after all of it)
+        started = sorted(schedule, key=lambda name: (schedule[name][0], name))
+        starts = [schedule[name][0] for name in started]
+        at = {name: p for p, name in enumerate(started)}
+        self.position, self.after = [], []
+        for op in ledger.model.ops:
+            p = at.get(op.name, late)
+            self.position.append(p)
+            # what runs while the op does: the positions that start before it ends
+            ends = bisect.bisect_left(starts, schedule[op.name][1]) if op.name in at else p + 1
+            self.after.append(max(p + 1, ends))
+        self.held = np.zeros((len(ledger.capacity), late + 2), dtype=np.int64)
+        self.end: dict = {}  # op i or (tensor id, device) -> the position after its interval
+        self.last_max = 0
+
+    def intervals(self, i: int, k: int) -> list[tuple[int, int, int]]:
+        """``(first, after, bytes)`` added on ``k`` by committing op ``i`` there: its
+        outputs, the copies it receives or holds longer, its device's inputs held longer."""
+        ledger, end = self.ledger, self.end
+        p, a = self.position[i], self.after[i]
+        out = []
+        if not ledger.model.persistent[i]:
+            own = ledger._own_bytes(i, k)
+            if own:
+                out.append((p, a, own))
+        seen = set()
+        for j, tid, nbytes in ledger.inputs[i]:
+            if ledger.device[j] != k:
+                was = end.get((tid, k))
+                if was is None:
+                    out.append((self.position[j], a, nbytes))
+                elif was < a:
+                    out.append((was, a, nbytes))
+                continue
+            while j >= 0 and j not in seen:  # its buffer, and the one it forwards
+                seen.add(j)
+                was = end.get(j)
+                if was is not None and was < a and ledger.held[j]:
+                    out.append((was, a, ledger.held[j]))
+                j = ledger.parent[j]
+        return out
+
+    def _most(self, k: int, intervals) -> int:
+        """The most ``k`` would hold over ``intervals`` with them added."""
+        cuts = sorted({c for a, b, _ in intervals for c in (a, b)})
+        held, most = self.held[k], 0
+        for a, b in zip(cuts, cuts[1:]):
+            extra = sum(x for s, e, x in intervals if s <= a and b <= e)
+            if extra:
+                most = max(most, int(held[a:b].max()) + extra)
+        return most
+
+    def fits(self, i: int, k: int, resident: int) -> bool:
+        """Whether op ``i``'s intervals fit on ``k`` beside its residents (and
+        ``resident`` more)."""
+        intervals = self.intervals(i, k)
+        if not intervals:
+            return True
+        room = self.ledger.capacity[k] - self.ledger.resident[k] - resident
+        return self._most(k, intervals) <= room
+
+    def commit(self, i: int, k: int) -> None:
+        """Add op ``i``'s intervals on ``k`` (before the ledger commits it)."""
+        intervals = self.intervals(i, k)
+        self.last_max = self._most(k, intervals) if intervals else 0
+        held, end, ledger = self.held[k], self.end, self.ledger
+        for a, b, nbytes in intervals:
+            held[a:b] += nbytes
+        p1 = self.after[i]
+        end[i] = p1
+        for j, tid, _ in ledger.inputs[i]:
+            if ledger.device[j] != k:
+                end[(tid, k)] = max(end.get((tid, k), 0), p1)
+                continue
+            while j >= 0:
+                end[j] = max(end.get(j, 0), p1)
+                j = ledger.parent[j]
+
+
 class SimulatorChecked(BasePlacer):
     """The memory-aware placers' last step: the simulator checks the placement's memory.
 
@@ -427,14 +597,18 @@ class SimulatorChecked(BasePlacer):
     still to come, summed), up to ``kept_whole_retries`` groups.
 
     The sequential count of :class:`MemoryLedger` can fall short of what the
-    simulator's concurrent step holds (a copy is received when its producer ends, not
-    when its reader runs).  So with ``check_memory`` (default), when some device's
-    count came within half of its capacity, the placement is simulated once
-    (:func:`placers.objective.simulated_peaks`, the simulator imported at call time);
-    if a device's simulated peak passes its capacity, the placer runs again with that
-    device's capacity scaled down by the overshoot, up to ``memory_retries`` times
-    (``memory_tries`` tells how many runs it took).  Subclasses call
-    :meth:`capacities` for their ledger and set ``self._ledger``.
+    simulator's concurrent step holds (devices running at once send one device what
+    the sequential replay had it receive one after another).  So with
+    ``check_memory`` (default), unless everything the ledger ever allocated on each
+    device fits there at once (then nothing can run out), the placement is simulated
+    once (:func:`placers.objective.simulated_memory`, the simulator imported at call
+    time).  If a device's simulated peak passes its capacity, the placer runs again
+    with the ledger counting over that simulated step's schedule too
+    (:class:`ScheduleProfile`); from the second overshoot on, the schedule is the
+    latest and the capacity of a device still over is also scaled down by its
+    overshoot; up to ``memory_retries`` times (``memory_tries`` tells how many runs
+    it took).  Subclasses call :meth:`capacities` and :meth:`schedule` for their
+    ledger and set ``self._ledger``.
     """
 
     check_memory = True
@@ -447,13 +621,17 @@ class SimulatorChecked(BasePlacer):
         """The groups whose room the ledger keeps whole (:class:`MemoryLedger`), this run."""
         return set(getattr(self, "_kept_whole", ()))
 
+    def schedule(self) -> dict | None:
+        """The simulated schedule the ledger also counts over, this run (None: none)."""
+        return getattr(self, "_schedule", None)
+
     def capacities(self, devices) -> list[int]:
         scale = getattr(self, "_scale", None) or {}
         return [int(d.memory_bytes * scale.get(d.name, 1.0)) for d in devices]
 
     def place(self, graph, cluster, *, previous=None):
-        from placers.objective import simulated_peaks  # reaches the simulator at call time
-        self._scale, self._kept_whole = {}, set()
+        from placers import objective  # reaches the simulator at call time
+        self._scale, self._kept_whole, self._schedule = {}, set(), None
         try:
             tries = rescaled = 0
             while True:
@@ -472,9 +650,10 @@ class SimulatorChecked(BasePlacer):
                     continue
                 ledger = self._ledger
                 if not self.check_memory or rescaled >= self.memory_retries or all(
-                        peak <= cap / 2 for peak, cap in zip(ledger.peak, ledger.capacity)):
+                        total <= cap for total, cap in zip(ledger.total, ledger.capacity)):
                     return placement
-                peaks = simulated_peaks(graph, placement, cluster, fetches=self.fetches)
+                peaks, schedule = objective.simulated_memory(graph, placement, cluster,
+                                                             fetches=self.fetches)
                 over = {}
                 for d in cluster.devices:
                     capacity = d.memory_bytes * (1 - self.headroom)
@@ -483,7 +662,9 @@ class SimulatorChecked(BasePlacer):
                 if not over:
                     return placement
                 rescaled += 1
-                for name, ratio in over.items():
-                    self._scale[name] = self._scale.get(name, 1.0) * ratio * 0.9
+                if self._schedule is not None:  # the schedule alone was not enough
+                    for name, ratio in over.items():
+                        self._scale[name] = self._scale.get(name, 1.0) * ratio * 0.9
+                self._schedule = schedule
         finally:
-            self._scale, self._kept_whole = {}, set()
+            self._scale, self._kept_whole, self._schedule = {}, set(), None

@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-__all__ = ["simulated_step", "simulated_peaks", "Objective", "step_objective"]
+__all__ = ["simulated_step", "simulated_peaks", "simulated_memory", "Objective",
+           "step_objective"]
 
 Objective = Callable[..., float]
 
@@ -47,6 +48,15 @@ def simulated_peaks(graph, placement, cluster, *, fetches=None) -> dict[str, int
     trace = sim.simulate(graph, placement, cluster, fetches=fetches,
                          config=sim.SimConfig(record_oom=True))
     return dict(trace.peak_memory)
+
+
+def simulated_memory(graph, placement, cluster, *, fetches=None) -> tuple[dict, dict]:
+    """``(peaks, schedule)``: as :func:`simulated_peaks`, and when the simulated step
+    ran each op (op name -> ``(start, end)`` in seconds)."""
+    import sim  # at call time, as in simulated_step
+    trace = sim.simulate(graph, placement, cluster, fetches=fetches,
+                         config=sim.SimConfig(record_oom=True))
+    return dict(trace.peak_memory), {r.op: (r.start, r.end) for r in trace.ops}
 
 
 def step_objective(objective: Objective | None, fetches=None) -> Objective:

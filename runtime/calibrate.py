@@ -296,6 +296,8 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
     the chain of tiny ops' ``op_overhead``).
     """
     from runtime import kernels
+    from runtime.allocator import keep_freed_memory
+    keep_freed_memory()  # the kernels' buffers as the executor's steps get them
     cluster = cluster if cluster is not None else Cluster.this_machine()
     kernels.warmup(dtypes=("float32",))
     names = set(cluster.device(d).name for d in devices) if devices is not None else {

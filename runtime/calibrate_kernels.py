@@ -31,7 +31,8 @@ import core as tf
 from core.cluster import Cluster
 
 __all__ = ["kernel_calibration_graph", "measure_kernel_costs", "kernel_costs_from_traces",
-           "with_kernel_costs", "fit_factors", "untraced_dispatch", "session_step_times",
+           "with_kernel_costs", "fit_factors", "untraced_dispatch", "warm_small_steps",
+           "session_step_times",
            "FIT_SIZES"]
 
 
@@ -247,10 +248,10 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     :class:`core.cluster.Device` whose rates are already calibrated).
 
     :func:`kernel_calibration_graph` runs ``steps`` traced steps in an in-process
-    session on ``small`` square tensors and on each size of ``large``, the sizes taking
-    turns step by step (:func:`_interleaved_traced_steps`); each op's
-    fastest kernel time over its steps counts (other load on a shared machine only adds
-    time).  Per op type, ``fixed`` is the median time of its ops on the small tensors,
+    session on ``small`` square tensors, taking turns with its untraced steps
+    (:func:`warm_small_steps`), and on each size of ``large``, the sizes taking turns
+    step by step (:func:`_interleaved_traced_steps`); each op's fastest kernel time
+    over its steps counts (other load on a shared machine only adds time).  Per op type, ``fixed`` is the median time of its ops on the small tensors,
     and ``factor`` the least-squares fit of ``time = fixed + factor * roofline`` (the
     roofline on ``device``'s rates) over its ops on all the large sizes, in relative
     terms (each time weighs by its inverse: a 20 us and a 3 ms kernel count alike).
@@ -259,7 +260,7 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     between 0.1 and 1.9 for Mul from one calibration to the next); a type without any
     takes the ``"*"`` factor.  The entry ``"*"`` (the medians over the types) stands
     for types the graph lacks.  ``dispatch`` is the executor's work per op between
-    kernels on the small graph, untraced (:func:`untraced_dispatch`).
+    kernels on the small graph, untraced (:func:`warm_small_steps`).
 
     With ``parallel_min_elements`` (where the kernels switch to their parallel path; see
     :class:`core.cluster.Device`) and more than one intra-op thread on ``device``, the
@@ -274,10 +275,10 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     bare = replace(device, op_overhead=0.0, kernel_costs=())
     roofline = StaticCostModel()
     sizes = (large,) if isinstance(large, int) else tuple(large)
-    runs = _interleaved_traced_steps((small, *sizes), steps, config)
+    graph, traces, dispatch = warm_small_steps(small, steps, config)
+    runs = {small: (graph, traces), **_interleaved_traced_steps(sizes, steps, config)}
     costs = kernel_costs_from_traces(device, runs, small)
     default = costs["*"]
-    dispatch = untraced_dispatch(small, _fastest_kernels(runs[small][1]), steps, config)
     if parallel_min_elements and device.intra_op_threads > 1:
         n = math.isqrt(parallel_min_elements - 1) + 1  # n * n reaches the threshold
         graph, traces = _traced_steps(n, max(3, steps // 4), config)
@@ -338,37 +339,55 @@ def session_step_times(runs, steps: int) -> list[float]:
 def untraced_dispatch(n: int, kernels: dict[str, float] | None = None, steps: int = 20,
                       config=None, target: str | None = None, device: str | None = None
                       ) -> float:
-    """Seconds per op of the executor's own work between kernels: the fastest untraced
-    step of :func:`kernel_calibration_graph` on ``n x n`` tensors, less the fastest
-    step of a graph of one ``NoOp`` (what every step costs: the session's call, the
-    plan's look-up, the fetches' return) and less ``kernels`` (each op's fastest kernel
-    time, from traced steps; None: from ``steps`` traced steps of these sessions), over
-    the ops that ran.  ``target`` and ``device``: where the sessions run and the ops go
-    (None: in this process, the session's choice), e.g. a server's CPU
-    (:func:`runtime.calibrate.measure_server_dispatch`).
+    """Seconds per op of the executor's own work between kernels on
+    :func:`kernel_calibration_graph` on ``n x n`` tensors: :func:`warm_small_steps`'s
+    dispatch, or with ``kernels`` (each op's fastest kernel time, measured elsewhere)
+    the untraced step less those.  ``target`` and ``device``: where the sessions run
+    and the ops go (None: in this process, the session's choice), e.g. a server's CPU
+    (:func:`runtime.calibrate.measure_server_dispatch`)."""
+    return warm_small_steps(n, steps, config, target, device, kernels)[2]
+
+
+def warm_small_steps(n: int, steps: int = 20, config=None, target: str | None = None,
+                     device: str | None = None, kernels: dict[str, float] | None = None
+                     ) -> tuple:
+    """``(graph, traces, dispatch)`` of :func:`kernel_calibration_graph` on ``n x n``
+    tensors in one session: ``steps`` traced steps, and per op the executor's work
+    between kernels (``dispatch``, seconds): the fastest untraced step, less the
+    fastest step of a graph of one ``NoOp`` (what every step costs: the session's
+    call, the plan's look-up, the fetches' return) and less each op's fastest kernel
+    time over the traced steps (or ``kernels``), over the ops that ran.  The three
+    kinds of step take turns, so a change of the machine's speed hits them alike.
 
     Untraced, because a traced step does more between kernels (it records each op's
     times and allocations): the recurrent workload's traced steps spanned 15% more
     than its untraced ones, all of it between kernels, so the gaps of a traced step
-    (:func:`core.costs.dispatch_gaps`) overstate the dispatch.  Under one inter-op thread
-    (as :func:`runtime.calibrate` runs it) the ops run one after another, so the step
-    is the sum of its kernels and the work between them."""
+    (:func:`core.costs.dispatch_gaps`) overstate the dispatch.  The kernels are timed
+    in the same session, warm as the untraced steps' are: taken from steps that took
+    turns with the graph on large tensors (whose kernels flush the caches), the tiny
+    kernels came out about 1.7 us per op slower, which the subtraction took out of the
+    dispatch (1.8 against 3.6 us per op), and a tiny Tanh cost 5.8 us.  Under one
+    inter-op thread (as :func:`runtime.calibrate` runs it) the ops run one after
+    another, so the step is the sum of its kernels and the work between them."""
     import runtime
     graph, init, fetches = kernel_calibration_graph(n, device=device)
     empty = tf.Graph()
     with empty.as_default(), tf.device(device):
         nothing = tf.no_op(name="nothing")
+    traces = []
     with runtime.Session(target, graph=graph, config=config) as session, \
             runtime.Session(target, graph=empty, config=config) as bare:
         session.run(init)
         for _ in range(2):
             session.run(fetches)
             bare.run(nothing)
-        if kernels is None:
-            kernels = _fastest_kernels([session.run(fetches, trace=True)[1]
-                                        for _ in range(steps)])
-        step, fixed = session_step_times([(session, fetches), (bare, nothing)], steps)
-    return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
+        step = fixed = math.inf
+        for _ in range(steps):
+            traces.append(session.run(fetches, trace=True)[1])
+            untraced, alone = session_step_times([(session, fetches), (bare, nothing)], 1)
+            step, fixed = min(step, untraced), min(fixed, alone)
+    kernels = kernels if kernels is not None else _fastest_kernels(traces)
+    return graph, traces, max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
 
 
 def _largest(op) -> int:

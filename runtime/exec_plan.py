@@ -230,6 +230,7 @@ class ExecPlan:
         """The per-op facts (:class:`_Node`) of every op of the plan; an op that updates
         a variable with ``use_locking`` holds ``variable_lock(name)`` while it runs."""
         from runtime.kernels import KernelContext, get_kernel
+        from runtime.kernels.cpu import PARALLEL_MIN_ELEMENTS
 
         plan, dev_objs = self.plan, self.dev_objs
         n_tensors = plan.n_tensors
@@ -286,7 +287,12 @@ class ExecPlan:
                 node.kind = KERNEL
                 node.kernel = get_kernel(op.type, dev.device_type)
                 node.attrs = op.attrs
-                multi = op.op_def.multithreaded and dev.is_cpu
+                # The pool's cores only for a kernel that may split its work over them
+                # (OpDef.splits, as the simulator decides): a small one runs on one core,
+                # and holding the others kept the other inter-op threads waiting.
+                multi = dev.is_cpu and op.op_def.splits(
+                    [t.spec for t in op.inputs], [t.spec for t in op.outputs], op.attrs,
+                    PARALLEL_MIN_ELEMENTS)
                 node.want_cores = (dev.intra_op_threads if multi else 1) if dev.is_cpu else 0
                 if dev.is_cpu:
                     node.contexts = [None] + [KernelContext("CPU", k) for k in

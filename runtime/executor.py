@@ -105,6 +105,7 @@ import numpy as np
 from core.dataflow import FINISHED, StepState
 from core.graph import Operation
 from core.trace import TransferRecord
+from runtime.allocator import keep_freed_memory
 from runtime.errors import (DeadlineExceeded, FailedPrecondition, InvalidArgument,
                             LabRuntimeError, OpError, Unavailable)
 from runtime.exec_plan import (FED, RECV, REMOTE, SEND, SINK, VARIABLE, ExecPlan, _Node,
@@ -676,6 +677,8 @@ class Executor:
 
     def __init__(self, devices: LocalDevices, variables: VariableStore | None = None,
                  plan_cache_size: int = 64):
+        # Freed buffers stay in the heap for the next step (no page faults on them).
+        keep_freed_memory()
         self.devices = devices
         self.variables = variables if variables is not None else VariableStore()
         self._plans: OrderedDict = OrderedDict()

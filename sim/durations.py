@@ -35,7 +35,7 @@ from core.dataflow import dense_ids, first_positions, unique_below
 from core.ops import get_op_def
 from sim.errors import InvalidCost
 
-__all__ = ["op_durations", "memory_traffic", "multithreaded", "transfer_durations"]
+__all__ = ["op_durations", "memory_traffic", "splitting", "transfer_durations"]
 
 
 def _valid(t) -> bool:
@@ -141,16 +141,33 @@ def _checked(op, device, op_time) -> float:
     return float(t)
 
 
-def multithreaded(plan, devices) -> np.ndarray:
-    """Whether each op's kernel spreads over its device's host cores (a multithreaded
-    kernel on a CPU device with more than one intra-op thread), as a bool array."""
+def splitting(plan, devices, cost_model: CostModel) -> np.ndarray:
+    """Whether each op's kernel takes its device's intra-op pool, as a bool array: a
+    CPU device with more than one intra-op thread, and a kernel that splits its work on
+    the op's tensors (:meth:`core.opdef.OpDef.splits`, with the sizes ``cost_model``
+    gives them and the device's ``parallel_min_elements``), as the executor decides."""
     spread = np.array([dev.is_cpu and dev.intra_op_threads > 1 for dev in devices], dtype=bool)
     first = plan.op_type_ids  # the table is read once per op type
     kernel = np.zeros(plan.n_ops, bool)
     for i in first_positions(first).tolist():
         kernel[i] = get_op_def(plan.op_types[i]).multithreaded
-    return kernel[first] & spread[plan.array("op_device")]
+    wanted = kernel[first] & spread[plan.array("op_device")]
+    if not wanted.any():
+        return wanted
+    ops, op_device, specs = plan.ops, plan.op_device, cost_model.specs
 
+    def splits(i):
+        op, dev = ops[i], devices[op_device[i]]
+        return op.op_def.splits(specs(op.inputs), specs(op.outputs), op.attrs,
+                                dev.parallel_min_elements)
+
+    if cost_model.shape_hints is None:  # once per signature, as op_durations
+        same = _same_signature(plan)
+        result = np.zeros(plan.n_ops, bool)
+        for i in first_positions(same).tolist():
+            result[i] = wanted[i] and splits(i)
+        return result[same]
+    return np.array([bool(w) and splits(i) for i, w in enumerate(wanted.tolist())], dtype=bool)
 
 
 def transfer_durations(plan, routes: dict, cost_model: CostModel) -> list[float]:

@@ -79,7 +79,7 @@ from core.dataflow import StepPlan, unique_below
 from core.graph import Tensor
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
-from sim.durations import memory_traffic, multithreaded, op_durations, transfer_durations
+from sim.durations import memory_traffic, op_durations, splitting, transfer_durations
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.handlers import RunState, make_handlers
 from sim.links import link_successors, static_transfer_order
@@ -272,11 +272,11 @@ class _Simulation:
         plan = self.plan
         self.durations = op_durations(plan, self.devices, self.cost_model)
         # The cores each op asks for: none for a GPU op, one for a CPU op, the
-        # intra-op pool for a multithreaded CPU kernel.
+        # intra-op pool for a CPU kernel that splits its work (OpDef.splits).
         on_cpu = np.array([dev.is_cpu for dev in self.devices], dtype=bool)
         pool = np.array([dev.intra_op_threads for dev in self.devices], dtype=np.int64)
         device = plan.array("op_device")
-        self.want_cores = np.where(multithreaded(plan, self.devices), pool[device],
+        self.want_cores = np.where(splitting(plan, self.devices, self.cost_model), pool[device],
                                    on_cpu[device]).tolist()
         # The CPU kernels of a host whose memory bandwidth they share (Host.shared_bandwidth):
         # what each moves, to slow those that run at once (sim.pools.HostMemory).

@@ -57,6 +57,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from core.opdef import SPLIT_MIN_MACS
+
 from .layout import broadcast_layout
 from .opcodes import (ABS, ADD, ASSIGN, MAXIMUM, MINIMUM, MUL, NEG, REAL_DIV, RELU,
                       RELU_GRAD, RSQRT, RSQRT_GRAD, SIGMOID, SIGMOID_GRAD, SIGN, SQRT,
@@ -85,7 +87,7 @@ _CHUNKS_PER_THREAD = 4
 #: (~0.35 ms on one thread) that saves at most ~0.15 ms, while beside busy processes the
 #: second thread's wake-up can cost ms (beside two, 2 blocks took 7x / 1.3x / 1.15x one thread's time at 256^3 /
 #: 512^3 / 1024^3, median of 7 runs).
-GEMM_PARALLEL_MIN_MACS = 1 << 24
+GEMM_PARALLEL_MIN_MACS = SPLIT_MIN_MACS  # (1 << 24; the executor gives such kernels the pool)
 #: Row blocks per thread of a parallel float MatMul: each block's gemm packs all of
 #: ``b`` again, so few and big blocks.  One thread's 1024^3 gemm as 1 / 2 / 4 / 8 calls
 #: on row blocks took 1 / 1.05 / 1.10 / 1.25x as long (best of 20).

@@ -1,5 +1,7 @@
 """The experiment scripts run end to end on tiny inputs and write their CSV."""
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -225,3 +227,22 @@ def test_interleaved_rounds_rotate_the_order():
     calls = []
     timed = interleaved_many([lambda: calls.append(0), lambda: calls.append(1)], 4, 0)
     assert calls == [0, 1, 1, 0, 0, 1, 1, 0] and len(timed) == 2
+
+
+def test_bench_placement_shows_baechis_measured_steps_where_the_setting_matches():
+    from experiments import baechi_published
+    small = {"image_size": 75, "num_classes": 10, "depth_multiplier": 0.05, "blocks": 4}
+    frame = bench_placement.bench(["inception_v3"], ["4gpu", "4gpu:tight"], ("simple", "m_etf"),
+                                  model_options=dict(small, batch=64))
+    beside = bench_placement.published_beside(frame)
+    assert set(beside.cluster) == {"4gpu"}  # (the tight one constrains memory: theirs did not)
+    by = beside.set_index("placer")
+    assert list(by.index) == ["simple", "m_topo", "m_etf", "m_sct"]
+    assert by.loc["m_etf", "published_step_ms_round1"] == 466.0003538484927
+    assert by.loc["m_sct", "published_speedup_round2"] == 460.1177727734601 / 466.54611163669165
+    assert by.loc["simple", "speedup_vs_one_device"] == 1 and math.isnan(by.loc["m_topo",
+                                                                              "sim_step_ms"])
+    assert "BaechiPyTorch" in baechi_published.SOURCES[by.loc["m_etf", "published_source"]]
+    other = bench_placement.bench(["inception_v3"], ["4gpu"], ("simple",),
+                                  model_options=dict(small, batch=32))
+    assert bench_placement.published_beside(other).empty  # another batch: nothing matches

@@ -123,6 +123,105 @@ def test_memory_aware_placers_fit_a_training_step_where_the_expert_placement_fit
     assert not sim.simulate(w.graph, p, cluster, fetches=w.fetches, config=config).oom_events
 
 
+def layers_summed_at_the_end(layers=3, steps=8, size=16384, each_row=False, lead=0):
+    """``layers`` rows of ``steps`` ops, row ``l`` pinned to GPU ``l`` (and reading
+    row ``l - 1``: the rows run at once, a step apart), each op's output (``size``
+    floats) summed per row by an ``AddN``, free to go anywhere (as a weight's gradients
+    over the time steps of an RNN), made after every row or, with ``each_row``, after
+    its own; ``lead``: a free chain first, over which m_topo reaches the last GPU."""
+    g = tf.Graph()
+    with g.as_default():
+        below = [tf.constant([1.0] * size, name=f"in{t}") for t in range(steps)]
+        if lead:
+            x = tf.constant([1.0] * size, name="lead")
+            for i in range(lead):
+                x = tf.relu(x, name=f"lead{i}")
+            below = [tf.add(x, b, name=f"in{t}_led") for t, b in enumerate(below)]
+        parts = []
+        for row in range(layers):
+            with g.device(f"/device:GPU:{row}"):
+                h = tf.constant([0.0] * size, name=f"h{row}")
+                outs, mine = [], []
+                for t in range(steps):
+                    h = tf.add(h, below[t], name=f"x{row}_{t}")
+                    outs.append(h)
+                    mine.append(tf.sigmoid(h, name=f"g{row}_{t}"))
+            below = outs
+            parts.append(mine)
+            if each_row:
+                tf.add_n(mine, name=f"sum{row}")
+        for row in range(layers if not each_row else 0):
+            tf.add_n(parts[row], name=f"sum{row}")
+    return g
+
+
+def test_the_ledger_over_a_simulated_schedule_holds_what_devices_send_at_once():
+    # Rows on GPU:0-2 send their outputs to their sums on GPU:3 as they are made, all
+    # rows at once in the simulator; replayed a row and its sum after another (a
+    # topological order, as gnmt's layers come in m_topo's), the ledger held one row's
+    # copies at a time on GPU:3.  Over the simulated schedule it holds them all.
+    from core.costs import StaticCostModel
+    from placers.cost_model import _Model
+    from placers.memory import MemoryLedger
+    from placers.objective import simulated_memory
+    g = layers_summed_at_the_end()
+    cluster = Cluster.single_host(gpus=4)
+    gpu = [d.name for d in cluster.devices if d.device_type == "GPU"]
+    placement = Placement({op.name: gpu[3] if op.name.startswith("sum") else
+                           gpu[int(op.name[1])] if op.name[0] in "hxg" and op.name[1].isdigit()
+                           else gpu[0] for op in g.get_operations()})
+    peaks, schedule = simulated_memory(g, placement, cluster)
+    model = _Model(g.get_operations(), cluster, StaticCostModel())
+    def row(name):  # inputs first (-1), then each row's ops and its sum
+        return int(name[3:]) if name.startswith("sum") else \
+            int(name[1]) if name[0] in "hxg" and name[1].isdigit() else -1
+
+    order = sorted(range(len(model.ops)), key=lambda i: (row(model.ops[i].name),
+                                                         model.ops[i].name.startswith("sum")))
+
+    def replay(schedule):
+        ledger = MemoryLedger(model, [2**40] * len(model.devices), {}, schedule=schedule)
+        for i in order:  # inputs, then each row and its sum
+            ledger.commit(i, model.dev_index[placement[model.ops[i].name]])
+        return ledger.peak[model.dev_index[gpu[3]]]
+
+    row = 8 * 16384 * 4  # one row's outputs
+    assert peaks[gpu[3]] >= 2.5 * row  # the simulator: the rows' copies at once
+    assert replay(None) < 1.5 * row  # the replay alone: about one row's
+    assert replay(schedule) >= peaks[gpu[3]]
+
+
+def test_m_topo_fits_where_devices_send_one_device_their_outputs_at_once():
+    # m_topo puts the sums on the last device, which each row's copies fit, not all
+    # rows' at once, as the simulator holds them from their producers' ends (it ran
+    # out of memory when the ledger received each copy with its reader).
+    g = layers_summed_at_the_end()
+    cluster = Cluster.single_host(gpus=4)
+    for d in cluster.devices:
+        if d.device_type == "GPU":
+            cluster = cluster.replace_device(d.name, memory_bytes=int(2.5 * 8 * 16384 * 4))
+    placer = placers.get("m_topo", headroom=0.0)
+    p = placer.place(g, cluster)
+    trace = sim.simulate(g, p, cluster, config=sim.SimConfig(record_oom=True))
+    assert not trace.oom_events
+
+
+def test_m_topo_places_again_over_the_simulated_schedule_where_rows_run_at_once():
+    # Each row's sum made after it: the replay, in that order, holds one row's copies
+    # at a time on the sums' device, the simulator all of them (the rows run at once):
+    # gnmt's case.  The first placement runs out; the second counts over its schedule.
+    g = layers_summed_at_the_end(size=4096, each_row=True, lead=8)
+    cluster = Cluster.single_host(gpus=4)
+    for d in cluster.devices:
+        if d.device_type == "GPU":
+            cluster = cluster.replace_device(d.name, memory_bytes=2 * 8 * 4096 * 4)
+    placer = placers.get("m_topo", headroom=0.0)
+    p = placer.place(g, cluster)
+    trace = sim.simulate(g, p, cluster, config=sim.SimConfig(record_oom=True))
+    assert not trace.oom_events
+    assert placer.memory_tries == 2 and placer._ledger.profile is not None
+
+
 def test_m_topo_fills_devices_in_topological_slices():
     g = chain(8)
     p = placers.get("m_topo").place(g, Cluster.single_host(gpus=2))
@@ -354,16 +453,19 @@ def test_memory_aware_placers_place_again_where_the_simulator_runs_out(monkeypat
     cluster, memory = tight_cluster(w.graph, w.fetches)
     calls = []
 
-    def peaks(graph, placement, cluster, fetches=None):
-        calls.append(placement)  # the first check reports GPU:0 over its capacity
+    def simulated(graph, placement, cluster, fetches=None):
+        calls.append(placement)  # the first two checks report GPU:0 over its capacity
         used = {d: 0 for d in placement.devices()}
-        if len(calls) == 1:
+        if len(calls) <= 2:
             used[cluster.devices[1].name] = 2 * memory
-        return used
+        order = {op.name: (p, p + 1) for p, op in enumerate(graph.get_operations())}
+        return used, order
 
-    monkeypatch.setattr(objective, "simulated_peaks", peaks)
+    monkeypatch.setattr(objective, "simulated_memory", simulated)
     placer = placers.get("m_topo", fetches=w.fetches)
     placer.place(w.graph, cluster)
-    assert placer.memory_tries == 2 and len(calls) == 2
-    # placed again with GPU:0 scaled down by the overshoot (half)
+    assert placer.memory_tries == 3 and len(calls) == 3
+    # the second run counted over the first's schedule; the third also scaled GPU:0
+    # down by its overshoot (half)
+    assert placer._ledger.profile is not None
     assert placer._ledger.capacity[1] < memory / 2 <= placer._ledger.capacity[2]

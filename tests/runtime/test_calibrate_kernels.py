@@ -134,3 +134,25 @@ def test_the_sizes_take_turns_step_by_step(monkeypatch):
     assert set(runs) == {4, 8} and all(len(traces) == 3 for _, traces in runs.values())
     size_of = {id(graph): n for n, (graph, _) in runs.items()}
     assert [size_of[id(g)] for g in traced_graphs] == [4, 8] * 3
+
+
+def test_the_small_graph_s_kernels_are_timed_in_the_session_its_dispatch_is(monkeypatch):
+    """The kernel times subtracted from the untraced step come from traced steps of the
+    same session, taking turns with its untraced steps (warm as they are), not from a
+    session whose steps took turns with large tensors."""
+    import runtime
+    from runtime.calibrate_kernels import warm_small_steps
+    calls = []
+    run = runtime.Session.run
+
+    def recording_run(self, fetches, *args, trace=False, **kwargs):
+        calls.append((id(self), self.graph, trace))
+        return run(self, fetches, *args, trace=trace, **kwargs)
+
+    monkeypatch.setattr(runtime.Session, "run", recording_run)
+    graph, traces, dispatch = warm_small_steps(4, steps=3)
+    assert len(traces) == 3 and 0 <= dispatch < 1e-3
+    mine = [(session, trace) for session, g, trace in calls if g is graph]
+    assert len({session for session, _ in mine}) == 1  # one session, traced and not
+    timed = [trace for _, trace in mine][-6:]
+    assert timed == [True, False] * 3  # the traced and untraced steps take turns

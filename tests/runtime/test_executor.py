@@ -696,3 +696,21 @@ def test_a_fetched_tensor_is_written_into_the_buffer_offered_for_it(executor, fe
         offered[...] = 7.0
     # Without an offer the value is a new array, as always.
     assert run(executor, g, [name]).values[name] is not offered
+
+
+def test_a_kernel_takes_the_intra_op_pool_only_when_it_may_split(executor, cluster):
+    """A multithreaded op too small to split runs on one core and leaves the other to
+    the other inter-op thread; a product large enough to split takes the pool
+    (OpDef.splits, as the simulator decides)."""
+    assert cluster.devices[0].intra_op_threads == 2
+    rng = np.random.default_rng(5)
+    g = tf.Graph()
+    with g.as_default():
+        small = tf.constant(rng.standard_normal((128, 128)).astype(np.float32), name="small")
+        big = tf.constant(rng.standard_normal((256, 256)).astype(np.float32), name="big")
+        tf.multiply(small, small, name="mul")  # 16k elements: serial
+        tf.matmul(big, big, name="mm")  # 256^3 multiply-adds: splits its rows
+    result = run(executor, g, ["mul:0", "mm:0"], trace=True)
+    records = {x.op: x for x in result.to_trace().ops}
+    assert records["mul"].cores == 1
+    assert records["mm"].cores == 2

@@ -315,3 +315,27 @@ def test_the_trace_says_how_much_host_cpu_each_task_was_booked():
                                     "/job:worker/replica:0/task:1": 6e-3})
     assert "cpu_booked" not in simulate(g, p, cluster(latency=2e-3),
                                         cost_model=FixedCost(default=5e-3)).meta
+
+
+def test_a_multithreaded_kernel_too_small_to_split_leaves_the_other_core_free():
+    # x readies a and c, multithreaded Adds on 64 elements.  Where the device's kernels
+    # split only from parallel_min_elements (a calibrated CPU), each takes one core
+    # (OpDef.splits, as the executor decides), and the two run at once on its two
+    # inter-op threads; where every size may split (0), each holds both cores in turn.
+    g = tf.Graph()
+    with g.as_default(), tf.device(W0):
+        x = tf.constant(np.ones(64, np.float32), name="x")
+        tf.add(x, x, name="a")
+        tf.add(x, x, name="c")
+    p = Placement({op.name: W0 for op in g.get_operations()})
+    costs = FixedCost(default=1e-3)
+
+    def run(min_elements):
+        c = two_core_task()
+        c = c.replace_device(W0, parallel_min_elements=min_elements)
+        trace = simulate(g, p, c, cost_model=costs)
+        trace.validate(g, c)
+        return {r.op: (round(r.end, 9), r.cores) for r in trace.ops}
+
+    assert run(1 << 21) == {"x": (1e-3, 1), "a": (2e-3, 1), "c": (2e-3, 1)}
+    assert run(0) == {"x": (1e-3, 1), "a": (2e-3, 2), "c": (3e-3, 2)}
