@@ -486,9 +486,22 @@ class Link:
 
     >>> Link("pcie:/job:localhost/replica:0/task:0/device:GPU:0", "pcie", 12e9, 10e-6).kind
     'pcie'
+
+    ``wait`` (0 by default) is the part of the latency that is a wait and holds no link:
+    a runtime whose crossings are many RPCs in flight at once (TensorFlow's) keeps the
+    link, here the host's CPU that copies and serialises the tensors, only for each
+    crossing's own work, and the rest of its latency overlaps other crossings.  The
+    simulator starts such a transfer on its links ``wait`` after it was sent and holds
+    them for the rest of its time (unless the runtime model dispatches serially, which
+    makes the whole latency the ends' work).
+
     >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, size_costs=[(4, 1e-4), (1000, 3e-4)])
     >>> round(link.time(500), 6), round(link.time(2000), 6)
     (0.0002, 0.000301)
+    >>> Link("memcpy:h", "memcpy", 1e9, 1e-4, wait=2e-4)
+    Traceback (most recent call last):
+    ...
+    core.cluster.InvalidCluster: invalid cluster: memcpy:h: wait must be between 0 and the latency (0.0001 s), not 0.0002
     """
 
     name: str
@@ -496,6 +509,7 @@ class Link:
     bandwidth: float
     latency: float
     size_costs: tuple = ()
+    wait: float = 0.0
 
     def __post_init__(self):
         try:
@@ -504,6 +518,9 @@ class Link:
             raise InvalidCluster("size_costs must be (bytes, seconds) pairs, not "
                                  f"{self.size_costs!r}", self.name) from None
         object.__setattr__(self, "size_costs", points)
+        if not 0 <= self.wait <= self.latency:
+            raise InvalidCluster(f"wait must be between 0 and the latency ({self.latency} s), "
+                                 f"not {self.wait}", self.name)
 
     def time(self, nbytes: int) -> float:
         """Seconds to move ``nbytes`` over this link alone."""
@@ -1229,7 +1246,7 @@ def _list(data: Mapping, key: str) -> list:
 
 # Record fields a cluster file may leave out (added after the format's first version).
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs", "parallel_min_elements",
-                 "size_costs", "dtype_flops", "bandwidth_curve", "shared_bandwidth"}
+                 "size_costs", "dtype_flops", "bandwidth_curve", "shared_bandwidth", "wait"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

@@ -174,6 +174,11 @@ class TFLocalCluster:
             raise
         return self
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user and system) the server processes have used so far."""
+        import psutil
+        return sum(sum(psutil.Process(proc.pid).cpu_times()[:2]) for proc in self._procs)
+
     def stop(self) -> None:
         for proc in self._procs:
             proc.kill()

@@ -22,8 +22,9 @@ figure                        measured by
 ``Host.shared_bandwidth``     the same with two Adds at once, on the master task's server
                               (its inter-op threads run them together)
 ``kernel_costs``              :func:`runtime.calibrate_kernels.kernel_calibration_graph` at
-                              a tiny size and at :data:`~runtime.calibrate_kernels.FIT_SIZES`
-                              on ``alone``, pinned and exported as a GraphDef, traced with
+                              a tiny size (eight copies of the step in one graph) and at
+                              :data:`~runtime.calibrate_kernels.FIT_SIZES` on ``alone``,
+                              pinned and exported as a GraphDef, traced with
                               ``FULL_TRACE``; per op type the fixed cost (tiny tensors) and
                               the factor on the roofline, fitted by
                               :func:`runtime.calibrate_kernels.kernel_costs_from_traces`
@@ -37,6 +38,9 @@ figure                        measured by
 step, part, crossing figures  :func:`runtime.calibrate.calibrate_distributed` on the
                               cluster's servers, the same graphs timed the same way as on
                               ours (:func:`tensorflow_session` opens the sessions)
+``Link.wait`` of ``memcpy``   the crossing's latency less the servers' CPU time per
+                              crossing (:func:`measure_crossing_cpu`): the part of a
+                              crossing that overlaps others
 ============================  ==============================================================
 
 Why between the kernels of the calibration graph and not along a chain: TensorFlow's executor runs an op
@@ -52,6 +56,14 @@ traced step also pays the step-stats collector per node, which an untraced one d
 not: the gap is an upper bound.  (The untraced step less its kernels, how ours is
 measured now, does not work for TensorFlow: see :func:`measure_tf_kernel_costs`.)
 
+Why a crossing's wait: TensorFlow's crossings are RPCs, many in flight at once; what
+they take turns on is the host's CPU, which serialises and copies each tensor at both
+ends.  32 tiny tensors crossing at once added to a step 29 to 49 us each (one alone:
+0.23 to 0.30 ms, its latency), about the servers' CPU time per crossing (63 to 112 us)
+over the host's two cores (``docs/probes/tf_crossings_probe.py``; 2026-11-27).  So each
+crossing holds the host's ``memcpy`` link for its CPU time (the whole of it: on a
+busy host the kernels hold the other cores) and waits out the rest of its latency.
+
 The result records :data:`core.runtime_model.IDEAL` as its runtime model: TensorFlow's
 executor is C++, dispatches ops from every inter-op thread at once, and no interpreter
 lock serialises them; the per-op work it does is in ``op_overhead``.
@@ -66,6 +78,8 @@ import itertools
 import logging
 from dataclasses import replace
 
+import numpy as np
+
 from core.cluster import Cluster, ClusterSpec
 from core.graph import Graph
 from core.placement import Placement
@@ -76,7 +90,7 @@ from experiments.tf_backend import (TFLocalCluster, import_tensorflow, placed_gr
 
 __all__ = ["calibrate_tensorflow", "tensorflow_session", "traced_tensorflow_steps",
            "measure_tf_matmul_rate", "measure_tf_bandwidth_curve", "measure_tf_kernel_costs",
-           "TF_RUNTIME_MODEL"]
+           "measure_crossing_cpu", "TF_RUNTIME_MODEL"]
 
 _log = logging.getLogger(__name__)
 
@@ -225,7 +239,8 @@ def measure_tf_bandwidth_curve(target: str, device: str, elements, repeat: int =
 
 
 def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8,
-                            large=None, pin: str | None = None) -> tuple[dict, dict, list]:
+                            large=None, pin: str | None = None, copies: int = 8
+                            ) -> tuple[dict, dict, list]:
     """``(kernel_costs, dispatch, fused)`` of TensorFlow's CPU kernels for ``device``
     (a :class:`core.cluster.Device` with its rates already calibrated) on the server at
     ``target``: the kernel calibration graph on ``small`` and on each size of ``large``
@@ -233,6 +248,16 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     (:func:`traced_tensorflow_steps`, pinned to ``pin``, default ``device``'s name: a
     device of that server), fitted by
     :func:`runtime.calibrate_kernels.kernel_costs_from_traces`.
+
+    The small size's graph holds ``copies`` copies of the step, so that each type's
+    fixed cost is the median over many of its ops among the others, as in a model's
+    step: TensorFlow runs the first op of a type in a step several times slower than
+    the next ones (``docs/probes/tf_warm_kernels_probe.py``: a MatMul of 8 x 8 took
+    3.4 us as the graph's only one, 1.4 us as the median of eight copies' ones;
+    2026-11-27), and a graph with one op of a type gave fixed costs that overstated the
+    recurrent workload's small kernels two- to fourfold (its kernels summed to 2.2
+    times what TensorFlow measured with one copy, 1.05 times with eight, over three
+    calibrations each; the transformer's MatMuls, median error per op 0.65 and 0.35).
 
     ``dispatch`` holds the executor's work per op between kernels: ``"gap"``, the
     median gap between kernels of the fastest traced step
@@ -254,7 +279,7 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     from runtime.calibrate_kernels import (FIT_SIZES, kernel_calibration_graph,
                                            kernel_costs_from_traces)
     sizes = (small, *(FIT_SIZES if large is None else large))
-    builds = {n: kernel_calibration_graph(n) for n in sizes}
+    builds = {n: kernel_calibration_graph(n, copies=copies if n == small else 1) for n in sizes}
     runs = traced_tensorflow_steps(target, builds, pin or device.name, steps)
     from core.costs import dispatch_gaps
     from runtime.calibrate_kernels import _fastest, _fastest_kernels
@@ -262,7 +287,7 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     graph, _, fetches = builds[small]
     kernels = _fastest_kernels(runs[small][1])
     dispatch = {"untraced": measure_tf_dispatch(target, pin or device.name, small, kernels,
-                                                steps),
+                                                steps, copies),
                 "gap": dispatch_gaps([_fastest(runs[small][1])], graph).get("CPU", 0.0)}
     step = ops_needed([getattr(f, "op", f) for f in fetches])
     seen = {rec.op for trace in runs[small][1] for rec in trace.ops}
@@ -270,8 +295,8 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     return costs, dispatch, fused
 
 
-def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: int = 20
-                        ) -> float:
+def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: int = 20,
+                        copies: int = 1) -> float:
     """Seconds per op of TensorFlow's executor between kernels, untraced: the fastest
     step of the kernel calibration graph on ``n x n`` tensors pinned to ``device`` of
     the server at ``target``, less the fastest step of a graph of one ``NoOp`` there and
@@ -280,7 +305,7 @@ def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: 
     import core as ctf
     from runtime.calibrate_kernels import kernel_calibration_graph, session_step_times
     tf = import_tensorflow()
-    graph, init, fetches = kernel_calibration_graph(n)
+    graph, init, fetches = kernel_calibration_graph(n, copies=copies)
     empty = Graph()
     with empty.as_default():
         nothing = ctf.no_op(name="nothing")
@@ -293,6 +318,50 @@ def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: 
             bare.run(nothing.name)
         step, fixed = session_step_times([(session, names), (bare, nothing.name)], steps)
     return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
+
+
+def measure_crossing_cpu(servers: TFLocalCluster, master=None, crossings: int = 32,
+                         steps: int = 100) -> float:
+    """Seconds of the servers' CPU one tiny crossing costs TensorFlow: ``steps`` steps
+    (at ``master``, default the first task) of a graph of ``crossings`` scalars, the
+    ``i``-th made on the ``i % n``-th of the ``n`` tasks and read on the next one round
+    them (each read fetched), less as many steps of the same graph with each read on
+    its maker, over the crossings (:meth:`TFLocalCluster.cpu_seconds`; at least 0).
+
+    A hundred steps: the processes' CPU time comes in clock ticks (10 ms on Linux), and
+    thirty steps of 32 crossings put a tick at 10 us per crossing (the figure went from
+    83 to 188 us in 24 calibrations, in steps of 10 us; 2026-11-27)."""
+    import core as ctf
+    tasks = [f"/job:{job}/replica:0/task:{index}/device:CPU:0" for job, index in servers.tasks]
+    used = []
+    for crossing in (True, False):
+        graph = Graph()
+        reads = []
+        with graph.as_default():
+            for i in range(crossings):
+                maker = tasks[i % len(tasks)]
+                with ctf.device(maker):
+                    x = ctf.identity(ctf.constant(np.float32(i), name=f"c{i}"), name=f"x{i}")
+                with ctf.device(tasks[(i + 1) % len(tasks)] if crossing else maker):
+                    reads.append(ctf.identity(x, name=f"y{i}").op)
+        with tensorflow_session(servers.target(*(master or servers.tasks[0])), graph,
+                                reads) as run:
+            for _ in range(3):
+                run()
+            before = servers.cpu_seconds()
+            for _ in range(steps):
+                run()
+            used.append(servers.cpu_seconds() - before)
+    return max(0.0, (used[0] - used[1]) / (steps * crossings))
+
+
+def _with_crossing_waits(cluster: Cluster, cpu: float) -> Cluster:
+    """``cluster`` with every ``memcpy`` link's ``wait`` its latency less ``cpu`` (at
+    least 0)."""
+    for name, link in cluster.links.items():
+        if link.kind == "memcpy":
+            cluster = cluster.replace_link(name, wait=max(0.0, link.latency - cpu))
+    return cluster
 
 
 def _calibration_servers(cpu) -> Cluster | None:
@@ -329,12 +398,15 @@ def _device_figures(cluster: Cluster, servers: TFLocalCluster, env, quick: bool
     (``"shared_bandwidth"``, measured on the master's server ``servers``, whose
     inter-op threads run the two Adds at once)."""
     from runtime.calibrate import CURVE_ELEMENTS, QUICK_CURVE_ELEMENTS
-    n, repeat = (192, 3) if quick else (1024, 7)
-    # Ten traced steps even when quick: a TensorFlow step of these graphs takes a
-    # millisecond or a few, and three left the fastest kernels to the machine's noise
+    n, repeat = (192, 10) if quick else (1024, 7)
+    # Twenty traced steps even when quick: a TensorFlow step of these graphs takes a
+    # millisecond or a few, and fewer left the fastest kernels to the machine's noise
     # (MatMul's fixed cost 8.6 us from three, 1.3 us from twenty; an Add of 1M elements
     # 20 GB/s from three, against 82 GB/s from fifteen; a loaded machine, 2026-11-27).
-    steps = curve_repeat = 10 if quick else 20
+    # Likewise ten MatMuls for the rate: from three, quick calibrations minutes apart
+    # gave 71 to 111 GFLOP/s (this machine's speed flips between two states within
+    # seconds), from ten 103 to 111 in eight.
+    steps = curve_repeat = 20
     elements = QUICK_CURVE_ELEMENTS if quick else CURVE_ELEMENTS
     job, index = cluster.master
     cpu = next(d for d in cluster.devices_of_task(job, index) if d.is_cpu)
@@ -377,8 +449,9 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
     ``kernel_costs``, ``fused`` (the op types TensorFlow fused into others, see
     :func:`measure_tf_kernel_costs`), ``op_overhead`` and ``dispatch_gap`` (the
     devices': the traced gap between kernels), ``untraced_dispatch`` and
-    ``chain_op_overhead`` (the two other measures, to compare) and ``other_cores``, the
-    cores other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
+    ``chain_op_overhead`` (the two other measures, to compare), ``crossing_cpu`` (the
+    servers' CPU time per crossing, :func:`measure_crossing_cpu`; with two tasks or
+    more) and ``other_cores``, the cores other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
     from runtime.calibrate import calibrate_distributed
     from runtime.calibrate_kernels import with_kernel_costs
     with OtherLoad() as load, TFLocalCluster(cluster, env=env, one_process=one_process) as servers:
@@ -390,9 +463,17 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
                 cluster = cluster.replace_device(d.name, kernel_costs=(), **device)
                 if shared and cluster.host(d.host).cpu_cores > 1:
                     cluster = cluster.replace_host(d.host, shared_bandwidth=shared)
+        # The distributed figures at their full count even when quick: TensorFlow's
+        # steps of those tiny graphs take half a millisecond, so it costs seconds, and
+        # the quick count's few steps left the step overhead anywhere between 0.40 and
+        # 1.21 ms from one calibration to the next (0.40 to 0.45 ms in ten at the full
+        # count; 2026-11-27).
         cluster, figures = calibrate_distributed(
-            cluster, servers, quick=quick, runtime_model=TF_RUNTIME_MODEL,
+            cluster, servers, quick=False, runtime_model=TF_RUNTIME_MODEL,
             open_session=tensorflow_session)
+        if len(servers.tasks) > 1:
+            figures["crossing_cpu"] = measure_crossing_cpu(servers, cluster.master)
+            cluster = _with_crossing_waits(cluster, figures["crossing_cpu"])
     cluster = with_kernel_costs(cluster, costs, dispatch=device["op_overhead"])
     figures.update(device, kernel_costs=costs, fused=fused, shared_bandwidth=shared,
                    dispatch_gap=device["op_overhead"], untraced_dispatch=untraced,

@@ -36,7 +36,8 @@ __all__ = ["kernel_calibration_graph", "measure_kernel_costs", "kernel_costs_fro
            "FIT_SIZES"]
 
 
-def kernel_calibration_graph(n: int = 8, seed: int = 0, device: str | None = None):
+def kernel_calibration_graph(n: int = 8, seed: int = 0, device: str | None = None,
+                             copies: int = 1):
     """``(graph, init, fetches)``: a small training step on ``n x n`` tensors that uses
     every CPU op type the workloads' steps use (with its gradients and the
     optimizers' updates; ``n`` at least 4).
@@ -50,36 +51,59 @@ def kernel_calibration_graph(n: int = 8, seed: int = 0, device: str | None = Non
     no type a model's step uses falls back to the ``"*"`` guess (a type the graph lacks
     takes the median of the others' figures, which for an elementwise type like
     ``Maximum`` was 1.7x its own factor).  ``device``: where every op goes (None: the
-    session's choice)."""
+    session's choice).
+
+    ``copies``: that many independent copies of the step in one graph (the first's
+    ops under their own names, copy ``i``'s under the name scope ``copy<i>``), so that
+    each op type runs many times per step among the other types, as in a model's
+    step, rather than once.  An op that runs the first of its type in a step takes
+    longer than the same op later in the step (its code and data are not in the
+    caches yet: ``docs/probes/tf_warm_kernels_probe.py``), and a model's step runs
+    each type many times.
+
+    >>> g, _, _ = kernel_calibration_graph(4, copies=2)
+    >>> sum(op.type == "Tanh" for op in g.get_operations())
+    2
+    """
     rng = np.random.default_rng(seed)
     g = tf.Graph()
     with g.as_default(), tf.device(device):
-        x = tf.constant(rng.standard_normal((n, n)).astype(np.float32), name="x")
-        w = tf.Variable(rng.standard_normal((n, n)).astype(np.float32) * 0.1, name="w")
-        b = tf.Variable(np.zeros(n, np.float32), name="b")
-        rows = max(1, n // 8)
-        xb = tf.constant(rng.standard_normal((rows, 4 * n)).astype(np.float32), name="xb")
-        wb = tf.Variable(rng.standard_normal((4 * n, n)).astype(np.float32) * 0.05, name="wb")
-        batch = tf.matmul(xb, wb, name="batch_by_weights")  # [rows, n]
-        h = tf.matmul(x, w) + b + tf.reduce_mean(batch)
-        r, t, s = tf.relu(h), tf.tanh(h), tf.sigmoid(h)
-        c = tf.slice(tf.concat([r, t], axis=1), [0, 0], [n, n])
-        c = tf.reshape(tf.reshape(tf.transpose(c), [n * n]), [n, n])
-        d = tf.softmax(c) - s
-        e = tf.negative(tf.multiply(d, d)) + tf.broadcast_to(b, [n, n])
-        model_loss, model_vars = _model_ops(h, n, rng)
-        loss = tf.reduce_mean(tf.square(e)) + tf.reduce_sum(t) + model_loss
-        gw, gb, gwb, *g_model = tf.gradients(loss, [w, b, wb, *model_vars])
-        momentum = tf.train.MomentumOptimizer(0.01, 0.9)
-        adam = tf.train.AdamOptimizer(0.001)
-        half = len(model_vars) // 2
-        step = tf.group(tf.assign_sub(w, 0.01 * gw), tf.assign_sub(b, 0.01 * gb),
-                        tf.assign_sub(wb, 0.01 * gwb),
-                        tf.assign_add(b, tf.constant(np.zeros(n, np.float32))),
-                        momentum.apply_gradients(list(zip(g_model[:half], model_vars[:half]))),
-                        adam.apply_gradients(list(zip(g_model[half:], model_vars[half:]))))
+        steps = []
+        for i in range(copies):
+            with tf.name_scope(f"copy{i}" if i else None):
+                steps.append(_calibration_step(n, rng))
         init = tf.global_variables_initializer()
-    return g, init, [step]
+    return g, init, steps
+
+
+def _calibration_step(n: int, rng):
+    """The update op of one copy of :func:`kernel_calibration_graph`'s step, built in
+    the current graph."""
+    x = tf.constant(rng.standard_normal((n, n)).astype(np.float32), name="x")
+    w = tf.Variable(rng.standard_normal((n, n)).astype(np.float32) * 0.1, name="w")
+    b = tf.Variable(np.zeros(n, np.float32), name="b")
+    rows = max(1, n // 8)
+    xb = tf.constant(rng.standard_normal((rows, 4 * n)).astype(np.float32), name="xb")
+    wb = tf.Variable(rng.standard_normal((4 * n, n)).astype(np.float32) * 0.05, name="wb")
+    batch = tf.matmul(xb, wb, name="batch_by_weights")  # [rows, n]
+    h = tf.matmul(x, w) + b + tf.reduce_mean(batch)
+    r, t, s = tf.relu(h), tf.tanh(h), tf.sigmoid(h)
+    c = tf.slice(tf.concat([r, t], axis=1), [0, 0], [n, n])
+    c = tf.reshape(tf.reshape(tf.transpose(c), [n * n]), [n, n])
+    d = tf.softmax(c) - s
+    e = tf.negative(tf.multiply(d, d)) + tf.broadcast_to(b, [n, n])
+    model_loss, model_vars = _model_ops(h, n, rng)
+    loss = tf.reduce_mean(tf.square(e)) + tf.reduce_sum(t) + model_loss
+    gw, gb, gwb, *g_model = tf.gradients(loss, [w, b, wb, *model_vars])
+    momentum = tf.train.MomentumOptimizer(0.01, 0.9)
+    adam = tf.train.AdamOptimizer(0.001)
+    half = len(model_vars) // 2
+    step = tf.group(tf.assign_sub(w, 0.01 * gw), tf.assign_sub(b, 0.01 * gb),
+                    tf.assign_sub(wb, 0.01 * gwb),
+                    tf.assign_add(b, tf.constant(np.zeros(n, np.float32))),
+                    momentum.apply_gradients(list(zip(g_model[:half], model_vars[:half]))),
+                    adam.apply_gradients(list(zip(g_model[half:], model_vars[half:]))))
+    return step
 
 
 def _model_ops(h, n: int, rng):

@@ -407,6 +407,9 @@ class _Simulation:
             # dispatchers): the links carry the rest, so crossings pipeline on them.
             self.transfer_durations = [max(0.0, t - 2 * h) for t, h in
                                        zip(self.transfer_durations, self.transfer_cpu)]
+            self.transfer_wait = None
+        else:
+            self.transfer_wait = self._latency_waits(routes, keys, pair_of)
         self.static = self.config.link_order == "static"
         n_links = len(self.link_names)
         # The static order (see sim.links): what each transfer waits for before it
@@ -576,13 +579,35 @@ class _Simulation:
         r.late = any(self.start_at)  # some task's part of the step starts after time 0
         self._dispatch_state(r)
         # Each op's sends (see _sole): one per op, straight; all of them, the flat form.
-        r.counted_down = static and not serial
+        r.transfer_wait = self.transfer_wait
+        r.counted_down = static and not serial and self.transfer_wait is None
         if r.counted_down:
             r.sole_send, r.send_ptr, r.sends = _sole(*plan.array("csr_op_sends"), none=m)
         else:
             r.sole_send, (r.send_ptr, r.sends) = None, plan.csr_op_sends
         r.control_crossings = self.control_crossings
         return r
+
+    def _latency_waits(self, routes, keys, pair_of) -> list | None:
+        """Without serial dispatch: each transfer's wait before it takes its links, the
+        sum of its route's links' ``wait`` (:class:`core.cluster.Link`: the part of
+        their latency that holds no link), taken off its time on them; None when no
+        route has one (then transfers take their links as soon as they are sent).
+
+        Why: a runtime with many threads has many crossings in flight at once, each
+        holding the host's CPU for its own work only (on TensorFlow's servers, 32 tiny
+        tensors crossing at once added to a step a fifth of what 32 crossings one after
+        another would, about the servers' CPU time per crossing over the host's cores:
+        ``docs/probes/tf_crossings_probe.py``)."""
+        n_dev = len(self.device_names)
+        waits = np.array([sum(link.wait for link in routes[divmod(int(keys[p]), n_dev)])
+                          for p in range(len(keys))])
+        if not len(pair_of) or not waits.any():
+            return None
+        wait = waits[pair_of]
+        self.transfer_durations = np.maximum(
+            0.0, np.asarray(self.transfer_durations) - wait).tolist()
+        return wait.tolist()
 
     def _dispatch_state(self, r: RunState) -> None:
         """The serial dispatchers' part of the run's state: when each task's is free,

@@ -41,7 +41,9 @@ def make_handlers(sim, r: RunState) -> None:
     # What an op's end does with each of its sends: with serial dispatch, its
     # dispatcher sends it first; then it goes on its links (the static order counts
     # it down: written out in op_done, as `counted_down`).
-    r.send = r.dispatch_send if r.serial else r.put_on_links
+    # Without it, a route's links' waits come before the links (wait_then_put).
+    r.send = (r.dispatch_send if r.serial else
+              r.wait_then_put if r.transfer_wait is not None else r.put_on_links)
     for bind in binds:
         bind()
 
@@ -507,7 +509,14 @@ def _link_handlers(sim, r: RunState):
             release_links(k)
 
     transfer_done = _process(transfer_done_process)
-    r.start_transfer, r.put_on_links = start_transfer, put_on_links
+    wait = r.transfer_wait
+
+    def wait_then_put(k):
+        """Transfer ``k`` was sent: it goes on its links after its route's wait
+        (core.cluster.Link.wait: see sim.engine's _latency_waits)."""
+        heappush(queue, (env._now + wait[k], next(ids), put_on_links, k))
+
+    r.start_transfer, r.put_on_links, r.wait_then_put = start_transfer, put_on_links, wait_then_put
     return bind
 
 

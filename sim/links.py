@@ -4,7 +4,11 @@ The model (one rule for all link kinds):
 
 - A transfer occupies **every link of its route at once**, for
   ``cost_model.transfer_time(bytes, route)`` (every link's latency plus the bytes at
-  the slowest link's bandwidth: the tensor is pipelined through the route).
+  the slowest link's bandwidth: the tensor is pipelined through the route), less the
+  route's links' ``wait`` (:attr:`core.cluster.Link.wait`, 0 by default): that part of
+  the latency comes first, holding no link, so transfers overlap in it (a runtime
+  with many crossings in flight at once).  A serial-dispatch runtime makes the whole
+  latency its dispatchers' work instead (see :mod:`sim.engine`).
 - A link carries **one transfer at a time** at full bandwidth (capacity 1); the others
   wait.  So two equal transfers over one network card take twice as long as one: the
   second ends at twice the first's time.  (Fair sharing would end both at 2x; the

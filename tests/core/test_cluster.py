@@ -515,6 +515,25 @@ def test_parallel_min_elements_round_trips_and_older_files_load():
         c.replace_device(d.name, parallel_min_elements=-1)
 
 
+def test_a_links_wait_round_trips_defaults_to_zero_and_is_at_most_its_latency():
+    import json
+
+    from core.cluster import InvalidCluster
+    c = Cluster.single_host()
+    name = next(n for n in c.links if n.startswith("memcpy:"))
+    assert all(link.wait == 0.0 for link in c.links.values())
+    c2 = c.replace_link(name, latency=2e-4, wait=1.5e-4)
+    back = Cluster.from_dict(json.loads(json.dumps(c2.to_dict())))
+    assert back == c2 and back.links[name].wait == 1.5e-4
+    old = c.to_dict()  # a file written before the wait existed still loads
+    for item in old["links"]:
+        del item["wait"]
+    assert Cluster.from_dict(old) == c
+    for wait in (-1e-6, 3e-4):
+        with pytest.raises(InvalidCluster, match="wait must be between 0 and the latency"):
+            c.replace_link(name, latency=2e-4, wait=wait)
+
+
 def test_link_size_costs_round_trip_interpolate_and_are_checked():
     import json
 

@@ -57,3 +57,20 @@ def test_tensorflow_session_runs_a_built_graph_in_this_process(tensorflow):
         out = tf.add(tf.constant(np.float32(1.0)), tf.constant(np.float32(2.0)), name="out")
     with tensorflow_session("", g, [out]) as run:
         assert run() == [3.0]
+
+
+def test_a_crossings_cpu_time_leaves_the_rest_of_its_latency_a_wait(tensorflow):
+    from experiments.tf_backend import TFLocalCluster
+    from experiments.tf_calibrate import _with_crossing_waits, measure_crossing_cpu
+    cluster = Cluster.from_spec(ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0"]}),
+                                hosts={("ps", 0): "h", ("worker", 0): "h"}, cpu_cores=1,
+                                cpu_inter_op_threads=1, cpu_intra_op_threads=1)
+    with TFLocalCluster(cluster, one_process=True) as servers:
+        cpu = measure_crossing_cpu(servers, ("worker", 0), crossings=8, steps=5)
+    # A tiny crossing costs TensorFlow's servers well under ten milliseconds of CPU.
+    assert 0 <= cpu < 0.01
+    memcpy = cluster.replace_link("memcpy:h", latency=cpu + 1e-4)
+    waited = _with_crossing_waits(memcpy, cpu)
+    assert waited.links["memcpy:h"].wait == pytest.approx(1e-4)
+    assert _with_crossing_waits(memcpy, 1.0).links["memcpy:h"].wait == 0.0
+    assert waited.links["network:h"].wait == 0.0  # only the crossings within a host

@@ -20,6 +20,21 @@ def test_the_calibration_graph_covers_the_common_op_types():
     assert COVERED <= {op.type for op in graph.get_operations()}
 
 
+def test_copies_of_the_calibration_step_are_independent_and_each_fetched():
+    from collections import Counter
+    from core.graph import ops_needed
+    graph, _, (step,) = kernel_calibration_graph(4)
+    copied, _, fetches = kernel_calibration_graph(4, copies=3)
+    assert len(fetches) == 3 and graph.get_operation_by_name("w").type == "Variable"
+    once = Counter(op.type for op in graph.get_operations())
+    assert Counter(op.type for op in copied.get_operations()) == Counter(
+        {t: 3 * k for t, k in once.items()}) - Counter({"NoOp": 2})  # one initializer
+    # No op is needed by two copies' steps (each its own variables, optimizers' too).
+    needed = [{op.name for op in ops_needed([fetch])} for fetch in fetches]
+    assert not (needed[0] & needed[1] or needed[1] & needed[2] or needed[0] & needed[2])
+    assert all(n.startswith("copy2/") for n in needed[2] if "beta" not in n)
+
+
 @pytest.mark.parametrize("name", ["transformer", "resnet50", "inception_v3", "gnmt"])
 def test_every_op_type_of_a_models_step_is_calibrated(name):
     """No type a model's step runs falls back to the "*" guess (the median of the other

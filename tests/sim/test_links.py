@@ -61,3 +61,33 @@ def test_a_link_carries_one_transfer_at_a_time():
         for spans in by_link.values():
             spans.sort()
             assert all(e <= s for (_, e), (s, _) in zip(spans, spans[1:]))
+
+
+def _two_crossings(wait: float, order: str = "static"):
+    """The (validated) trace of two 4-byte tensors made at once on the ps and read on
+    the worker, over a memcpy link of 1 s latency (``wait`` of it a wait) and 4
+    bytes/s; ops take no time."""
+    g = tf.Graph()
+    with g.as_default():
+        for i in range(2):
+            tf.identity(tf.constant(np.ones((1,), np.float32), name=f"c{i}"), name=f"r{i}")
+    cluster = Cluster.from_spec({"ps": ["h:1"], "worker": ["h:2"]},
+                                hosts={("ps", 0): "h", ("worker", 0): "h"})
+    cluster = cluster.replace_link("memcpy:h", bandwidth=4.0, latency=1.0, wait=wait)
+    ps, worker = (d.name for d in cluster.devices)
+    placement = Placement({"c0": ps, "c1": ps, "r0": worker, "r1": worker})
+    trace = simulate(g, placement, cluster, cost_model=FixedCost(default=0.0),
+                     config=SimConfig(link_order=order))
+    trace.validate(g, cluster)
+    return trace
+
+
+@pytest.mark.parametrize("order", ["static", "ready"])
+def test_a_links_wait_overlaps_other_transfers_and_its_rest_takes_turns(order):
+    # No wait: the whole 2 s (1 s latency, 1 s of bytes) holds the link, one after
+    # the other.  Half the latency a wait: both wait 0.5 s at once, then take turns
+    # for 1.5 s each.
+    for wait, ends in ((0.0, [2.0, 4.0]), (0.5, [2.0, 3.5])):
+        trace = _two_crossings(wait, order)
+        assert sorted(x.end for x in trace.transfers) == pytest.approx(ends)
+        assert trace.step_time == pytest.approx(ends[-1])
