@@ -18,7 +18,11 @@ than the caches) the report gives:
   calibration carries into every prediction.
 
 An error well above both spreads is the model's.  The summary gives the median and the
-largest error beside the median spreads.  ``--without`` predicts again with one of the
+largest error beside the median spreads.  ``--inter-op-threads N`` runs the sessions on
+``N`` inter-op threads and predicts the calibrated cluster with its CPUs set to as many
+(default: the session's and the calibration's own, the host's cores): with one, no two
+kernels run at once, so the rows show the model without the host's parallel capacity,
+which on a shared machine changes from minute to minute.  ``--without`` predicts again with one of the
 model's memory mechanisms taken out (``shared``: the host's bandwidth shared by kernels
 at once; ``curve``: the rate by working set), to show what each contributes.
 
@@ -44,7 +48,7 @@ from experiments.backends import in_process_step
 from experiments.report import Run, finish, print_table
 from experiments.sim_vs_real import build_workload, workload_spec
 
-__all__ = ["main", "run", "without", "DEFAULT_WORKLOADS"]
+__all__ = ["main", "run", "without", "with_inter_op_threads", "DEFAULT_WORKLOADS"]
 
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "inception", "transformer:batch=2",
                      "resnet50:batch=2", "gnmt:batch=4", "inception_v3:batch=2",
@@ -68,19 +72,31 @@ def without(cluster, mechanism: str | None):
     return cluster
 
 
+def with_inter_op_threads(cluster, threads: int):
+    """``cluster`` with every CPU device's inter-op pool ``threads`` threads (0: as it
+    is)."""
+    if threads:
+        for d in cluster.devices:
+            if d.is_cpu:
+                cluster = cluster.replace_device(d.name, inter_op_threads=threads)
+    return cluster
+
+
 def run(names, *, repeats: int = 30, quick: bool = False, mechanism: str | None = None,
-        progress: bool = True) -> tuple[pd.DataFrame, list]:
+        inter_op_threads: int = 0, progress: bool = True) -> tuple[pd.DataFrame, list]:
     """``(rows, calibrations)``: each workload predicted under two calibrations made
-    back to back and measured twice (see the module docstring)."""
+    back to back and measured twice, its sessions on ``inter_op_threads`` threads (0:
+    the session's default; see the module docstring)."""
     import runtime
     import sim
     calibrations = [runtime.calibrate(quick=quick) for _ in range(2)]
     rows = []
     for name in tqdm(names, desc="workloads", disable=not progress):
         w = build_workload(name)
-        placement, measured = in_process_step(w, repeats)
-        _, remeasured = in_process_step(w, repeats)
-        predicted = [sim.simulate(w.graph, placement, without(c, mechanism),
+        placement, measured = in_process_step(w, repeats, inter_op_threads=inter_op_threads)
+        _, remeasured = in_process_step(w, repeats, inter_op_threads=inter_op_threads)
+        predicted = [sim.simulate(w.graph, placement,
+                                  with_inter_op_threads(without(c, mechanism), inter_op_threads),
                                   fetches=w.fetches).step_time for c in calibrations]
         rows.append({
             "workload": name, "ops": len(w.graph.get_operations()),
@@ -115,10 +131,16 @@ def main(argv=None):
                "repeats": "timed steps per measurement"})
     parser.add_argument("--without", choices=["shared", "curve"], default=None,
                         help="predict without one memory mechanism (see the docstring)")
+    parser.add_argument("--inter-op-threads", type=int, default=0, metavar="N",
+                        help="the sessions' inter-op threads, and the predicted CPUs' "
+                             "(default 0: the host's cores)")
     args = cli.parse(parser, argv)
     with Run("sim_vs_inprocess", args, out=args.out, argv=argv) as report:
+        if args.inter_op_threads < 0:
+            parser.error(f"--inter-op-threads must be 0 or more, not {args.inter_op_threads}")
         frame, calibrations = run(args.workloads, repeats=args.repeats,
-                                  quick=args.calibrate == "quick", mechanism=args.without)
+                                  quick=args.calibrate == "quick", mechanism=args.without,
+                                  inter_op_threads=args.inter_op_threads)
         print_table(frame, "predicted vs measured in-process step (ms); "
                            "rel_error = (pred - meas) / meas")
         summary = summarise(frame)

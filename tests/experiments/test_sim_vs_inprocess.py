@@ -29,3 +29,16 @@ def test_without_takes_out_one_mechanism():
     shared = bench.without(cluster, "shared")
     assert shared.hosts[0].shared_bandwidth == () and shared.devices[0].bandwidth_curve
     assert bench.without(cluster, "curve").devices[0].bandwidth_curve == ()
+
+
+def test_the_sessions_and_the_prediction_take_the_inter_op_threads_given():
+    from core.cluster import Cluster
+    cluster = Cluster.single_host(cpu_cores=2)
+    assert bench.with_inter_op_threads(cluster, 0) is cluster
+    assert [d.inter_op_threads for d in bench.with_inter_op_threads(cluster, 1).devices
+            if d.is_cpu] == [1]
+    frame, calibrations = bench.run(["mixed_random:seed=1:elements=4096"], repeats=2,
+                                    quick=True, inter_op_threads=1, progress=False)
+    assert frame.iloc[0].measured_ms > 0 and frame.iloc[0].predicted_ms > 0
+    with pytest.raises(SystemExit):
+        bench.main(["--inter-op-threads", "-1", "--workloads", "mlp"])
