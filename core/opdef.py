@@ -387,8 +387,10 @@ class OpDef:
         >>> from core.dtypes import float32
         >>> small, big = TensorSpec(float32, (64, 64)), TensorSpec(float32, (2048, 2048))
         >>> mul = get_op_def("Mul")
-        >>> mul.splits([small, small], [small], {}, 1 << 21), mul.splits([big, big], [big], {}, 1 << 21)
-        (False, True)
+        >>> mul.splits([small, small], [small], {}, 1 << 21)
+        False
+        >>> mul.splits([big, big], [big], {}, 1 << 21)
+        True
         >>> get_op_def("MatMul").splits([TensorSpec(float32, (512, 512))] * 2,
         ...                             [TensorSpec(float32, (512, 512))], {}, 1 << 21)
         True

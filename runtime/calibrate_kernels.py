@@ -251,8 +251,9 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     session on ``small`` square tensors, taking turns with its untraced steps
     (:func:`warm_small_steps`), and on each size of ``large``, the sizes taking turns
     step by step (:func:`_interleaved_traced_steps`); each op's fastest kernel time
-    over its steps counts (other load on a shared machine only adds time).  Per op type, ``fixed`` is the median time of its ops on the small tensors,
-    and ``factor`` the least-squares fit of ``time = fixed + factor * roofline`` (the
+    over its steps counts (other load on a shared machine only adds time).  Per op
+    type, ``fixed`` is the median time of its ops on the small tensors, and ``factor``
+    the least-squares fit of ``time = fixed + factor * roofline`` (the
     roofline on ``device``'s rates) over its ops on all the large sizes, in relative
     terms (each time weighs by its inverse: a 20 us and a 3 ms kernel count alike).
     Ops whose roofline is below half the fixed cost are left out of the fit: there the
