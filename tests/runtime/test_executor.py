@@ -708,8 +708,9 @@ def test_a_kernel_takes_the_intra_op_pool_only_when_it_may_split(executor, clust
     with g.as_default():
         small = tf.constant(rng.standard_normal((128, 128)).astype(np.float32), name="small")
         big = tf.constant(rng.standard_normal((256, 256)).astype(np.float32), name="big")
-        tf.multiply(small, small, name="mul")  # 16k elements: serial
-        tf.matmul(big, big, name="mm")  # 256^3 multiply-adds: splits its rows
+        mul = tf.multiply(small, small, name="mul")  # 16k elements: serial
+        with tf.control_dependencies([mul]):  # (after it: nothing holds a core then)
+            tf.matmul(big, big, name="mm")  # 256^3 multiply-adds: splits its rows
     result = run(executor, g, ["mul:0", "mm:0"], trace=True)
     records = {x.op: x for x in result.to_trace().ops}
     assert records["mul"].cores == 1
