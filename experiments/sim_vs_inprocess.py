@@ -135,9 +135,9 @@ def main(argv=None):
                         help="the sessions' inter-op threads, and the predicted CPUs' "
                              "(default 0: the host's cores)")
     args = cli.parse(parser, argv)
+    if args.inter_op_threads < 0:  # (before the run's folder is made)
+        parser.error(f"--inter-op-threads must be 0 or more, not {args.inter_op_threads}")
     with Run("sim_vs_inprocess", args, out=args.out, argv=argv) as report:
-        if args.inter_op_threads < 0:
-            parser.error(f"--inter-op-threads must be 0 or more, not {args.inter_op_threads}")
         frame, calibrations = run(args.workloads, repeats=args.repeats,
                                   quick=args.calibrate == "quick", mechanism=args.without,
                                   inter_op_threads=args.inter_op_threads)

@@ -40,5 +40,8 @@ def test_the_sessions_and_the_prediction_take_the_inter_op_threads_given():
     frame, calibrations = bench.run(["mixed_random:seed=1:elements=4096"], repeats=2,
                                     quick=True, inter_op_threads=1, progress=False)
     assert frame.iloc[0].measured_ms > 0 and frame.iloc[0].predicted_ms > 0
+
+def test_a_negative_thread_count_is_refused_before_any_run_is_recorded(tmp_path):
     with pytest.raises(SystemExit):
-        bench.main(["--inter-op-threads", "-1", "--workloads", "mlp"])
+        bench.main(["--inter-op-threads", "-1", "--workloads", "mlp", "--out", str(tmp_path)])
+    assert not list(tmp_path.iterdir())
