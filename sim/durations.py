@@ -35,17 +35,20 @@ from core.dataflow import dense_ids, first_positions, unique_below
 from core.ops import get_op_def
 from sim.errors import InvalidCost
 
-__all__ = ["op_durations", "memory_traffic", "splitting", "transfer_durations"]
+__all__ = ["op_durations", "memory_traffic", "splitting", "same_signature",
+           "transfer_durations"]
 
 
 def _valid(t) -> bool:
     return isinstance(t, (int, float)) and 0 <= t < math.inf
 
 
-def op_durations(plan, devices, cost_model: CostModel) -> list[float]:
+def op_durations(plan, devices, cost_model: CostModel, same: np.ndarray | None = None
+                 ) -> list[float]:
     """``cost_model.op_time(op, device)`` of every op of ``plan`` on its device (a list
     of floats, op order).  Raises :class:`sim.InvalidCost` for a negative, infinite or
-    non-numeric time (the first such op, in op order)."""
+    non-numeric time (the first such op, in op order).  ``same``: the plan's
+    :func:`same_signature`, when the caller has it already."""
     ops, op_device = plan.ops, plan.op_device
     op_time = cost_model.op_time
     if type(cost_model) is not StaticCostModel or cost_model.shape_hints is not None:
@@ -57,16 +60,18 @@ def op_durations(plan, devices, cost_model: CostModel) -> list[float]:
         return [float(t) for t in times]
     # One call per signature, for its first op (in op order, so that the first op with
     # an invalid time is the one named).
-    same = _same_signature(plan)
+    same = same_signature(plan) if same is None else same
     times = np.zeros(plan.n_ops)
     for i in first_positions(same).tolist():
         times[i] = _checked(ops[i], devices[op_device[i]], op_time)
     return times[same].tolist()
 
 
-def _same_signature(plan) -> np.ndarray:
+def same_signature(plan) -> np.ndarray:
     """For each op, the first op with the same (type, device, input specs, output specs,
-    attributes): what :class:`core.costs.StaticCostModel` depends on.
+    attributes): what :class:`core.costs.StaticCostModel` and :meth:`OpDef.splits
+    <core.opdef.OpDef.splits>` depend on (a simulation works it out once and hands it
+    to each figure computed per signature).
 
     The parts are small integers (``plan.tensor_spec``: an id per (dtype, shape);
     ``plan.op_attr_ids``), packed into one int64 key per op by numpy, with the keys
@@ -104,7 +109,8 @@ def _pack(key: np.ndarray, part: np.ndarray, size: int) -> np.ndarray:
     return key * size + part
 
 
-def memory_traffic(plan, devices, cost_model: CostModel, shared) -> tuple[list, list] | None:
+def memory_traffic(plan, devices, cost_model: CostModel, shared,
+                   same: np.ndarray | None = None) -> tuple[list, list] | None:
     """``(bytes, seconds)`` lists, in op order: what each op moves through memory and
     the part of its time that takes (:meth:`core.costs.CostModel.memory_traffic`), for
     the ops on devices whose ``shared[d]`` is set (the CPUs of hosts whose memory
@@ -114,7 +120,8 @@ def memory_traffic(plan, devices, cost_model: CostModel, shared) -> tuple[list, 
     wanted = np.array([bool(x) for x in shared], dtype=bool)[plan.array("op_device")]
     nbytes, seconds = np.zeros(plan.n_ops, np.int64), np.zeros(plan.n_ops)
     if type(cost_model) is StaticCostModel and cost_model.shape_hints is None:
-        same = _same_signature(plan)  # as in op_durations: once per signature
+        if same is None:  # as in op_durations: once per signature
+            same = same_signature(plan)
         for i in first_positions(same).tolist():
             if wanted[i]:
                 nbytes[i], seconds[i] = traffic(ops[i], devices[op_device[i]])
@@ -141,7 +148,8 @@ def _checked(op, device, op_time) -> float:
     return float(t)
 
 
-def splitting(plan, devices, cost_model: CostModel) -> np.ndarray:
+def splitting(plan, devices, cost_model: CostModel, same: np.ndarray | None = None
+              ) -> np.ndarray:
     """Whether each op's kernel takes its device's intra-op pool, as a bool array: a
     CPU device with more than one intra-op thread, and a kernel that splits its work on
     the op's tensors (:meth:`core.opdef.OpDef.splits`, with the sizes ``cost_model``
@@ -151,9 +159,11 @@ def splitting(plan, devices, cost_model: CostModel) -> np.ndarray:
     kernel = np.zeros(plan.n_ops, bool)
     for i in first_positions(first).tolist():
         kernel[i] = get_op_def(plan.op_types[i]).multithreaded
-    wanted = kernel[first] & spread[plan.array("op_device")]
-    if not wanted.any():
-        return wanted
+    device = plan.array("op_device")
+    wanted = kernel[first] & spread[device]
+    if not wanted.any() or not any(devices[d].parallel_min_elements > 0
+                                   for d in np.unique(device[wanted]).tolist()):
+        return wanted  # (every size may split there: no op's tensors matter)
     ops, op_device, specs = plan.ops, plan.op_device, cost_model.specs
 
     def splits(i):
@@ -162,7 +172,7 @@ def splitting(plan, devices, cost_model: CostModel) -> np.ndarray:
                                 dev.parallel_min_elements)
 
     if cost_model.shape_hints is None:  # once per signature, as op_durations
-        same = _same_signature(plan)
+        same = same_signature(plan) if same is None else same
         result = np.zeros(plan.n_ops, bool)
         for i in first_positions(same).tolist():
             result[i] = wanted[i] and splits(i)

@@ -79,7 +79,8 @@ from core.dataflow import StepPlan, unique_below
 from core.graph import Tensor
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
-from sim.durations import memory_traffic, op_durations, splitting, transfer_durations
+from sim.durations import (memory_traffic, op_durations, same_signature, splitting,
+                           transfer_durations)
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.handlers import RunState, make_handlers
 from sim.links import link_successors, static_transfer_order
@@ -269,14 +270,18 @@ class _Simulation:
         self.task_keys = list(tasks)
 
     def _setup_durations(self):
-        plan = self.plan
-        self.durations = op_durations(plan, self.devices, self.cost_model)
+        plan, cost_model = self.plan, self.cost_model
+        # The ops' signatures, worked out once for the figures computed per signature
+        # (with shape hints, or another cost model, each op is its own).
+        same = (same_signature(plan) if type(cost_model) is StaticCostModel
+                and cost_model.shape_hints is None else None)
+        self.durations = op_durations(plan, self.devices, cost_model, same)
         # The cores each op asks for: none for a GPU op, one for a CPU op, the
         # intra-op pool for a CPU kernel that splits its work (OpDef.splits).
         on_cpu = np.array([dev.is_cpu for dev in self.devices], dtype=bool)
         pool = np.array([dev.intra_op_threads for dev in self.devices], dtype=np.int64)
         device = plan.array("op_device")
-        self.want_cores = np.where(splitting(plan, self.devices, self.cost_model), pool[device],
+        self.want_cores = np.where(splitting(plan, self.devices, cost_model, same), pool[device],
                                    on_cpu[device]).tolist()
         # The CPU kernels of a host whose memory bandwidth they share (Host.shared_bandwidth):
         # what each moves, to slow those that run at once (sim.pools.HostMemory).
@@ -284,7 +289,7 @@ class _Simulation:
         self.memory_of = [memories.setdefault(dev.host, HostMemory(curve))
                           if dev.is_cpu and (curve := self.cluster.host(dev.host).shared_bandwidth)
                           else None for dev in self.devices]
-        self.traffic = (memory_traffic(plan, self.devices, self.cost_model, self.memory_of)
+        self.traffic = (memory_traffic(plan, self.devices, cost_model, self.memory_of, same)
                         if memories else None)
         if self.traffic is None:  # no kernel moves memory there: nothing to share
             self.memory_of = None

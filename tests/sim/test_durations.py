@@ -14,7 +14,7 @@ from core.dataflow import StepPlan
 from core.placement import Placement
 from experiments.workloads import (mlp_training_step, random_layered_dag,
                                    transformer_training_step)
-from sim.durations import _same_signature, op_durations
+from sim.durations import same_signature, op_durations
 
 from strategies import placed_graphs
 
@@ -29,7 +29,7 @@ def signature(op, device):
 def check_groups(plan):
     """Ops in one group share a signature; ops with a hashable equal signature share a
     group (those with an unhashable attribute may be costed alone)."""
-    same = _same_signature(plan).tolist()
+    same = same_signature(plan).tolist()
     keys = [signature(op, d) for op, d in zip(plan.ops, plan.op_device)]
     for i, first in enumerate(same):
         assert first <= i and keys[first] == keys[i]
