@@ -290,7 +290,7 @@ class ExecPlan:
                 # The pool's cores only for a kernel that may split its work over them
                 # (OpDef.splits, as the simulator decides): a small one runs on one core,
                 # and holding the others kept the other inter-op threads waiting.
-                multi = dev.is_cpu and op.op_def.splits(
+                multi = dev.is_cpu and op.op_def.multithreaded and op.op_def.splits(
                     [t.spec for t in op.inputs], [t.spec for t in op.outputs], op.attrs,
                     PARALLEL_MIN_ELEMENTS)
                 node.want_cores = (dev.intra_op_threads if multi else 1) if dev.is_cpu else 0
