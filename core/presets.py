@@ -33,7 +33,8 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass, replace
 
-from core.cluster import GiB, Cluster
+from core.cluster import Cluster
+from core.hardware import GiB
 
 __all__ = ["GPUModel", "MachinePreset", "NetworkPreset", "PRESETS", "NETWORKS", "UnknownPreset",
            "build", "names", "describe"]
