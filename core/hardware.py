@@ -297,8 +297,25 @@ class Link:
     link, here the host's CPU that copies and serialises the tensors, only for each
     crossing's own work, and the rest of its latency overlaps other crossings.  The
     simulator starts such a transfer on its links ``wait`` after it was sent and holds
-    them for the rest of its time (unless the runtime model dispatches serially, which
-    makes the whole latency the ends' work).
+    them for the rest of its time (unless the runtime model dispatches serially: see
+    ``cpu_costs``).
+
+    ``cpu_costs`` (empty by default) holds measured ``(bytes, seconds)`` points: the CPU
+    time the processes at the two ends spend on one crossing of that size (encoding,
+    writing, reading, decoding, copying: :func:`runtime.calibrate.measure_crossing_cpu`).
+    :meth:`cpu_time` reads them (straight between two points, the bytes at the bandwidth
+    past the last, at most :meth:`time`).  A runtime whose ends dispatch serially
+    holds their dispatchers for that part only
+    (:meth:`core.runtime_model.RuntimeModel.crossing_work`); the rest of a crossing's
+    time is a wait (the receiver's wake-up) that holds nothing, so crossings overlap in
+    it.
+
+    >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, size_costs=[(4, 1e-4), (1000, 3e-4)],
+    ...             cpu_costs=[(4, 6e-5), (1000, 8e-5)])
+    >>> [round(link.cpu_time(n), 7) for n in (0, 502, 2000)]
+    [6e-05, 7e-05, 8.1e-05]
+    >>> Link("memcpy:h", "memcpy", 1e9, 1e-4).cpu_time(10) is None
+    True
 
     >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, size_costs=[(4, 1e-4), (1000, 3e-4)])
     >>> round(link.time(500), 6), round(link.time(2000), 6)
@@ -315,14 +332,23 @@ class Link:
     latency: float
     size_costs: tuple = ()
     wait: float = 0.0
+    cpu_costs: tuple = ()
 
     def __post_init__(self):
-        try:
-            points = tuple(sorted((int(n), float(t)) for n, t in self.size_costs))
-        except (TypeError, ValueError):
-            raise InvalidCluster("size_costs must be (bytes, seconds) pairs, not "
-                                 f"{self.size_costs!r}", self.name) from None
-        object.__setattr__(self, "size_costs", points)
+        for what in ("size_costs", "cpu_costs"):
+            try:
+                points = tuple(sorted((int(n), float(t)) for n, t in getattr(self, what)))
+            except (TypeError, ValueError):
+                raise InvalidCluster(f"{what} must be (bytes, seconds) pairs, not "
+                                     f"{getattr(self, what)!r}", self.name) from None
+            object.__setattr__(self, what, points)
+        for n, t in self.cpu_costs:
+            if n < 0 or not 0 <= t < math.inf:
+                raise InvalidCluster(f"cpu_costs: ({n}, {t}) must be non-negative bytes and "
+                                     "a non-negative finite time", self.name)
+        if len({n for n, _ in self.cpu_costs}) != len(self.cpu_costs):
+            raise InvalidCluster(f"cpu_costs has two points for one size: {self.cpu_costs}",
+                                 self.name)
         if not 0 <= self.wait <= self.latency:
             raise InvalidCluster(f"wait must be between 0 and the latency ({self.latency} s), "
                                  f"not {self.wait}", self.name)
@@ -340,6 +366,24 @@ class Link:
                 return t0 + (t1 - t0) * (nbytes - n0) / (n1 - n0)
             n0, t0 = n1, t1
         return t0 + (nbytes - n0) / self.bandwidth
+
+    def cpu_time(self, nbytes: int) -> "float | None":
+        """The CPU seconds (both ends together) of a crossing of ``nbytes`` here, from
+        ``cpu_costs``, at most :meth:`time`; None when they were not measured."""
+        points = self.cpu_costs
+        if not points:
+            return None
+        n0, t0 = points[0]
+        cpu = t0
+        if nbytes > n0:
+            for n1, t1 in points[1:]:
+                if nbytes <= n1:
+                    cpu = t0 + (t1 - t0) * (nbytes - n0) / (n1 - n0)
+                    break
+                n0, t0 = n1, t1
+            else:
+                cpu = t0 + (nbytes - n0) / self.bandwidth
+        return min(cpu, self.time(nbytes))
 
     def fixed_time(self, nbytes: int) -> float:
         """What a transfer of ``nbytes`` takes here beyond its bytes at the bandwidth:
@@ -457,7 +501,8 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 
 # Record fields a cluster file may leave out (added after the format's first version).
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs", "parallel_min_elements",
-                 "size_costs", "dtype_flops", "bandwidth_curve", "shared_bandwidth", "wait"}
+                 "size_costs", "dtype_flops", "bandwidth_curve", "shared_bandwidth", "wait",
+                 "cpu_costs"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

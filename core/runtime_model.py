@@ -65,8 +65,10 @@ class RuntimeModel:
     dispatch_cores : the dispatchers' work also needs one of its host's cores, shared
         with the kernels (three server processes on two cores do not all run at once).
     copies_on_cores : a crossing between two tasks of one host is work of its two ends'
-        dispatchers for its whole transfer time (the runtime copies with the host's
-        cores, no DMA engine), not bytes on a link.
+        dispatchers (the runtime copies with the host's cores, no DMA engine), not
+        bytes on a link: its CPU part where the link measured it (``Link.cpu_costs``),
+        the rest a wait that holds nothing; else its whole transfer time (see
+        :meth:`crossing_work`).
     step_costs_on_cores : a step's fixed costs (the tasks' ``step_overhead`` and
         ``part_overhead``) are dispatcher work, not only a delay.
     inline_elements : the thread that finished an op goes on with the cheap ops it made
@@ -111,6 +113,37 @@ class RuntimeModel:
             if shape is None or any(d is None for d in shape) or math.prod(shape) > limit:
                 return False
         return True
+
+    def crossing_work(self, links, nbytes: int, seconds: float) -> tuple[float, float]:
+        """``(work, wait)`` of a crossing of ``nbytes`` over the route ``links`` that
+        takes ``seconds`` in all, with serial dispatch: ``work`` is what each end's
+        dispatcher does for it (the sender's before it leaves, the receiver's before its
+        consumers may start), ``wait`` the part between them that holds neither the
+        dispatchers nor the links; the links carry the rest, ``seconds - 2 * work -
+        wait``.
+
+        By default the ends' work is the route's latency, half each.  With
+        ``copies_on_cores``, a route of ``memcpy`` links (two tasks of one host) is the
+        ends' work for its CPU part (``Link.cpu_time``: measured by a calibration of the
+        runtime; each crossing holds its ends' interpreters for its own Python work
+        only, and the receiver's wake-up overlaps other work), the rest a wait; for its
+        whole time where a link did not measure it.
+
+        >>> from dataclasses import replace
+        >>> from core.hardware import Link
+        >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, cpu_costs=[(0, 6e-5)])
+        >>> [round(x, 9) for x in INTERPRETER.crossing_work([link], 0, 1e-4)]
+        [3e-05, 4e-05]
+        >>> [round(x, 9) for x in INTERPRETER.crossing_work([replace(link, cpu_costs=())], 0, 1e-4)]
+        [5e-05, 0.0]
+        """
+        if self.copies_on_cores and links and all(link.kind == "memcpy" for link in links):
+            cpu = [link.cpu_time(nbytes) for link in links]
+            if any(c is None for c in cpu):
+                return seconds / 2, 0.0
+            work = min(sum(cpu), seconds) / 2
+            return work, seconds - 2 * work
+        return sum(link.latency for link in links) / 2, 0.0
 
     def to_dict(self) -> dict:
         """The model as plain data (a cluster's JSON keeps it)."""

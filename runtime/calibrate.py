@@ -47,6 +47,9 @@ memcpy link (latency,         :func:`measure_process_transfer`: tensors made on 
 bandwidth, size_costs)        and read on the master's, minus the same graph without the
                               crossings: a chain of tiny hops between the two tasks for
                               the latency, a chain of 8 hops per size for the sizes
+memcpy link (``cpu_costs``)   :func:`measure_crossing_cpu`: the server processes' CPU time
+                              per crossing, by size (tensors crossing round the tasks,
+                              less the same graph without crossings)
 CPU ``op_overhead``           :func:`measure_dispatch_overhead`: a chain of tiny ops on the
                               master's task, the slope per op (the server's executor)
 ============================  ==============================================================
@@ -79,7 +82,8 @@ from core.runtime_model import INTERPRETER
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
            "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed",
-           "runtime_session", "size_costs", "measure_bandwidth_curve", "measure_shared_bandwidth",
+           "runtime_session", "size_costs", "measure_crossing_cpu", "measure_bandwidth_curve",
+           "measure_shared_bandwidth", "CROSSING_CPU_SIZES",
            "measure_session_overhead", "measure_server_dispatch",
            "CPU_FIGURES", "with_cpu_figures"]
 
@@ -668,6 +672,75 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
     return latency, 1.0 / per_byte, samples
 
 
+#: The sizes :func:`measure_crossing_cpu` measures in a full calibration, up to the
+#: runtime's switch to shared memory (runtime.worker.SHM_MIN_BYTES, 256 KiB), where the
+#: processes' CPU time per crossing already exceeds its time on a step's path (larger
+#: tensors' crossings are their ends' work for their whole time).
+CROSSING_CPU_SIZES = (4, 16 << 10, 64 << 10, 256 << 10)
+
+
+def measure_crossing_cpu(local_cluster, master=("worker", 0), sizes=CROSSING_CPU_SIZES,
+                         crossings: int = 48, steps: int = 100, block: int = 10,
+                         open_session=runtime_session) -> dict:
+    """``{bytes: seconds}``: the CPU time the server processes of ``local_cluster``
+    (anything with ``tasks``, ``target(job, index)`` and ``cpu_seconds()``, all its
+    processes' CPU time so far) spend on one crossing of a tensor of each of ``sizes``:
+    what holds their interpreters and cores, as against the crossing's time
+    (:func:`measure_process_transfer`), of which the rest is a wait, mostly the
+    receiver's wake-up.
+
+    A step (at ``master``) makes ``crossings`` tensors, the ``i``-th on the ``i % n``-th
+    of the ``n`` tasks, and reads each with an Identity on the next task round them
+    (each read fetched), against the same graph with each read on its maker: the CPU
+    seconds of ``steps`` steps of each, less, over the crossings (at least 0).  The
+    two graphs take turns in blocks of ``block`` steps (the processes' CPU time comes
+    in clock ticks of 10 ms: a hundred steps of 48 crossings put a tick at 2 us per
+    crossing).
+
+    Why: a crossing between this runtime's processes holds its ends' interpreters only
+    for its own work (a tiny tensor's took about 100 us of the processes' CPU against
+    its 140 us on a step's critical path; 32 at once added 55 us each to a step, the
+    simulator, charging each its whole time, 67 us; at 64 KiB 147 us of CPU against
+    315 us, 67 us each at once against 217: ``docs/probes/lc_crossings_probe.py``)."""
+    import core as tf
+    tasks = [_cpu(*t) for t in local_cluster.tasks]
+    master = tuple(master)
+
+    def build(nbytes, crossing):
+        graph = tf.Graph()
+        reads = []
+        with graph.as_default():
+            for i in range(crossings):
+                maker = tasks[i % len(tasks)]
+                with tf.device(maker):
+                    x = tf.identity(tf.constant(np.full(max(1, nbytes // 4), i, np.float32),
+                                                name=f"c{i}"), name=f"x{i}")
+                with tf.device(tasks[(i + 1) % len(tasks)] if crossing else maker):
+                    reads.append(tf.identity(x, name=f"y{i}").op)
+        return graph, reads
+
+    out = {}
+    for nbytes in sizes:
+        used = {True: 0.0, False: 0.0}
+        with contextlib.ExitStack() as stack:
+            runs = {}
+            for crossing in used:
+                graph, reads = build(nbytes, crossing)
+                runs[crossing] = stack.enter_context(
+                    open_session(local_cluster.target(*master), graph, reads))
+                for _ in range(3):
+                    runs[crossing]()
+            for _ in range(max(1, steps // block)):
+                for crossing, run in runs.items():
+                    before = local_cluster.cpu_seconds()
+                    for _ in range(block):
+                        run()
+                    used[crossing] += local_cluster.cpu_seconds() - before
+        out[nbytes] = max(0.0, (used[True] - used[False])
+                          / (max(1, steps // block) * block * crossings))
+    return out
+
+
 def measure_dispatch_overhead(local_cluster, master=("worker", 0), lengths=(1, 100, 300),
                               repeats: int = 9, open_session=runtime_session) -> float:
     """Seconds per op of a chain of tiny Identity ops run by the master task's server:
@@ -730,7 +803,10 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     :class:`runtime.LocalCluster` ``local_cluster``, all on one host) with the fixed
     costs of a distributed step measured on it: every task's ``step_overhead`` and
     ``part_overhead``, the ``memcpy:<host>`` link's latency, bandwidth and
-    ``size_costs`` (what a tensor crossing processes costs; :func:`size_costs`), and
+    ``size_costs`` (what a tensor crossing processes costs; :func:`size_costs`), its
+    ``cpu_costs`` when ``runtime_model`` makes crossings of a host its ends' work
+    (``copies_on_cores``; :func:`measure_crossing_cpu`, on a ``local_cluster`` with
+    ``cpu_seconds``), and
     every CPU's ``op_overhead``: the server's dispatch cost per op between the kernels
     of the kernel calibration graph (:func:`measure_server_dispatch`) for a CPU
     calibrated with kernel costs, else along a chain of tiny ops
@@ -760,6 +836,13 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
         latency, bandwidth, x_samples = measure_process_transfer(
             local_cluster, src, master, sizes, repeats=5 if quick else 30,
             open_session=open_session)
+    cpu_costs: dict = {}
+    if (src is not None and runtime_model.serial_dispatch and runtime_model.copies_on_cores
+            and hasattr(local_cluster, "cpu_seconds")):
+        # What of a crossing holds its ends (the runtime model's crossing_work).
+        cpu_costs = measure_crossing_cpu(
+            local_cluster, master, (4, 64 << 10) if quick else CROSSING_CPU_SIZES,
+            steps=30 if quick else 100, open_session=open_session)
     dispatch = measure_dispatch_overhead(local_cluster, master,
                                          (1, 50) if quick else (1, 100, 300), repeats,
                                          open_session)
@@ -771,7 +854,7 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
             name = f"memcpy:{host}"
             if name in links:
                 links[name] = replace(links[name], latency=latency, bandwidth=bandwidth,
-                                      size_costs=costs)
+                                      size_costs=costs, cpu_costs=tuple(cpu_costs.items()))
     # A device calibrated with kernel costs gets the server's dispatch between the
     # kernels of a realistic graph (a chain of Identity ops shows less).
     # (0: the steps' noise was larger than the work between their kernels; the chain's
@@ -787,5 +870,6 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
         out.save(path)
     figures = {"step_overhead": step, "part_overhead": part, "step_samples": step_samples,
                "transfer_latency": latency, "transfer_bandwidth": bandwidth,
-               "transfer_samples": x_samples, "op_overhead": dispatch}
+               "transfer_samples": x_samples, "crossing_cpu": cpu_costs,
+               "op_overhead": dispatch}
     return out, figures

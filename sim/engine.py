@@ -391,28 +391,16 @@ class _Simulation:
         # Each transfer's route is route_ids[pair_of[k]] (a list of them is made only
         # where needed: the "ready" link order, the trace's records).
         self.route_ids, self.pair_of = route_ids, pair_of = route_ids, pair_of.reshape(-1)
-        if self.runtime.serial_dispatch:
-            # What each end's dispatcher spends on a transfer: half its route's latency
-            # (sending and taking a tensor is Python work on both tasks, under their GIL).
-            half = [sum(link.latency for link in routes[divmod(int(keys[p]), n_dev)]) / 2
-                    for p in range(len(keys))]
-            self.transfer_cpu = list(map(half.__getitem__, pair_of.tolist()))
         self.transfer_durations = transfer_durations(plan, routes, self.cost_model)
-        if self.runtime.serial_dispatch and self.runtime.copies_on_cores:
-            # A crossing within a host is the two ends' work for its whole time (the
-            # host's cores copy the bytes): half of its transfer time each.
-            on_cores = np.array([all(link.kind == "memcpy" for link in
-                                     routes[divmod(int(keys[p]), n_dev)])
-                                 for p in range(len(keys))], dtype=bool)
-            self.transfer_cpu = np.where(on_cores[pair_of],
-                                         np.asarray(self.transfer_durations) / 2,
-                                         self.transfer_cpu).tolist()
         if self.runtime.serial_dispatch:
-            # The route's latency is the two ends' work (transfer_cpu, on their
-            # dispatchers): the links carry the rest, so crossings pipeline on them.
-            self.transfer_durations = [max(0.0, t - 2 * h) for t, h in
-                                       zip(self.transfer_durations, self.transfer_cpu)]
-            self.transfer_wait = None
+            # Sending and taking a tensor is Python work on both tasks, under their GIL:
+            # each end's dispatcher does transfer_cpu of it, with transfer_wait between
+            # them holding nothing (RuntimeModel.crossing_work); the links carry the
+            # rest, so crossings pipeline on them.
+            self.transfer_cpu, self.transfer_wait = self._crossing_work(routes, keys, pair_of)
+            wait = self.transfer_wait or [0.0] * m
+            self.transfer_durations = [max(0.0, t - 2 * h - w) for t, h, w in
+                                       zip(self.transfer_durations, self.transfer_cpu, wait)]
         else:
             self.transfer_wait = self._latency_waits(routes, keys, pair_of)
         self.static = self.config.link_order == "static"
@@ -443,10 +431,12 @@ class _Simulation:
 
     def _setup_control_crossings(self):
         """Control edges between tasks: taken out of the successor lists
-        (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, destination
-        task, successors)]``, one entry per destination device (None when there are
-        none: the plan's own lists are used); ``self.succ_count``: how many successors
-        each op keeps (an array)."""
+        (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, work, wait,
+        destination task, successors)]``, one entry per destination device (None when
+        there are none: the plan's own lists are used; ``work`` and ``wait``: with
+        serial dispatch, each end's work and the wait between them of a message of no
+        bytes, :meth:`core.runtime_model.RuntimeModel.crossing_work`);
+        ``self.succ_count``: how many successors each op keeps (an array)."""
         plan = self.plan
         self.succ = None
         self.control_crossings = None
@@ -463,17 +453,19 @@ class _Simulation:
         self.succ_count = counts = np.bincount(src[keep], minlength=plan.n_ops)
         self.succ = (np.concatenate([[0], np.cumsum(counts)]).tolist(), succ[keep].tolist())
         op_device, names = plan.op_device, self.device_names
-        latency: dict[tuple[int, int], float] = {}
+        costs: dict[tuple[int, int], tuple] = {}  # (latency, work, wait) per pair
         by_message: dict[tuple[int, int], list] = {}
         for i, j in zip(src[cross].tolist(), succ[cross].tolist()):
             by_message.setdefault((i, op_device[j]), []).append(j)
         crossings: dict[int, list] = {}
         for (i, d), js in by_message.items():
             pair = (op_device[i], d)
-            if pair not in latency:
-                latency[pair] = float(sum(link.latency for link in
-                                          self.cluster.route(names[pair[0]], names[d])))
-            crossings.setdefault(i, []).append((latency[pair], self.task_of[d], js))
+            if pair not in costs:
+                links = self.cluster.route(names[pair[0]], names[d])
+                latency = float(sum(link.latency for link in links))
+                costs[pair] = (latency, *(self.runtime.crossing_work(links, 0, latency)
+                                          if self.runtime.serial_dispatch else (0.0, 0.0)))
+            crossings.setdefault(i, []).append((*costs[pair], self.task_of[d], js))
         self.control_crossings = crossings
 
     # -- running ----------------------------------------------------------------------------
@@ -592,6 +584,26 @@ class _Simulation:
             r.sole_send, (r.send_ptr, r.sends) = None, plan.csr_op_sends
         r.control_crossings = self.control_crossings
         return r
+
+    def _crossing_work(self, routes, keys, pair_of) -> tuple[list, list | None]:
+        """Serial dispatch: per transfer, the work each end's dispatcher does for it and
+        the wait between the two (None when no transfer has one), by
+        :meth:`core.runtime_model.RuntimeModel.crossing_work`, once per distinct
+        (route, bytes, time)."""
+        n_dev, plan = len(self.device_names), self.plan
+        nbytes = plan.array("tensor_bytes")[plan.array("transfer_tensor")].tolist()
+        crossing_work = self.runtime.crossing_work
+        known: dict = {}
+        work, wait = [], []
+        for p, size, seconds in zip(pair_of.tolist(), nbytes, self.transfer_durations):
+            case = (p, size, seconds)
+            parts = known.get(case)
+            if parts is None:
+                links = routes[divmod(int(keys[p]), n_dev)]
+                parts = known[case] = crossing_work(links, size, seconds)
+            work.append(parts[0])
+            wait.append(parts[1])
+        return work, (wait if any(wait) else None)
 
     def _latency_waits(self, routes, keys, pair_of) -> list | None:
         """Without serial dispatch: each transfer's wait before it takes its links, the

@@ -224,7 +224,7 @@ def _dispatch_handlers(r: RunState):
     calendar_of, transfer_cpu, serial = r.calendar_of, r.transfer_cpu, r.serial
     transfer_src, transfer_dst, pending = r.transfer_src, r.transfer_dst, r.pending
     sole_consumer, consumer_ptr, consumers = r.sole_consumer, r.consumer_ptr, r.consumers
-    control_crossings = r.control_crossings
+    control_crossings, transfer_wait = r.control_crossings, r.transfer_wait
     schedule = ready = put_on_links = None
 
     def bind():
@@ -260,19 +260,19 @@ def _dispatch_handlers(r: RunState):
     def send_control(i, d):
         """Op ``i`` ended: the messages of its control edges to other tasks go."""
         now, t = env._now, task_of[d]
-        for latency, dst_task, js in control_crossings[i]:
+        for latency, work, wait, dst_task, js in control_crossings[i]:
             arrival = now + latency
-            if serial:  # the sender's dispatcher sends it: the first half of the
-                # latency; the receiver's takes it in, the second (control_done)
-                arrival = reserve(t, now, latency / 2) + latency / 2
-            schedule(arrival, control_done, (latency, dst_task, js))
+            if serial:  # the sender's dispatcher sends it (its end's work), then the
+                # wait; the receiver's takes it in (control_done)
+                arrival = reserve(t, now, work) + work + wait
+            schedule(arrival, control_done, (work, dst_task, js))
 
     def control_done(message):
         """A control edge's message from another task arrived."""
-        latency, t, js = message
-        if serial and latency:  # the receiver's dispatcher takes it in first
+        work, t, js = message
+        if serial and work:  # the receiver's dispatcher takes it in first
             now = env._now
-            reserve(t, now, latency / 2)
+            reserve(t, now, work)
             schedule(dispatch_free[t], control_done, (0.0, t, js))
             return
         for j in js:
@@ -283,23 +283,25 @@ def _dispatch_handlers(r: RunState):
 
     def dispatch_send(k):
         """RuntimeModel.serial_dispatch: the sender's dispatcher sends transfer ``k``
-        (half its route's latency of work, from when the dispatcher is free); then
-        the transfer is sent and goes on its links (handed_over)."""
+        (its end's work, RuntimeModel.crossing_work, from when the dispatcher is
+        free); then, after the crossing's wait (holding nothing), it goes on its
+        links."""
         now, t = env._now, task_of[transfer_src[k]]
         sent_at = reserve(t, now, transfer_cpu[k]) + transfer_cpu[k]
+        if transfer_wait is not None:
+            sent_at += transfer_wait[k]
         schedule(sent_at, put_on_links, k)  # (then it goes on its links)
 
     def take_in(k):
         """RuntimeModel.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
-        takes it in (half its route's latency of work, from when it is free)."""
+        takes it in (its end's work, from when it is free)."""
         now, t = env._now, task_of[transfer_dst[k]]
         reserve(t, now, transfer_cpu[k])
         schedule(dispatch_free[t], taken_in, k)
 
     def taken_in(k):
         """RuntimeModel.serial_dispatch: the receiver's dispatcher took transfer
-        ``k`` in (half its route's latency of work): its consumers' counts
-        drop."""
+        ``k`` in: its consumers' counts drop."""
         j = sole_consumer[k]  # (see _sole)
         if j >= 0:
             left = pending[j] - 1

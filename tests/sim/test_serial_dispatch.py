@@ -363,3 +363,70 @@ def test_cores_the_next_op_leaves_free_go_to_its_own_task_s_waiting_ops():
     assert run["a"] == (1e-3, 2e-3, 2)
     assert run["b"][0] == 2e-3 and run["b"][2] == 1
     assert run["c"][0] == 2e-3 and run["c"][2] == 1  # not after b, at 7 ms
+
+
+# -- Link.cpu_costs: a crossing of one host holds its ends only for its CPU part --------------
+
+COPYING = SimConfig(runtime=RuntimeModel(serial_dispatch=True, copies_on_cores=True))
+
+
+def fan(k, control=False):
+    """``k`` scalars made on W0, each read on W1 (or, ``control``, each op on W1 waiting
+    for one on W0 by a control edge): ``k`` crossings at once."""
+    g = tf.Graph()
+    with g.as_default():
+        for i in range(k):
+            with tf.device(W0):
+                a = tf.constant(np.float32(i), name=f"a{i}")
+            with tf.device(W1):
+                if control:
+                    with tf.control_dependencies([a]):
+                        tf.constant(np.float32(i), name=f"b{i}")
+                else:
+                    tf.identity(a, name=f"b{i}")
+    return g, Placement({op.name: op.device for op in g.get_operations()})
+
+
+def measured_cpu(cpu=0.4e-3):
+    """1 ms per crossing, of which ``cpu`` is the ends' work (Link.cpu_costs)."""
+    return cluster(overhead=0.0, latency=1e-3).replace_link("memcpy:h", cpu_costs=[(0, cpu)])
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_crossings_overlap_beyond_their_ends_cpu_part(control):
+    # Four crossings from W0 to W1, 1 ms each.  Without cpu_costs each is its ends' work
+    # for its whole time, 0.5 ms on each dispatcher: W0 sends at 0.5, 1, 1.5, 2 ms and
+    # W1 takes the last in at 2.5 ms.  With 0.4 ms of CPU each end works 0.2 ms and the
+    # 0.6 ms between holds nothing: sent at 0.2, 0.4, 0.6, 0.8 ms, arrived 0.6 ms later,
+    # taken in by 1.0, 1.2, 1.4, 1.6 ms.
+    g, p = fan(4, control)
+    costs = FixedCost(default=0.0)
+    whole = simulate(g, p, measured_cpu().replace_link("memcpy:h", cpu_costs=()),
+                     cost_model=costs, config=COPYING)
+    trace = simulate(g, p, measured_cpu(), cost_model=costs, config=COPYING)
+    trace.validate(g, measured_cpu())
+    assert whole.step_time == pytest.approx(2.5e-3)
+    assert trace.step_time == pytest.approx(1.6e-3)
+    starts = sorted(round(r.start, 9) for r in trace.ops if r.op.startswith("b"))
+    assert starts == pytest.approx([1.0e-3, 1.2e-3, 1.4e-3, 1.6e-3])
+    if not control:  # each on the link when it arrives, for no time (the cores copy)
+        assert sorted(round(x.start, 9) for x in trace.transfers) == pytest.approx(
+            [0.8e-3, 1.0e-3, 1.2e-3, 1.4e-3])
+        assert all(x.end == x.start for x in trace.transfers)
+
+
+def test_a_crossing_alone_takes_its_time_whatever_its_cpu_part():
+    g, p = fan(1)
+    steps = [simulate(g, p, measured_cpu(cpu), cost_model=FixedCost(default=0.0),
+                      config=COPYING).step_time for cpu in (0.0, 0.4e-3, 1e-3, 5e-3)]
+    assert steps == pytest.approx([1e-3] * 4)
+
+
+def test_cpu_costs_matter_only_to_a_runtime_whose_ends_copy():
+    # The ideal runtime and a serial one without copies_on_cores price a crossing as
+    # before: cpu_costs describe the work of the ends that copy.
+    g, p = fan(4)
+    for config in (SimConfig(), SERIAL):
+        traces = [simulate(g, p, c, cost_model=FixedCost(default=0.0), config=config)
+                  for c in (measured_cpu(), measured_cpu().replace_link("memcpy:h", cpu_costs=()))]
+        assert traces[0].ops == traces[1].ops and traces[0].transfers == traces[1].transfers
