@@ -300,30 +300,21 @@ class Link:
     them for the rest of its time (unless the runtime model dispatches serially: see
     ``cpu_costs``).
 
-    ``cpu_costs`` (empty by default) holds measured ``(bytes, seconds)`` points: the CPU
-    time the processes at the two ends spend on one crossing of that size (encoding,
-    writing, reading, decoding, copying: :func:`runtime.calibrate.measure_crossing_cpu`).
-    :meth:`cpu_time` reads them (straight between two points, the bytes at the bandwidth
-    past the last, at most :meth:`time`).  A runtime whose ends dispatch serially
-    holds their dispatchers for that part only
-    (:meth:`core.runtime_model.RuntimeModel.crossing_work`); the rest of a crossing's
-    time is a wait (the receiver's wake-up) that holds nothing, so crossings overlap in
-    it.
+    ``cpu_costs`` (empty by default) holds measured ``(bytes, sent, taken)`` points: the
+    CPU seconds the sender's process and the receiver's spend on one crossing of that
+    size among many at once (encoding and writing it; reading, decoding and handing it
+    on: :func:`runtime.calibrate.measure_crossing_cpu`).  :meth:`crossing_cpu` reads
+    them.  A runtime whose ends dispatch serially holds them for that much when
+    crossings come in a burst, and the receiver for the rest of a crossing's time when
+    it comes alone, to wake its reader
+    (:meth:`core.runtime_model.RuntimeModel.crossing_work`).
 
     >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, size_costs=[(4, 1e-4), (1000, 3e-4)],
-    ...             cpu_costs=[(4, 6e-5), (1000, 8e-5)])
-    >>> [round(link.cpu_time(n), 7) for n in (0, 502, 2000)]
-    [6e-05, 7e-05, 8.1e-05]
-    >>> Link("memcpy:h", "memcpy", 1e9, 1e-4).cpu_time(10) is None
+    ...             cpu_costs=[(4, 2e-5, 4e-5), (1000, 3e-5, 5e-5)])
+    >>> [tuple(round(x, 7) for x in link.crossing_cpu(n)) for n in (0, 502, 2000)]
+    [(2e-05, 4e-05), (2.5e-05, 4.5e-05), (3.1e-05, 5e-05)]
+    >>> Link("memcpy:h", "memcpy", 1e9, 1e-4).crossing_cpu(10) is None
     True
-
-    >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, size_costs=[(4, 1e-4), (1000, 3e-4)])
-    >>> round(link.time(500), 6), round(link.time(2000), 6)
-    (0.0002, 0.000301)
-    >>> Link("memcpy:h", "memcpy", 1e9, 1e-4, wait=2e-4)
-    Traceback (most recent call last):
-    ...
-    core.hardware.InvalidCluster: invalid cluster: memcpy:h: wait must be between 0 and the latency (0.0001 s), not 0.0002
     """
 
     name: str
@@ -335,20 +326,24 @@ class Link:
     cpu_costs: tuple = ()
 
     def __post_init__(self):
-        for what in ("size_costs", "cpu_costs"):
-            try:
-                points = tuple(sorted((int(n), float(t)) for n, t in getattr(self, what)))
-            except (TypeError, ValueError):
-                raise InvalidCluster(f"{what} must be (bytes, seconds) pairs, not "
-                                     f"{getattr(self, what)!r}", self.name) from None
-            object.__setattr__(self, what, points)
-        for n, t in self.cpu_costs:
-            if n < 0 or not 0 <= t < math.inf:
-                raise InvalidCluster(f"cpu_costs: ({n}, {t}) must be non-negative bytes and "
-                                     "a non-negative finite time", self.name)
-        if len({n for n, _ in self.cpu_costs}) != len(self.cpu_costs):
-            raise InvalidCluster(f"cpu_costs has two points for one size: {self.cpu_costs}",
-                                 self.name)
+        try:
+            points = tuple(sorted((int(n), float(t)) for n, t in self.size_costs))
+        except (TypeError, ValueError):
+            raise InvalidCluster("size_costs must be (bytes, seconds) pairs, not "
+                                 f"{self.size_costs!r}", self.name) from None
+        object.__setattr__(self, "size_costs", points)
+        try:
+            cpu = tuple(sorted((int(n), float(s), float(t)) for n, s, t in self.cpu_costs))
+        except (TypeError, ValueError):
+            raise InvalidCluster("cpu_costs must be (bytes, sent seconds, taken seconds) "
+                                 f"triples, not {self.cpu_costs!r}", self.name) from None
+        for point in cpu:
+            if point[0] < 0 or not all(0 <= t < math.inf for t in point[1:]):
+                raise InvalidCluster(f"cpu_costs: {point} must be non-negative bytes and "
+                                     "non-negative finite times", self.name)
+        if len({n for n, _, _ in cpu}) != len(cpu):
+            raise InvalidCluster(f"cpu_costs has two points for one size: {cpu}", self.name)
+        object.__setattr__(self, "cpu_costs", cpu)
         if not 0 <= self.wait <= self.latency:
             raise InvalidCluster(f"wait must be between 0 and the latency ({self.latency} s), "
                                  f"not {self.wait}", self.name)
@@ -367,23 +362,23 @@ class Link:
             n0, t0 = n1, t1
         return t0 + (nbytes - n0) / self.bandwidth
 
-    def cpu_time(self, nbytes: int) -> "float | None":
-        """The CPU seconds (both ends together) of a crossing of ``nbytes`` here, from
-        ``cpu_costs``, at most :meth:`time`; None when they were not measured."""
+    def crossing_cpu(self, nbytes: int) -> "tuple[float, float] | None":
+        """``(sent, taken)``: the CPU seconds of the sender's and the receiver's process
+        for a crossing of ``nbytes`` here in a burst, from ``cpu_costs`` (straight
+        between two points; past the last, the sender copies the further bytes at the
+        bandwidth); None when they were not measured."""
         points = self.cpu_costs
         if not points:
             return None
-        n0, t0 = points[0]
-        cpu = t0
-        if nbytes > n0:
-            for n1, t1 in points[1:]:
-                if nbytes <= n1:
-                    cpu = t0 + (t1 - t0) * (nbytes - n0) / (n1 - n0)
-                    break
-                n0, t0 = n1, t1
-            else:
-                cpu = t0 + (nbytes - n0) / self.bandwidth
-        return min(cpu, self.time(nbytes))
+        n0, s0, t0 = points[0]
+        if nbytes <= n0:
+            return s0, t0
+        for n1, s1, t1 in points[1:]:
+            if nbytes <= n1:
+                f = (nbytes - n0) / (n1 - n0)
+                return s0 + (s1 - s0) * f, t0 + (t1 - t0) * f
+            n0, s0, t0 = n1, s1, t1
+        return s0 + (nbytes - n0) / self.bandwidth, t0
 
     def fixed_time(self, nbytes: int) -> float:
         """What a transfer of ``nbytes`` takes here beyond its bytes at the bandwidth:

@@ -47,9 +47,10 @@ memcpy link (latency,         :func:`measure_process_transfer`: tensors made on 
 bandwidth, size_costs)        and read on the master's, minus the same graph without the
                               crossings: a chain of tiny hops between the two tasks for
                               the latency, a chain of 8 hops per size for the sizes
-memcpy link (``cpu_costs``)   :func:`measure_crossing_cpu`: the server processes' CPU time
-                              per crossing, by size (tensors crossing round the tasks,
-                              less the same graph without crossings)
+memcpy link (``cpu_costs``)   :func:`measure_crossing_cpu`: the sending and the receiving
+                              server process's CPU time per crossing, by size (many
+                              tensors crossing at once, less the same graph with each
+                              read made on its reader's task)
 CPU ``op_overhead``           :func:`measure_dispatch_overhead`: a chain of tiny ops on the
                               master's task, the slope per op (the server's executor)
 ============================  ==============================================================
@@ -679,65 +680,65 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
 CROSSING_CPU_SIZES = (4, 16 << 10, 64 << 10, 256 << 10)
 
 
-def measure_crossing_cpu(local_cluster, master=("worker", 0), sizes=CROSSING_CPU_SIZES,
-                         crossings: int = 48, steps: int = 100, block: int = 10,
-                         open_session=runtime_session) -> dict:
-    """``{bytes: seconds}``: the CPU time the server processes of ``local_cluster``
-    (anything with ``tasks``, ``target(job, index)`` and ``cpu_seconds()``, all its
-    processes' CPU time so far) spend on one crossing of a tensor of each of ``sizes``:
-    what holds their interpreters and cores, as against the crossing's time
-    (:func:`measure_process_transfer`), of which the rest is a wait, mostly the
-    receiver's wake-up.
+def measure_crossing_cpu(local_cluster, src=("ps", 0), master=("worker", 0),
+                         sizes=CROSSING_CPU_SIZES, crossings: int = 48, steps: int = 100,
+                         block: int = 10, open_session=runtime_session) -> dict:
+    """``{bytes: (sent, taken)}``: the CPU seconds the server process of task ``src``
+    spends sending one tensor of each of ``sizes`` to the master's task, and the
+    master's spends taking it in, when many cross at once (``local_cluster``: anything
+    with ``target(job, index)`` and ``cpu_seconds(task)``, that task's process's CPU
+    seconds so far).  What holds their interpreters and cores, as against the
+    crossing's time (:func:`measure_process_transfer`).
 
-    A step (at ``master``) makes ``crossings`` tensors, the ``i``-th on the ``i % n``-th
-    of the ``n`` tasks, and reads each with an Identity on the next task round them
-    (each read fetched), against the same graph with each read on its maker: the CPU
-    seconds of ``steps`` steps of each, less, over the crossings (at least 0).  The
-    two graphs take turns in blocks of ``block`` steps (the processes' CPU time comes
-    in clock ticks of 10 ms: a hundred steps of 48 crossings put a tick at 2 us per
-    crossing).
+    A step (at ``master``) makes ``crossings`` tensors on ``src``, each read by an
+    Identity on ``master``, against the same graph with each reader reading a tensor
+    made on ``master`` instead (the same ops on each task): each process's CPU seconds
+    of ``steps`` steps of each, less, over the crossings (at least 0).  The two graphs
+    take turns in blocks of ``block`` steps (the processes' CPU time comes in clock
+    ticks of 10 ms: a hundred steps of 48 crossings put a tick at 2 us per crossing).
 
-    Why: a crossing between this runtime's processes holds its ends' interpreters only
-    for its own work (a tiny tensor's took about 100 us of the processes' CPU against
-    its 140 us on a step's critical path; 32 at once added 55 us each to a step, the
-    simulator, charging each its whole time, 67 us; at 64 KiB 147 us of CPU against
-    315 us, 67 us each at once against 217: ``docs/probes/lc_crossings_probe.py``)."""
+    Why: a crossing between this runtime's processes holds its ends only for their
+    own work when crossings come in a burst; one alone costs about its whole time
+    (``docs/probes/lc_crossings_probe.py``: 32 tiny tensors at once from the ps cost it
+    about 20 us of CPU each and the reader 60 us, and added 25 us each to a step, where
+    each alone took 110 to 180 us and, one after the other, about 130 us of CPU)."""
     import core as tf
-    tasks = [_cpu(*t) for t in local_cluster.tasks]
-    master = tuple(master)
+    src, master = tuple(src), tuple(master)
 
     def build(nbytes, crossing):
         graph = tf.Graph()
-        reads = []
+        ops = []
+        shape = np.zeros(max(1, nbytes // 4), np.float32)
         with graph.as_default():
             for i in range(crossings):
-                maker = tasks[i % len(tasks)]
-                with tf.device(maker):
-                    x = tf.identity(tf.constant(np.full(max(1, nbytes // 4), i, np.float32),
-                                                name=f"c{i}"), name=f"x{i}")
-                with tf.device(tasks[(i + 1) % len(tasks)] if crossing else maker):
-                    reads.append(tf.identity(x, name=f"y{i}").op)
-        return graph, reads
+                with tf.device(_cpu(*src)):
+                    x = tf.identity(tf.constant(shape + i, name=f"c{i}"), name=f"x{i}")
+                with tf.device(_cpu(*master)):
+                    read = x if crossing else tf.constant(shape + i, name=f"m{i}")
+                    ops += [x.op, tf.identity(read, name=f"y{i}").op]
+        return graph, ops
 
     out = {}
+    rounds = max(1, steps // block)
     for nbytes in sizes:
-        used = {True: 0.0, False: 0.0}
+        used = {(crossing, task): 0.0 for crossing in (True, False) for task in (src, master)}
         with contextlib.ExitStack() as stack:
             runs = {}
-            for crossing in used:
-                graph, reads = build(nbytes, crossing)
+            for crossing in (True, False):
+                graph, ops = build(nbytes, crossing)
                 runs[crossing] = stack.enter_context(
-                    open_session(local_cluster.target(*master), graph, reads))
+                    open_session(local_cluster.target(*master), graph, ops))
                 for _ in range(3):
                     runs[crossing]()
-            for _ in range(max(1, steps // block)):
+            for _ in range(rounds):
                 for crossing, run in runs.items():
-                    before = local_cluster.cpu_seconds()
+                    before = {task: local_cluster.cpu_seconds(task) for task in (src, master)}
                     for _ in range(block):
                         run()
-                    used[crossing] += local_cluster.cpu_seconds() - before
-        out[nbytes] = max(0.0, (used[True] - used[False])
-                          / (max(1, steps // block) * block * crossings))
+                    for task in (src, master):
+                        used[(crossing, task)] += local_cluster.cpu_seconds(task) - before[task]
+        out[nbytes] = tuple(max(0.0, (used[(True, task)] - used[(False, task)])
+                                / (rounds * block * crossings)) for task in (src, master))
     return out
 
 
@@ -841,7 +842,7 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
             and hasattr(local_cluster, "cpu_seconds")):
         # What of a crossing holds its ends (the runtime model's crossing_work).
         cpu_costs = measure_crossing_cpu(
-            local_cluster, master, (4, 64 << 10) if quick else CROSSING_CPU_SIZES,
+            local_cluster, src, master, (4, 64 << 10) if quick else CROSSING_CPU_SIZES,
             steps=30 if quick else 100, open_session=open_session)
     dispatch = measure_dispatch_overhead(local_cluster, master,
                                          (1, 50) if quick else (1, 100, 300), repeats,
@@ -854,7 +855,8 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
             name = f"memcpy:{host}"
             if name in links:
                 links[name] = replace(links[name], latency=latency, bandwidth=bandwidth,
-                                      size_costs=costs, cpu_costs=tuple(cpu_costs.items()))
+                                      size_costs=costs,
+                                      cpu_costs=[(n, *c) for n, c in cpu_costs.items()])
     # A device calibrated with kernel costs gets the server's dispatch between the
     # kernels of a realistic graph (a chain of Identity ops shows less).
     # (0: the steps' noise was larger than the work between their kernels; the chain's

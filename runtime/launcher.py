@@ -162,13 +162,14 @@ class LocalCluster:
     def tasks(self) -> list[tuple[str, int]]:
         return [(job, i) for job in self.spec for i in range(len(self.spec[job]))]
 
-    def cpu_seconds(self) -> float:
-        """CPU seconds (user and system, every thread) the server processes have used
-        so far (:func:`runtime.calibrate.measure_crossing_cpu` counts what a crossing
-        costs them)."""
+    def cpu_seconds(self, task: "tuple[str, int] | None" = None) -> float:
+        """CPU seconds (user and system, every thread) the server process of ``task``
+        (``(job, index)``; None: all of them) has used so far
+        (:func:`runtime.calibrate.measure_crossing_cpu` counts what a crossing costs
+        each end)."""
         import psutil
-        return sum(sum(psutil.Process(proc.pid).cpu_times()[:2])
-                   for proc in self.processes.values())
+        procs = self.processes.values() if task is None else [self.processes[tuple(task)]]
+        return sum(sum(psutil.Process(proc.pid).cpu_times()[:2]) for proc in procs)
 
     def _pick_spec(self) -> dict[str, list[str]]:
         counts = {j: v for j, v in self._request.items() if isinstance(v, int)}

@@ -394,13 +394,15 @@ class _Simulation:
         self.transfer_durations = transfer_durations(plan, routes, self.cost_model)
         if self.runtime.serial_dispatch:
             # Sending and taking a tensor is Python work on both tasks, under their GIL:
-            # each end's dispatcher does transfer_cpu of it, with transfer_wait between
-            # them holding nothing (RuntimeModel.crossing_work); the links carry the
-            # rest, so crossings pipeline on them.
-            self.transfer_cpu, self.transfer_wait = self._crossing_work(routes, keys, pair_of)
-            wait = self.transfer_wait or [0.0] * m
-            self.transfer_durations = [max(0.0, t - 2 * h - w) for t, h, w in
-                                       zip(self.transfer_durations, self.transfer_cpu, wait)]
+            # the sender's dispatcher does transfer_cpu of it, the receiver's
+            # take_work, or take_burst after another (RuntimeModel.crossing_work); the
+            # links carry the rest, so crossings pipeline on them.
+            self.transfer_cpu, self.take_work, self.take_burst = self._crossing_work(
+                routes, keys, pair_of)
+            self.transfer_durations = [max(0.0, t - (sent + taken)) for t, sent, taken in
+                                       zip(self.transfer_durations, self.transfer_cpu,
+                                           self.take_work)]
+            self.transfer_wait = None
         else:
             self.transfer_wait = self._latency_waits(routes, keys, pair_of)
         self.static = self.config.link_order == "static"
@@ -431,11 +433,11 @@ class _Simulation:
 
     def _setup_control_crossings(self):
         """Control edges between tasks: taken out of the successor lists
-        (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, work, wait,
-        destination task, successors)]``, one entry per destination device (None when
-        there are none: the plan's own lists are used; ``work`` and ``wait``: with
-        serial dispatch, each end's work and the wait between them of a message of no
-        bytes, :meth:`core.runtime_model.RuntimeModel.crossing_work`);
+        (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, sent, taken,
+        taken_in_burst, destination task, successors)]``, one entry per destination
+        device (None when there are none: the plan's own lists are used; with serial
+        dispatch, the ends' work for a message of no bytes,
+        :meth:`core.runtime_model.RuntimeModel.crossing_work`);
         ``self.succ_count``: how many successors each op keeps (an array)."""
         plan = self.plan
         self.succ = None
@@ -453,7 +455,7 @@ class _Simulation:
         self.succ_count = counts = np.bincount(src[keep], minlength=plan.n_ops)
         self.succ = (np.concatenate([[0], np.cumsum(counts)]).tolist(), succ[keep].tolist())
         op_device, names = plan.op_device, self.device_names
-        costs: dict[tuple[int, int], tuple] = {}  # (latency, work, wait) per pair
+        costs: dict[tuple[int, int], tuple] = {}  # (latency, sent, taken, burst) per pair
         by_message: dict[tuple[int, int], list] = {}
         for i, j in zip(src[cross].tolist(), succ[cross].tolist()):
             by_message.setdefault((i, op_device[j]), []).append(j)
@@ -464,7 +466,7 @@ class _Simulation:
                 links = self.cluster.route(names[pair[0]], names[d])
                 latency = float(sum(link.latency for link in links))
                 costs[pair] = (latency, *(self.runtime.crossing_work(links, 0, latency)
-                                          if self.runtime.serial_dispatch else (0.0, 0.0)))
+                                          if self.runtime.serial_dispatch else (0.0,) * 3))
             crossings.setdefault(i, []).append((*costs[pair], self.task_of[d], js))
         self.control_crossings = crossings
 
@@ -585,25 +587,26 @@ class _Simulation:
         r.control_crossings = self.control_crossings
         return r
 
-    def _crossing_work(self, routes, keys, pair_of) -> tuple[list, list | None]:
-        """Serial dispatch: per transfer, the work each end's dispatcher does for it and
-        the wait between the two (None when no transfer has one), by
-        :meth:`core.runtime_model.RuntimeModel.crossing_work`, once per distinct
-        (route, bytes, time)."""
+    def _crossing_work(self, routes, keys, pair_of) -> tuple[list, list, list | None]:
+        """Serial dispatch: per transfer, the work of the sender's dispatcher, of the
+        receiver's when it comes alone and when it comes in a burst (None when every
+        transfer's is as alone), by :meth:`core.runtime_model.RuntimeModel.
+        crossing_work`, once per distinct (route, bytes, time)."""
         n_dev, plan = len(self.device_names), self.plan
         nbytes = plan.array("tensor_bytes")[plan.array("transfer_tensor")].tolist()
         crossing_work = self.runtime.crossing_work
         known: dict = {}
-        work, wait = [], []
+        sent, taken, burst = [], [], []
         for p, size, seconds in zip(pair_of.tolist(), nbytes, self.transfer_durations):
             case = (p, size, seconds)
             parts = known.get(case)
             if parts is None:
                 links = routes[divmod(int(keys[p]), n_dev)]
                 parts = known[case] = crossing_work(links, size, seconds)
-            work.append(parts[0])
-            wait.append(parts[1])
-        return work, (wait if any(wait) else None)
+            sent.append(parts[0])
+            taken.append(parts[1])
+            burst.append(parts[2])
+        return sent, taken, (None if burst == taken else burst)
 
     def _latency_waits(self, routes, keys, pair_of) -> list | None:
         """Without serial dispatch: each transfer's wait before it takes its links, the
@@ -646,6 +649,8 @@ class _Simulation:
                 dispatch_free[t] = begin + work
                 booked[t] += work
         r.transfer_cpu = self.transfer_cpu if serial else None
+        r.take_work = self.take_work if serial else None
+        r.take_burst = self.take_burst if serial else None
         # RuntimeModel.inline_elements: the ops each thread (device, slot) runs itself next.
         r.cheap = self.inline_ops() if serial and runtime.inline_elements is not None else None
         r.stacks = ([[[] for _ in range(pool.threads)] for pool in self.pools]

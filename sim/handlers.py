@@ -224,7 +224,10 @@ def _dispatch_handlers(r: RunState):
     calendar_of, transfer_cpu, serial = r.calendar_of, r.transfer_cpu, r.serial
     transfer_src, transfer_dst, pending = r.transfer_src, r.transfer_dst, r.pending
     sole_consumer, consumer_ptr, consumers = r.sole_consumer, r.consumer_ptr, r.consumers
-    control_crossings, transfer_wait = r.control_crossings, r.transfer_wait
+    control_crossings, take_work, take_burst = r.control_crossings, r.take_work, r.take_burst
+    # when each task's receiver last finishes taking a crossing in (RuntimeModel.
+    # crossing_work: one that comes before is taken in a burst)
+    taking_until = [0.0] * len(dispatch_free)
     schedule = ready = put_on_links = None
 
     def bind():
@@ -260,20 +263,18 @@ def _dispatch_handlers(r: RunState):
     def send_control(i, d):
         """Op ``i`` ended: the messages of its control edges to other tasks go."""
         now, t = env._now, task_of[d]
-        for latency, work, wait, dst_task, js in control_crossings[i]:
+        for latency, sent, taken, burst, dst_task, js in control_crossings[i]:
             arrival = now + latency
-            if serial:  # the sender's dispatcher sends it (its end's work), then the
-                # wait; the receiver's takes it in (control_done)
-                arrival = reserve(t, now, work) + work + wait
-            schedule(arrival, control_done, (work, dst_task, js))
+            if serial:  # the sender's dispatcher sends it; the receiver's takes it in
+                # (control_done)
+                arrival = reserve(t, now, sent) + sent
+            schedule(arrival, control_done, (taken, burst, dst_task, js))
 
     def control_done(message):
         """A control edge's message from another task arrived."""
-        work, t, js = message
-        if serial and work:  # the receiver's dispatcher takes it in first
-            now = env._now
-            reserve(t, now, work)
-            schedule(dispatch_free[t], control_done, (0.0, t, js))
+        taken, burst, t, js = message
+        if serial and taken:  # the receiver's dispatcher takes it in first
+            schedule(take(t, taken, burst), control_done, (0.0, 0.0, t, js))
             return
         for j in js:
             left = pending[j] - 1
@@ -284,20 +285,30 @@ def _dispatch_handlers(r: RunState):
     def dispatch_send(k):
         """RuntimeModel.serial_dispatch: the sender's dispatcher sends transfer ``k``
         (its end's work, RuntimeModel.crossing_work, from when the dispatcher is
-        free); then, after the crossing's wait (holding nothing), it goes on its
-        links."""
+        free); then it goes on its links."""
         now, t = env._now, task_of[transfer_src[k]]
         sent_at = reserve(t, now, transfer_cpu[k]) + transfer_cpu[k]
-        if transfer_wait is not None:
-            sent_at += transfer_wait[k]
         schedule(sent_at, put_on_links, k)  # (then it goes on its links)
+
+    def take(t, taken, burst):
+        """Task ``t``'s dispatcher takes a crossing in, from when it is free: ``taken``
+        of work, or ``burst`` while it still takes another in (RuntimeModel.
+        crossing_work); returns when it is done."""
+        now = env._now
+        work = burst if taking_until[t] > now else taken
+        done = reserve(t, now, work) + work
+        taking_until[t] = done
+        return done
 
     def take_in(k):
         """RuntimeModel.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
         takes it in (its end's work, from when it is free)."""
-        now, t = env._now, task_of[transfer_dst[k]]
-        reserve(t, now, transfer_cpu[k])
-        schedule(dispatch_free[t], taken_in, k)
+        if take_burst is None:  # (as alone, always)
+            now, t = env._now, task_of[transfer_dst[k]]
+            reserve(t, now, take_work[k])
+            schedule(dispatch_free[t], taken_in, k)
+        else:
+            schedule(take(task_of[transfer_dst[k]], take_work[k], take_burst[k]), taken_in, k)
 
     def taken_in(k):
         """RuntimeModel.serial_dispatch: the receiver's dispatcher took transfer

@@ -13,15 +13,37 @@ the same graph with the readers on the ps (no crossing) is timed in the same rou
 (:func:`runtime.calibrate._interleaved_step_times`, the fastest of 30 steps).  Per size
 and ``k``: what the crossings add to the step, measured, and what the simulator predicts
 for the same two graphs on the cluster calibrated there (:func:`runtime.calibrate.
-calibrate_distributed` on the same servers), as calibrated (each crossing its ends'
-work for its CPU part, ``Link.cpu_costs``, the rest a wait) and without ``cpu_costs``
-(each crossing its ends' work for its whole time, as before).
+calibrate_distributed` on the same servers), as calibrated (``Link.cpu_costs``: see
+below) and without ``cpu_costs`` (each crossing its ends' work for its whole time, half
+each, as before).
 Then each server process's CPU time (user and system, from ``/proc``) per crossing:
 ``STEPS`` steps of the crossing graph less as many of the local one, over the crossings.
 
 If the crossings took turns on the ps's interpreter for their whole latency, what ``k``
 of them add would grow by one latency per crossing; if only their CPU work takes turns,
-by about that work per crossing.
+by about that work per crossing.  Last, the same CPU time per crossing for a tensor
+passed back and forth between worker 0 and the ps (one crossing at a time).
+
+What it showed (2026-11-27, this 2-core machine, quiet; the machine's speed changed
+between runs by up to 2x):
+- One crossing alone added 110 to 180 us (tiny) and 180 to 260 us (64 KiB) to a step:
+  about the calibrated crossing time.  32 at once added 25 to 54 us each (tiny) and 32
+  to 67 us (64 KiB), where the simulator, charging each crossing's whole time to its
+  ends' dispatchers (half each), predicted 55 to 67 us and 150 to 217 us.
+- CPU per crossing, 32 at once from the ps: the ps (sender) 19 to 30 us, worker 0
+  (receiver) 45 to 110 us; one at a time along a chain, 130 to 137 us (tiny) and 190
+  to 270 us (64 KiB) for the two processes together, about the crossing's whole time:
+  what a crossing costs depends on whether its receiver's reader thread must wake for
+  it.  (At 1 MiB, through shared memory, the processes' CPU per crossing exceeded the
+  crossing's time: 650 to 900 us against 400.)
+- Kept: ``Link.cpu_costs``, the sender's and the receiver's CPU per crossing among
+  many at once (:func:`runtime.calibrate.measure_crossing_cpu`); the interpreter model
+  charges the sender its part and the receiver the rest of the crossing's time when it
+  comes alone, its own part in a burst (:meth:`core.runtime_model.RuntimeModel.
+  crossing_work`).  A first model, each end half the CPU part and the rest a wait that
+  held nothing, fixed data_parallel (36-43% too slow, now 0-6%) but predicted the
+  round-robin placements of mlp, rnn and transformer 8-15 points faster than before,
+  below their measurement: their crossings come one at a time.
 """
 import os
 import sys
@@ -61,6 +83,25 @@ def fan(k: int, nbytes: int, reader: str):
             with ctf.device(W0):
                 outs.append(ctf.identity(ctf.constant(np.float32(1.0), name="t"), name="d").op)
         return g, outs
+    return make
+
+
+def chain(hops: int, nbytes: int, crossing: bool):
+    """A tensor of ``nbytes`` passed ``hops`` times between worker 0 and the ps
+    (``crossing``; else ``hops`` Identity ops on worker 0): one crossing at a time."""
+    def make():
+        g = ctf.Graph()
+        with g.as_default():
+            with ctf.device(W0):
+                x = ctf.constant(np.ones(max(1, nbytes // 4), np.float32), name="x")
+            for i in range(hops):
+                with ctf.device((PS if i % 2 == 0 else W0) if crossing else W0):
+                    x = ctf.identity(x, name=f"hop{i}")
+            with ctf.device(W0):
+                x = ctf.identity(x, name="last")
+            with ctf.device(PS):
+                d = ctf.identity(ctf.constant(np.float32(1.0), name="t"), name="d")
+        return g, [x.op, d.op]
     return make
 
 
@@ -108,7 +149,8 @@ def main():
         print(f"calibrated crossing: latency {link.latency * 1e6:.0f} us, bandwidth "
               f"{link.bandwidth / 1e9:.2f} GB/s; size_costs "
               f"{[(n, round(t * 1e6)) for n, t in link.size_costs]}, cpu_costs "
-              f"{[(n, round(t * 1e6)) for n, t in link.cpu_costs]} (bytes, us)")
+              f"{[(n, round(a * 1e6), round(b * 1e6)) for n, a, b in link.cpu_costs]} "
+              "(bytes, us)")
         for nbytes in sizes:
             builds = {}
             for k in KS:
@@ -128,6 +170,10 @@ def main():
             print(f"  CPU per crossing, {k} at once (us, user + system): " + ", ".join(
                 f"{job}:{task} {u * 1e6:.0f} + {s * 1e6:.0f}" for (job, task), (u, s)
                 in sorted(per.items())))
+            per = cpu_per_crossing(local, chain(k, nbytes, True), chain(k, nbytes, False), k)
+            print("  CPU per crossing, one at a time along a chain (us, user + system): "
+                  + ", ".join(f"{job}:{task} {u * 1e6:.0f} + {s * 1e6:.0f}"
+                              for (job, task), (u, s) in sorted(per.items())))
 
 
 if __name__ == "__main__":
