@@ -295,7 +295,8 @@ def _dispatch_handlers(r: RunState):
         of work, or ``burst`` while it still takes another in (RuntimeModel.
         crossing_work); returns when it is done."""
         now = env._now
-        work = burst if taking_until[t] > now else taken
+        # (a burst: its reader still takes the last one in, with nothing booked since)
+        work = burst if taking_until[t] > now and dispatch_free[t] == taking_until[t] else taken
         done = reserve(t, now, work) + work
         taking_until[t] = done
         return done

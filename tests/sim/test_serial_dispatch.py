@@ -453,3 +453,28 @@ def test_cpu_costs_matter_only_to_a_runtime_whose_ends_copy():
         traces = [simulate(g, p, c, cost_model=FixedCost(default=0.0), config=config)
                   for c in (measured_cpu(), measured_cpu().replace_link("memcpy:h", cpu_costs=()))]
         assert traces[0].ops == traces[1].ops and traces[0].transfers == traces[1].transfers
+
+
+def test_a_crossing_after_other_work_of_its_receiver_comes_alone():
+    # Two crossings from W0 to W1 (sent at 0.2 and 0.4 ms); W1 takes the first in over
+    # [0.2, 1.0] ms.  An op d on W1, ready at 0.3 ms, books W1's dispatcher next, over
+    # [1.0, 1.1] ms (its kernel's fixed cost is all dispatch): the second crossing, though
+    # it arrived while the first was taken in, then comes after other work (the reader
+    # does not go straight on to it) and costs W1 the rest of its time, 0.8 ms, to
+    # 1.9 ms, when its reader b1 starts (in a burst it would at 1.3 ms).
+    g = tf.Graph()
+    with g.as_default():
+        for i in range(2):
+            with tf.device(W0):
+                a = tf.constant(np.float32(i), name=f"a{i}")
+            with tf.device(W1):
+                tf.identity(a, name=f"b{i}")
+        with tf.device(W1):
+            tf.square(tf.constant(np.float32(2.0), name="c"), name="d")
+    p = Placement({op.name: op.device for op in g.get_operations()})
+    c = measured_cpu().replace_device(W1, kernel_costs={"Square": (1e-4, 1.0)})
+    costs = FixedCost({"c": 0.3e-3, "d": 1e-4}, default=0.0)
+    trace = simulate(g, p, c, cost_model=costs, config=COPYING)
+    start = {r.op: round(r.start, 9) for r in trace.ops}
+    end = {r.op: round(r.end, 9) for r in trace.ops}
+    assert end["d"] == pytest.approx(1.1e-3) and start["b1"] == pytest.approx(1.9e-3)
