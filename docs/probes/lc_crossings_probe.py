@@ -39,11 +39,24 @@ between runs by up to 2x):
 - Kept: ``Link.cpu_costs``, the sender's and the receiver's CPU per crossing among
   many at once (:func:`runtime.calibrate.measure_crossing_cpu`); the interpreter model
   charges the sender its part and the receiver the rest of the crossing's time when it
-  comes alone, its own part in a burst (:meth:`core.runtime_model.RuntimeModel.
-  crossing_work`).  A first model, each end half the CPU part and the rest a wait that
-  held nothing, fixed data_parallel (36-43% too slow, now 0-6%) but predicted the
-  round-robin placements of mlp, rnn and transformer 8-15 points faster than before,
-  below their measurement: their crossings come one at a time.
+  comes alone, its own part when it is taken in straight after another
+  (:meth:`core.runtime_model.RuntimeModel.crossing_work`).  With it the fans above
+  were predicted at 0.64 ms (16 tiny, measured 0.64) and 1.42 ms (16 of 64 KiB,
+  measured 1.28), against 0.93 and 2.70 ms charging each crossing's whole time.
+  A first model, each end half the CPU part and the rest a wait that held nothing,
+  fixed data_parallel (36-43% too slow, then 0-6%) but predicted the round-robin
+  placements of mlp, rnn and transformer 8-15 points faster than before, below their
+  measurement: their crossings come one at a time.  A receiver busy with its own ops
+  gets less from a burst: 16 tiny crossings added 49 us each to an idle worker 0's
+  step and 74 us each to one dispatching a chain of 300 tiny ops (32: 50 and 60 us);
+  hence the burst only straight after another take-in.
+- sim_vs_real (``--no-loop --repeats 31 --calibrate-once``, 23:33), its 16 static rows
+  predicted on the same measurement and calibration with and without ``cpu_costs``:
+  median error 12.9% against 18.7% (median repeat spread 10.2%); data_parallel +13 to
+  +20% against +34 to +44%; transformer round_robin -10.6% against -0.6% and rnn
+  round_robin -22% against -17%: in those placements' bursts the receivers are busy
+  with their own ops, and the model still gives their crossings more of the burst's
+  discount than the runtime does.
 """
 import os
 import sys
