@@ -77,6 +77,7 @@ from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
 from core.dataflow import StepPlan, unique_below
 from core.graph import Tensor
+from core.runtime_model import forwarded_reads
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
 from sim.durations import (memory_traffic, op_durations, same_signature, splitting,
@@ -362,10 +363,14 @@ class _Simulation:
 
     def inline_ops(self) -> list[bool]:
         """Per op, whether the runtime's executor counts it cheap
-        (:meth:`core.runtime_model.RuntimeModel.is_cheap`, the executor's own rule)."""
+        (:meth:`core.runtime_model.RuntimeModel.is_cheap`, the executor's own rule, and
+        :func:`core.runtime_model.forwarded_reads`: a variable's read that hands its
+        buffer on does no kernel work, whatever its size)."""
         cpu = [dev.is_cpu for dev in self.devices]
         is_cheap = self.runtime.is_cheap
-        return [is_cheap(op.type, [t.shape for t in (*op.inputs, *op.outputs)], cpu[d])
+        forwarded = forwarded_reads(self.plan.ops)
+        return [op.name in forwarded
+                or is_cheap(op.type, [t.shape for t in (*op.inputs, *op.outputs)], cpu[d])
                 for op, d in zip(self.plan.ops, self.plan.op_device)]
 
     def _setup_transfers(self):
@@ -638,6 +643,9 @@ class _Simulation:
         r.cheap = self.inline_ops() if serial and runtime.inline_elements is not None else None
         r.stacks = ([[[] for _ in range(pool.threads)] for pool in self.pools]
                     if r.cheap else None)
+        # The (device, slot)s of a step's caller thread running the device's first cheap
+        # ops: it queues the big ops they make ready (begin_on_device).
+        r.cheap_only = set()
 
     def _out_of_memory(self, d, nbytes, op, tensor):
         plan, now = self.plan, self.env._now

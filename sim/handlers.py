@@ -325,7 +325,7 @@ def _inline_handlers(r: RunState):
     env, pending, succ_ptr, succ = r.env, r.pending, r.succ_ptr, r.succ
     op_device, op_thread, op_cores, want_cores = r.op_device, r.op_thread, r.op_cores, r.want_cores
     host_of, pool_free, start_at = r.host_of, r.pool_free, r.start_at
-    cheap, stacks = r.cheap, r.stacks
+    cheap, stacks, cheap_only = r.cheap, r.stacks, r.cheap_only
     start = take_thread = ready = schedule = None
 
     def bind():
@@ -339,7 +339,8 @@ def _inline_handlers(r: RunState):
         go to the ops waiting for them, its own task's too (their dispatch waits for
         the interpreter lock, which this thread gives up for its kernel: passing them
         over kept a CPU's second inter-op thread idle behind a chain of one-core
-        kernels); the other successors queue."""
+        kernels); the other successors queue.  The step's caller thread
+        (begin_on_device) goes on with cheap ones only."""
         own = op_thread[i]
         now_ready = []
         lo, hi = succ_ptr[i], succ_ptr[i + 1]
@@ -350,7 +351,8 @@ def _inline_handlers(r: RunState):
                 if not left:
                     now_ready.append(j)
         stack = stacks[d][own]
-        other, queued = False, []
+        caller = (d, own) in cheap_only if cheap_only else False
+        other, queued = caller, []
         for j in now_ready:  # the executor's _dispatch
             if op_device[j] == d and (cheap[j] or not other):
                 other = other or not cheap[j]
@@ -375,6 +377,8 @@ def _inline_handlers(r: RunState):
             _hand_out_cores(host_of[d], cores)
         if after is None:
             heappush(pool_free[d], own)
+            if caller:
+                cheap_only.discard((d, own))
         for j in queued:
             ready(j)
 
@@ -395,8 +399,11 @@ def _inline_handlers(r: RunState):
     def begin_on_device(ops):
         """RuntimeModel.inline_elements: a device's ops ready at its part's start, as
         the runtime's executor starts them: the others queue for the pool first,
-        then one thread runs the cheap ones itself, one after another (each with
-        what it makes ready on the device)."""
+        then one thread, the step's caller in a slot of the pool, runs the cheap ones
+        itself, one after another, each with the cheap ops it makes ready on the
+        device; the big ones they make ready queue for the pool's threads (the
+        executor's _run_ready), rather than holding the caller in a chain of them
+        while the pool's other threads wait for the cheap ops behind it."""
         d = op_device[ops[0]]
         if env._now < start_at[d]:  # the task's part has not started yet
             schedule(start_at[d], begin_on_device, ops)
@@ -413,6 +420,7 @@ def _inline_handlers(r: RunState):
                 ready(j)
             return
         slot = heappop(free_slots)
+        cheap_only.add((d, slot))
         stacks[d][slot].extend(reversed(mine[1:]))
         take_thread(mine[0], slot)
 

@@ -205,6 +205,28 @@ def test_ops_of_another_task_still_take_the_cores_left_free():
     assert start == {"k": 0.0, "x": 0.0, "a": 1e-3, "y": 1e-3}
 
 
+
+def test_the_callers_thread_runs_the_first_cheap_ops_and_queues_the_big_ones_they_ready():
+    # v and s are cheap and ready at the start; v's read (it hands the variable's buffer
+    # on: cheap whatever its size) readies b1, a big op, whose successor b2 is big too.
+    # The step's caller runs only cheap ops (the executor's _run_ready): b1 goes to the
+    # pool's other thread, and s and t follow on at once, not after the chain of b's.
+    g = tf.Graph()
+    with g.as_default(), tf.device(W0):
+        v = tf.Variable(np.zeros(64, np.float32), name="v")
+        b1 = tf.add(v, v, name="b1")
+        tf.add(b1, b1, name="b2")
+        tf.identity(tf.constant(np.float32(1.0), name="s"), name="t")
+    step = [op for op in g.get_operations() if op.type != "Assign"]
+    p = Placement({op.name: W0 for op in step})
+    costs = FixedCost({"b1": 1e-3, "b2": 1e-3}, default=1e-4)
+    trace = simulate(g, p, cluster(overhead=0.0), cost_model=costs, config=INLINE,
+                     fetches=["b2", "t"])
+    start = {r.op: round(r.start, 9) for r in trace.ops}
+    thread = {r.op: r.thread for r in trace.ops}
+    assert start["t"] < start["b1"] + 1e-3  # t does not wait for the chain of b's
+    assert thread["v"] == thread["v/read"] == thread["s"] == thread["t"] != thread["b1"]
+
 def test_inline_elements_is_checked():
     with pytest.raises(ValueError, match="inline_elements"):
         RuntimeModel(serial_dispatch=True, inline_elements=-1)
