@@ -53,8 +53,8 @@ of servers"):
   ones and one other, the last made ready first, :meth:`_Simulation.inline_ops`),
   taking the freed cores first; the ops waiting for cores take what it leaves (their
   dispatch waits for the interpreter lock, which it gives up for its kernel).  The
-  ops ready at a part's start: the others queue for the pool, one thread runs the
-  cheap ones.  With ``RuntimeModel.copies_on_cores`` a crossing within a host is its
+  ops ready at a part's start: the others queue for the pool, one thread (the step's
+  caller) runs the cheap ones, queueing the big ops they make ready.  With ``RuntimeModel.copies_on_cores`` a crossing within a host is its
   ends' dispatcher work for its whole time (the cores copy the bytes; the link carries
   none); with ``RuntimeModel.step_costs_on_cores`` the step's fixed costs are dispatcher
   work too (:meth:`_Simulation.step_cost_work`): on a busy host parts start later.
