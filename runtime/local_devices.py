@@ -21,9 +21,10 @@ Contract (the worker service builds one per task, an in-process session one per 
 3. The CPU cores of a host are a process-wide resource (:class:`HostCores`, keyed by
    host and its core count: a cluster that gives the host fewer cores, as a
    calibration's one-core cluster does, gets a count of its own rather than leaving
-   later sessions that many): a CPU op holds one core, a multithreaded one up to its intra-op threads (fewer
-   if fewer are free, at least one, waiting while none is), the rule the simulator
-   follows, so that a measured trace never shows more cores busy than the host has.
+   later sessions that many): a CPU op holds one core, a multithreaded one up to its
+   intra-op threads (fewer if fewer are free, at least one, waiting while none is), the
+   rule the simulator follows, so that a measured trace never shows more cores busy
+   than the host has.
 4. A GPU device needs :func:`runtime.kernels.cuda_available`; :meth:`LocalDevice.check_usable`
    raises :class:`runtime.errors.InvalidArgument` naming the op and the device when an op
    is placed on a GPU this process cannot use.

@@ -54,9 +54,9 @@ of servers"):
   taking the freed cores first; the ops waiting for cores take what it leaves (their
   dispatch waits for the interpreter lock, which it gives up for its kernel).  The
   ops ready at a part's start: the others queue for the pool, one thread (the step's
-  caller) runs the cheap ones, queueing the big ops they make ready.  With ``RuntimeModel.copies_on_cores`` a crossing within a host is its
-  ends' dispatcher work for its whole time (the cores copy the bytes; the link carries
-  none); with ``RuntimeModel.step_costs_on_cores`` the step's fixed costs are dispatcher
+  caller) runs the cheap ones, queueing the big ops they make ready.  With
+  ``RuntimeModel.copies_on_cores`` a crossing within a host is its ends' dispatcher
+  work for its whole time (the cores copy the bytes; the link carries none); with ``RuntimeModel.step_costs_on_cores`` the step's fixed costs are dispatcher
   work too (:meth:`_Simulation.step_cost_work`): on a busy host parts start later.
 - Ties: events at one instant are handled in the order they were scheduled (SimPy's
   rule); inside one event, freed resources are handed out before newly ready ops queue,
