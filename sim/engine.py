@@ -639,6 +639,11 @@ class _Simulation:
                 dispatch_free[t] = begin + work
                 booked[t] += work
         r.transfer_cpu = self.transfer_cpu if serial else None
+        # Task.lock_wakeup: how late a thread waiting for its interpreter's lock gets it
+        # once it is given up (None where no task's is known: at once, first come first
+        # served).
+        wakeups = [self.cluster.task(*key).lock_wakeup for key in self.task_keys]
+        r.lock_wakeup = wakeups if serial and any(wakeups) else None
         # RuntimeModel.inline_elements: the ops each thread (device, slot) runs itself next.
         r.cheap = self.inline_ops() if serial and runtime.inline_elements is not None else None
         r.stacks = ([[[] for _ in range(pool.threads)] for pool in self.pools]

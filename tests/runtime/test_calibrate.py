@@ -7,7 +7,8 @@ import pytest
 from core.cluster import Cluster, usable_cpu_cores
 from runtime.calibrate import (calibrate, measure_bandwidth_curve, measure_memcpy,
                                measure_memory_bandwidth, measure_matmul_rate,
-                               measure_op_overhead, measure_pcie, measure_shared_bandwidth)
+                               measure_lock_wakeup, measure_op_overhead, measure_pcie,
+                               measure_shared_bandwidth)
 
 
 def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
@@ -27,8 +28,10 @@ def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
     assert len(cpu.bandwidth_curve) >= 2 and cpu.mem_bandwidth == cpu.bandwidth_curve[-1][1]
     if usable_cpu_cores() >= 2:
         assert len(loaded.hosts[0].shared_bandwidth) == len(cpu.bandwidth_curve)
-    # An in-process step's own cost, before its first op.
+    # An in-process step's own cost, before its first op; how late a waiting thread
+    # gets the interpreter's lock.
     assert 0 < loaded.tasks[0].step_overhead < 0.01
+    assert 0 < loaded.tasks[0].lock_wakeup < 0.01
 
 
 def test_the_dispatch_per_op_is_measured_untraced_between_the_kernels():
@@ -51,6 +54,7 @@ def test_each_measurement_is_positive():
     assert measure_matmul_rate(1, n=64, repeat=2) > 0
     assert measure_memory_bandwidth(1 << 20, repeat=2) > 0
     assert 0 < measure_op_overhead(ops=10, repeat=2) < 0.01
+    assert 0 < measure_lock_wakeup(batches=2, handoffs=20) < 0.01
     bandwidth, latency = measure_memcpy(1 << 20, repeat=2)
     assert bandwidth > 0 and latency >= 0
     assert measure_pcie() is None or measure_pcie()[0] > 0
