@@ -305,16 +305,24 @@ class Link:
     link, here the host's CPU that copies and serialises the tensors, only for each
     crossing's own work, and the rest of its latency overlaps other crossings.  The
     simulator starts such a transfer on its links ``wait`` after it was sent and holds
-    them for the rest of its time (unless the runtime model dispatches serially, which
-    makes the whole latency the ends' work).
+    them for the rest of its time (unless the runtime model dispatches serially: see
+    ``cpu_costs``).
 
-    >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, size_costs=[(4, 1e-4), (1000, 3e-4)])
-    >>> round(link.time(500), 6), round(link.time(2000), 6)
-    (0.0002, 0.000301)
-    >>> Link("memcpy:h", "memcpy", 1e9, 1e-4, wait=2e-4)
-    Traceback (most recent call last):
-    ...
-    core.hardware.InvalidCluster: invalid cluster: memcpy:h: wait must be between 0 and the latency (0.0001 s), not 0.0002
+    ``cpu_costs`` (empty by default) holds measured ``(bytes, sent, taken)`` points: the
+    CPU seconds the sender's process and the receiver's spend on one crossing of that
+    size among many at once (encoding and writing it; reading, decoding and handing it
+    on: :func:`runtime.calibrate.measure_crossing_cpu`).  :meth:`crossing_cpu` reads
+    them.  A runtime whose ends dispatch serially holds them for that much when
+    crossings come in a burst, and the receiver for the rest of a crossing's time when
+    it comes alone, to wake its reader
+    (:meth:`core.runtime_model.RuntimeModel.crossing_work`).
+
+    >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, size_costs=[(4, 1e-4), (1000, 3e-4)],
+    ...             cpu_costs=[(4, 2e-5, 4e-5), (1000, 3e-5, 5e-5)])
+    >>> [tuple(round(x, 7) for x in link.crossing_cpu(n)) for n in (0, 502, 2000)]
+    [(2e-05, 4e-05), (2.5e-05, 4.5e-05), (3.1e-05, 5e-05)]
+    >>> Link("memcpy:h", "memcpy", 1e9, 1e-4).crossing_cpu(10) is None
+    True
     """
 
     name: str
@@ -323,6 +331,7 @@ class Link:
     latency: float
     size_costs: tuple = ()
     wait: float = 0.0
+    cpu_costs: tuple = ()
 
     def __post_init__(self):
         try:
@@ -331,6 +340,18 @@ class Link:
             raise InvalidCluster("size_costs must be (bytes, seconds) pairs, not "
                                  f"{self.size_costs!r}", self.name) from None
         object.__setattr__(self, "size_costs", points)
+        try:
+            cpu = tuple(sorted((int(n), float(s), float(t)) for n, s, t in self.cpu_costs))
+        except (TypeError, ValueError):
+            raise InvalidCluster("cpu_costs must be (bytes, sent seconds, taken seconds) "
+                                 f"triples, not {self.cpu_costs!r}", self.name) from None
+        for point in cpu:
+            if point[0] < 0 or not all(0 <= t < math.inf for t in point[1:]):
+                raise InvalidCluster(f"cpu_costs: {point} must be non-negative bytes and "
+                                     "non-negative finite times", self.name)
+        if len({n for n, _, _ in cpu}) != len(cpu):
+            raise InvalidCluster(f"cpu_costs has two points for one size: {cpu}", self.name)
+        object.__setattr__(self, "cpu_costs", cpu)
         if not 0 <= self.wait <= self.latency:
             raise InvalidCluster(f"wait must be between 0 and the latency ({self.latency} s), "
                                  f"not {self.wait}", self.name)
@@ -348,6 +369,24 @@ class Link:
                 return t0 + (t1 - t0) * (nbytes - n0) / (n1 - n0)
             n0, t0 = n1, t1
         return t0 + (nbytes - n0) / self.bandwidth
+
+    def crossing_cpu(self, nbytes: int) -> "tuple[float, float] | None":
+        """``(sent, taken)``: the CPU seconds of the sender's and the receiver's process
+        for a crossing of ``nbytes`` here in a burst, from ``cpu_costs`` (straight
+        between two points; past the last, the sender copies the further bytes at the
+        bandwidth); None when they were not measured."""
+        points = self.cpu_costs
+        if not points:
+            return None
+        n0, s0, t0 = points[0]
+        if nbytes <= n0:
+            return s0, t0
+        for n1, s1, t1 in points[1:]:
+            if nbytes <= n1:
+                f = (nbytes - n0) / (n1 - n0)
+                return s0 + (s1 - s0) * f, t0 + (t1 - t0) * f
+            n0, s0, t0 = n1, s1, t1
+        return s0 + (nbytes - n0) / self.bandwidth, t0
 
     def fixed_time(self, nbytes: int) -> float:
         """What a transfer of ``nbytes`` takes here beyond its bytes at the bandwidth:
@@ -465,7 +504,8 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 
 # Record fields a cluster file may leave out (added after the format's first version).
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
-                 "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve", "shared_bandwidth", "wait"}
+                 "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
+                 "shared_bandwidth", "wait", "cpu_costs"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

@@ -66,7 +66,9 @@ class RuntimeModel:
         with the kernels (three server processes on two cores do not all run at once).
     copies_on_cores : a crossing between two tasks of one host is work of its two ends'
         dispatchers for its whole transfer time (the runtime copies with the host's
-        cores, no DMA engine), not bytes on a link.
+        cores, no DMA engine), not bytes on a link; less, where the link measured its
+        ends' CPU (``Link.cpu_costs``), for crossings that come in a burst (see
+        :meth:`crossing_work`).
     step_costs_on_cores : a step's fixed costs (the tasks' ``step_overhead`` and
         ``part_overhead``) are dispatcher work, not only a delay.
     inline_elements : the thread that finished an op goes on with the cheap ops it made
@@ -111,6 +113,47 @@ class RuntimeModel:
             if shape is None or any(d is None for d in shape) or math.prod(shape) > limit:
                 return False
         return True
+
+    def crossing_work(self, links, nbytes: int, seconds: float) -> tuple[float, float, float]:
+        """``(sent, taken, taken_in_burst)``: with serial dispatch, the work of each end's
+        dispatcher for a crossing of ``nbytes`` over the route ``links`` that takes
+        ``seconds`` in all: the sender's before the tensor leaves; the receiver's before
+        its consumers may start, ``taken`` when it comes alone, ``taken_in_burst`` when
+        it comes while the receiver still takes in another crossing and takes it in
+        straight after that one (no other work of the receiver's dispatcher between:
+        its reader thread goes on from one tensor to the next).  The links carry the
+        rest, ``seconds - sent - taken``.
+
+        By default each end does half the route's latency.  With ``copies_on_cores``, a
+        route of ``memcpy`` links (two tasks of one host) is all its ends' work: half
+        its time each, unless the links measured the ends' CPU (``Link.crossing_cpu``,
+        by a calibration of the runtime with many crossings at once).  Then the sender
+        does its part (its executor's thread, running, encodes and writes the tensor),
+        and the receiver the rest of the crossing's time when the crossing comes alone
+        (its reader thread wakes for it: a crossing alone costs the processes about its
+        whole time of CPU), but only its own part in a burst (its reader, awake, goes on
+        to the next tensor).  The parts are scaled down to fit ``seconds``.
+
+        >>> from core.hardware import Link
+        >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, cpu_costs=[(0, 2e-5, 4e-5)])
+        >>> [round(x, 9) for x in INTERPRETER.crossing_work([link], 0, 1e-4)]
+        [2e-05, 8e-05, 4e-05]
+        >>> [round(x, 9) for x in INTERPRETER.crossing_work([link], 0, 3e-5)]
+        [1e-05, 2e-05, 2e-05]
+        >>> RuntimeModel(serial_dispatch=True).crossing_work([link], 0, 1e-4)
+        (5e-05, 5e-05, 5e-05)
+        """
+        if self.copies_on_cores and all(link.kind == "memcpy" for link in links):
+            cpu = [link.crossing_cpu(nbytes) for link in links]
+            if not cpu or any(c is None for c in cpu):
+                return seconds / 2, seconds / 2, seconds / 2
+            sent, taken = sum(c[0] for c in cpu), sum(c[1] for c in cpu)
+            if sent + taken > seconds:  # (more CPU than time: the processes overlap)
+                scale = seconds / (sent + taken)
+                sent, taken = sent * scale, taken * scale
+            return sent, seconds - sent, taken
+        half = sum(link.latency for link in links) / 2
+        return half, half, half
 
     def to_dict(self) -> dict:
         """The model as plain data (a cluster's JSON keeps it)."""

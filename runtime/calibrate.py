@@ -49,6 +49,10 @@ memcpy link (latency,         :func:`measure_process_transfer`: tensors made on 
 bandwidth, size_costs)        and read on the master's, minus the same graph without the
                               crossings: a chain of tiny hops between the two tasks for
                               the latency, a chain of 8 hops per size for the sizes
+memcpy link (``cpu_costs``)   :func:`measure_crossing_cpu`: the sending and the receiving
+                              server process's CPU time per crossing, by size (many
+                              tensors crossing at once, less the same graph with each
+                              read made on its reader's task)
 CPU ``op_overhead``           :func:`measure_dispatch_overhead`: a chain of tiny ops on the
                               master's task, the slope per op (the server's executor)
 ============================  ==============================================================
@@ -81,8 +85,9 @@ from core.runtime_model import INTERPRETER
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_lock_wakeup", "measure_memcpy", "measure_pcie",
            "measure_step_overheads", "measure_process_transfer", "measure_dispatch_overhead",
-           "calibrate_distributed", "runtime_session", "size_costs", "measure_bandwidth_curve",
-           "measure_shared_bandwidth", "measure_session_overhead", "measure_server_dispatch",
+           "calibrate_distributed", "runtime_session", "size_costs", "measure_crossing_cpu",
+           "measure_bandwidth_curve", "measure_shared_bandwidth", "CROSSING_CPU_SIZES",
+           "measure_session_overhead", "measure_server_dispatch",
            "CPU_FIGURES", "with_cpu_figures"]
 
 
@@ -719,6 +724,75 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
     return latency, 1.0 / per_byte, samples
 
 
+#: The sizes :func:`measure_crossing_cpu` measures in a full calibration, up to the
+#: runtime's switch to shared memory (runtime.worker.SHM_MIN_BYTES, 256 KiB), where the
+#: processes' CPU time per crossing already exceeds its time on a step's path (larger
+#: tensors' crossings are their ends' work for their whole time).
+CROSSING_CPU_SIZES = (4, 16 << 10, 64 << 10, 256 << 10)
+
+
+def measure_crossing_cpu(local_cluster, src=("ps", 0), master=("worker", 0),
+                         sizes=CROSSING_CPU_SIZES, crossings: int = 48, steps: int = 100,
+                         block: int = 10, open_session=runtime_session) -> dict:
+    """``{bytes: (sent, taken)}``: the CPU seconds the server process of task ``src``
+    spends sending one tensor of each of ``sizes`` to the master's task, and the
+    master's spends taking it in, when many cross at once (``local_cluster``: anything
+    with ``target(job, index)`` and ``cpu_seconds(task)``, that task's process's CPU
+    seconds so far).  What holds their interpreters and cores, as against the
+    crossing's time (:func:`measure_process_transfer`).
+
+    A step (at ``master``) makes ``crossings`` tensors on ``src``, each read by an
+    Identity on ``master``, against the same graph with each reader reading a tensor
+    made on ``master`` instead (the same ops on each task): each process's CPU seconds
+    of ``steps`` steps of each, less, over the crossings (at least 0).  The two graphs
+    take turns in blocks of ``block`` steps (the processes' CPU time comes in clock
+    ticks of 10 ms: a hundred steps of 48 crossings put a tick at 2 us per crossing).
+
+    Why: a crossing between this runtime's processes holds its ends only for their
+    own work when crossings come in a burst; one alone costs about its whole time
+    (``docs/probes/lc_crossings_probe.py``: 32 tiny tensors at once from the ps cost it
+    about 20 us of CPU each and the reader 60 us, and added 25 us each to a step, where
+    each alone took 110 to 180 us and, one after the other, about 130 us of CPU)."""
+    import core as tf
+    src, master = tuple(src), tuple(master)
+
+    def build(nbytes, crossing):
+        graph = tf.Graph()
+        ops = []
+        shape = np.zeros(max(1, nbytes // 4), np.float32)
+        with graph.as_default():
+            for i in range(crossings):
+                with tf.device(_cpu(*src)):
+                    x = tf.identity(tf.constant(shape + i, name=f"c{i}"), name=f"x{i}")
+                with tf.device(_cpu(*master)):
+                    read = x if crossing else tf.constant(shape + i, name=f"m{i}")
+                    ops += [x.op, tf.identity(read, name=f"y{i}").op]
+        return graph, ops
+
+    out = {}
+    rounds = max(1, steps // block)
+    for nbytes in sizes:
+        used = {(crossing, task): 0.0 for crossing in (True, False) for task in (src, master)}
+        with contextlib.ExitStack() as stack:
+            runs = {}
+            for crossing in (True, False):
+                graph, ops = build(nbytes, crossing)
+                runs[crossing] = stack.enter_context(
+                    open_session(local_cluster.target(*master), graph, ops))
+                for _ in range(3):
+                    runs[crossing]()
+            for _ in range(rounds):
+                for crossing, run in runs.items():
+                    before = {task: local_cluster.cpu_seconds(task) for task in (src, master)}
+                    for _ in range(block):
+                        run()
+                    for task in (src, master):
+                        used[(crossing, task)] += local_cluster.cpu_seconds(task) - before[task]
+        out[nbytes] = tuple(max(0.0, (used[(True, task)] - used[(False, task)])
+                                / (rounds * block * crossings)) for task in (src, master))
+    return out
+
+
 def measure_dispatch_overhead(local_cluster, master=("worker", 0), lengths=(1, 100, 300),
                               repeats: int = 9, open_session=runtime_session) -> float:
     """Seconds per op of a chain of tiny Identity ops run by the master task's server:
@@ -781,7 +855,10 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     :class:`runtime.LocalCluster` ``local_cluster``, all on one host) with the fixed
     costs of a distributed step measured on it: every task's ``step_overhead`` and
     ``part_overhead``, the ``memcpy:<host>`` link's latency, bandwidth and
-    ``size_costs`` (what a tensor crossing processes costs; :func:`size_costs`), and
+    ``size_costs`` (what a tensor crossing processes costs; :func:`size_costs`), its
+    ``cpu_costs`` when ``runtime_model`` makes crossings of a host its ends' work
+    (``copies_on_cores``; :func:`measure_crossing_cpu`, on a ``local_cluster`` with
+    ``cpu_seconds``), and
     every CPU's ``op_overhead``: the server's dispatch cost per op between the kernels
     of the kernel calibration graph (:func:`measure_server_dispatch`) for a CPU
     calibrated with kernel costs, else along a chain of tiny ops
@@ -811,6 +888,13 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
         latency, bandwidth, x_samples = measure_process_transfer(
             local_cluster, src, master, sizes, repeats=5 if quick else 30,
             open_session=open_session)
+    cpu_costs: dict = {}
+    if (src is not None and runtime_model.serial_dispatch and runtime_model.copies_on_cores
+            and hasattr(local_cluster, "cpu_seconds")):
+        # What of a crossing holds its ends (the runtime model's crossing_work).
+        cpu_costs = measure_crossing_cpu(
+            local_cluster, src, master, (4, 64 << 10) if quick else CROSSING_CPU_SIZES,
+            steps=30 if quick else 100, open_session=open_session)
     dispatch = measure_dispatch_overhead(local_cluster, master,
                                          (1, 50) if quick else (1, 100, 300), repeats,
                                          open_session)
@@ -822,7 +906,8 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
             name = f"memcpy:{host}"
             if name in links:
                 links[name] = replace(links[name], latency=latency, bandwidth=bandwidth,
-                                      size_costs=costs)
+                                      size_costs=costs,
+                                      cpu_costs=[(n, *c) for n, c in cpu_costs.items()])
     # A device calibrated with kernel costs gets the server's dispatch between the
     # kernels of a realistic graph (a chain of Identity ops shows less).
     # (0: the steps' noise was larger than the work between their kernels; the chain's
@@ -838,5 +923,6 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
         out.save(path)
     figures = {"step_overhead": step, "part_overhead": part, "step_samples": step_samples,
                "transfer_latency": latency, "transfer_bandwidth": bandwidth,
-               "transfer_samples": x_samples, "op_overhead": dispatch}
+               "transfer_samples": x_samples, "crossing_cpu": cpu_costs,
+               "op_overhead": dispatch}
     return out, figures

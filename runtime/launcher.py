@@ -121,7 +121,8 @@ class LocalCluster:
     Attributes: ``spec`` (``{job: [addresses]}``), ``cluster_spec``, ``log_dir``.
 
     Methods: :meth:`target` / :meth:`address` of a task, :meth:`kill` one task (SIGKILL,
-    to test faults), :meth:`restart` it on its address, :meth:`log` of a task.
+    to test faults), :meth:`restart` it on its address, :meth:`log` of a task,
+    :meth:`cpu_seconds` the processes used.
     """
 
     def __init__(self, spec: Mapping | None = None, *, config=None, hardware=None,
@@ -160,6 +161,15 @@ class LocalCluster:
     @property
     def tasks(self) -> list[tuple[str, int]]:
         return [(job, i) for job in self.spec for i in range(len(self.spec[job]))]
+
+    def cpu_seconds(self, task: "tuple[str, int] | None" = None) -> float:
+        """CPU seconds (user and system, every thread) the server process of ``task``
+        (``(job, index)``; None: all of them) has used so far
+        (:func:`runtime.calibrate.measure_crossing_cpu` counts what a crossing costs
+        each end)."""
+        import psutil
+        procs = self.processes.values() if task is None else [self.processes[tuple(task)]]
+        return sum(sum(psutil.Process(proc.pid).cpu_times()[:2]) for proc in procs)
 
     def _pick_spec(self) -> dict[str, list[str]]:
         counts = {j: v for j, v in self._request.items() if isinstance(v, int)}

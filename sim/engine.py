@@ -396,27 +396,17 @@ class _Simulation:
         # Each transfer's route is route_ids[pair_of[k]] (a list of them is made only
         # where needed: the "ready" link order, the trace's records).
         self.route_ids, self.pair_of = route_ids, pair_of = route_ids, pair_of.reshape(-1)
-        if self.runtime.serial_dispatch:
-            # What each end's dispatcher spends on a transfer: half its route's latency
-            # (sending and taking a tensor is Python work on both tasks, under their GIL).
-            half = [sum(link.latency for link in routes[divmod(int(keys[p]), n_dev)]) / 2
-                    for p in range(len(keys))]
-            self.transfer_cpu = list(map(half.__getitem__, pair_of.tolist()))
         self.transfer_durations = transfer_durations(plan, routes, self.cost_model)
-        if self.runtime.serial_dispatch and self.runtime.copies_on_cores:
-            # A crossing within a host is the two ends' work for its whole time (the
-            # host's cores copy the bytes): half of its transfer time each.
-            on_cores = np.array([all(link.kind == "memcpy" for link in
-                                     routes[divmod(int(keys[p]), n_dev)])
-                                 for p in range(len(keys))], dtype=bool)
-            self.transfer_cpu = np.where(on_cores[pair_of],
-                                         np.asarray(self.transfer_durations) / 2,
-                                         self.transfer_cpu).tolist()
         if self.runtime.serial_dispatch:
-            # The route's latency is the two ends' work (transfer_cpu, on their
-            # dispatchers): the links carry the rest, so crossings pipeline on them.
-            self.transfer_durations = [max(0.0, t - 2 * h) for t, h in
-                                       zip(self.transfer_durations, self.transfer_cpu)]
+            # Sending and taking a tensor is Python work on both tasks, under their GIL:
+            # the sender's dispatcher does transfer_cpu of it, the receiver's
+            # take_work, or take_burst after another (RuntimeModel.crossing_work); the
+            # links carry the rest, so crossings pipeline on them.
+            self.transfer_cpu, self.take_work, self.take_burst = self._crossing_work(
+                routes, keys, pair_of)
+            self.transfer_durations = [max(0.0, t - (sent + taken)) for t, sent, taken in
+                                       zip(self.transfer_durations, self.transfer_cpu,
+                                           self.take_work)]
             self.transfer_wait = None
         else:
             self.transfer_wait = self._latency_waits(routes, keys, pair_of)
@@ -448,10 +438,12 @@ class _Simulation:
 
     def _setup_control_crossings(self):
         """Control edges between tasks: taken out of the successor lists
-        (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, destination
-        task, successors)]``, one entry per destination device (None when there are
-        none: the plan's own lists are used); ``self.succ_count``: how many successors
-        each op keeps (an array)."""
+        (``self.succ``) into ``self.control_crossings``, op -> ``[(latency, sent, taken,
+        taken_in_burst, destination task, successors)]``, one entry per destination
+        device (None when there are none: the plan's own lists are used; with serial
+        dispatch, the ends' work for a message of no bytes,
+        :meth:`core.runtime_model.RuntimeModel.crossing_work`);
+        ``self.succ_count``: how many successors each op keeps (an array)."""
         plan = self.plan
         self.succ = None
         self.control_crossings = None
@@ -468,17 +460,19 @@ class _Simulation:
         self.succ_count = counts = np.bincount(src[keep], minlength=plan.n_ops)
         self.succ = (np.concatenate([[0], np.cumsum(counts)]).tolist(), succ[keep].tolist())
         op_device, names = plan.op_device, self.device_names
-        latency: dict[tuple[int, int], float] = {}
+        costs: dict[tuple[int, int], tuple] = {}  # (latency, sent, taken, burst) per pair
         by_message: dict[tuple[int, int], list] = {}
         for i, j in zip(src[cross].tolist(), succ[cross].tolist()):
             by_message.setdefault((i, op_device[j]), []).append(j)
         crossings: dict[int, list] = {}
         for (i, d), js in by_message.items():
             pair = (op_device[i], d)
-            if pair not in latency:
-                latency[pair] = float(sum(link.latency for link in
-                                          self.cluster.route(names[pair[0]], names[d])))
-            crossings.setdefault(i, []).append((latency[pair], self.task_of[d], js))
+            if pair not in costs:
+                links = self.cluster.route(names[pair[0]], names[d])
+                latency = float(sum(link.latency for link in links))
+                costs[pair] = (latency, *(self.runtime.crossing_work(links, 0, latency)
+                                          if self.runtime.serial_dispatch else (0.0,) * 3))
+            crossings.setdefault(i, []).append((*costs[pair], self.task_of[d], js))
         self.control_crossings = crossings
 
     # -- running ----------------------------------------------------------------------------
@@ -598,6 +592,27 @@ class _Simulation:
         r.control_crossings = self.control_crossings
         return r
 
+    def _crossing_work(self, routes, keys, pair_of) -> tuple[list, list, list | None]:
+        """Serial dispatch: per transfer, the work of the sender's dispatcher, of the
+        receiver's when it comes alone and when it comes in a burst (None when every
+        transfer's is as alone), by :meth:`core.runtime_model.RuntimeModel.
+        crossing_work`, once per distinct (route, bytes, time)."""
+        n_dev, plan = len(self.device_names), self.plan
+        nbytes = plan.array("tensor_bytes")[plan.array("transfer_tensor")].tolist()
+        crossing_work = self.runtime.crossing_work
+        known: dict = {}
+        sent, taken, burst = [], [], []
+        for p, size, seconds in zip(pair_of.tolist(), nbytes, self.transfer_durations):
+            case = (p, size, seconds)
+            parts = known.get(case)
+            if parts is None:
+                links = routes[divmod(int(keys[p]), n_dev)]
+                parts = known[case] = crossing_work(links, size, seconds)
+            sent.append(parts[0])
+            taken.append(parts[1])
+            burst.append(parts[2])
+        return sent, taken, (None if burst == taken else burst)
+
     def _latency_waits(self, routes, keys, pair_of) -> list | None:
         """Without serial dispatch: each transfer's wait before it takes its links, the
         sum of its route's links' ``wait`` (:class:`core.cluster.Link`: the part of
@@ -639,6 +654,8 @@ class _Simulation:
                 dispatch_free[t] = begin + work
                 booked[t] += work
         r.transfer_cpu = self.transfer_cpu if serial else None
+        r.take_work = self.take_work if serial else None
+        r.take_burst = self.take_burst if serial else None
         # Task.lock_wakeup: how late a thread waiting for its interpreter's lock gets it
         # once it is given up (None where no task's is known: at once, first come first
         # served).

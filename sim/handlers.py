@@ -232,7 +232,10 @@ def _dispatch_handlers(r: RunState):
     calendar_of, transfer_cpu, serial = r.calendar_of, r.transfer_cpu, r.serial
     transfer_src, transfer_dst, pending = r.transfer_src, r.transfer_dst, r.pending
     sole_consumer, consumer_ptr, consumers = r.sole_consumer, r.consumer_ptr, r.consumers
-    control_crossings = r.control_crossings
+    control_crossings, take_work, take_burst = r.control_crossings, r.take_work, r.take_burst
+    # when each task's receiver last finishes taking a crossing in (RuntimeModel.
+    # crossing_work: one that comes before is taken in a burst)
+    taking_until = [0.0] * len(dispatch_free)
     wakeup = r.lock_wakeup
     waiting = [deque() for _ in dispatch_free] if wakeup is not None else None
     schedule = ready = put_on_links = op_done = None
@@ -301,20 +304,18 @@ def _dispatch_handlers(r: RunState):
     def send_control(i, d):
         """Op ``i`` ended: the messages of its control edges to other tasks go."""
         now, t = env._now, task_of[d]
-        for latency, dst_task, js in control_crossings[i]:
+        for latency, sent, taken, burst, dst_task, js in control_crossings[i]:
             arrival = now + latency
-            if serial:  # the sender's dispatcher sends it: the first half of the
-                # latency; the receiver's takes it in, the second (control_done)
-                arrival = reserve(t, now, latency / 2) + latency / 2
-            schedule(arrival, control_done, (latency, dst_task, js))
+            if serial:  # the sender's dispatcher sends it; the receiver's takes it in
+                # (control_done)
+                arrival = reserve(t, now, sent) + sent
+            schedule(arrival, control_done, (taken, burst, dst_task, js))
 
     def control_done(message):
         """A control edge's message from another task arrived."""
-        latency, t, js = message
-        if serial and latency:  # the receiver's dispatcher takes it in first
-            now = env._now
-            reserve(t, now, latency / 2)
-            schedule(dispatch_free[t], control_done, (0.0, t, js))
+        taken, burst, t, js = message
+        if serial and taken:  # the receiver's dispatcher takes it in first
+            schedule(take(t, taken, burst), control_done, (0.0, 0.0, t, js))
             return
         for j in js:
             left = pending[j] - 1
@@ -324,23 +325,36 @@ def _dispatch_handlers(r: RunState):
 
     def dispatch_send(k):
         """RuntimeModel.serial_dispatch: the sender's dispatcher sends transfer ``k``
-        (half its route's latency of work, from when the dispatcher is free); then
-        the transfer is sent and goes on its links (handed_over)."""
+        (its end's work, RuntimeModel.crossing_work, from when the dispatcher is
+        free); then it goes on its links."""
         now, t = env._now, task_of[transfer_src[k]]
         sent_at = reserve(t, now, transfer_cpu[k]) + transfer_cpu[k]
         schedule(sent_at, put_on_links, k)  # (then it goes on its links)
 
+    def take(t, taken, burst):
+        """Task ``t``'s dispatcher takes a crossing in, from when it is free: ``taken``
+        of work, or ``burst`` while it still takes another in (RuntimeModel.
+        crossing_work); returns when it is done."""
+        now = env._now
+        # (a burst: its reader still takes the last one in, with nothing booked since)
+        work = burst if taking_until[t] > now and dispatch_free[t] == taking_until[t] else taken
+        done = reserve(t, now, work) + work
+        taking_until[t] = done
+        return done
+
     def take_in(k):
         """RuntimeModel.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
-        takes it in (half its route's latency of work, from when it is free)."""
-        now, t = env._now, task_of[transfer_dst[k]]
-        reserve(t, now, transfer_cpu[k])
-        schedule(dispatch_free[t], taken_in, k)
+        takes it in (its end's work, from when it is free)."""
+        if take_burst is None:  # (as alone, always)
+            now, t = env._now, task_of[transfer_dst[k]]
+            reserve(t, now, take_work[k])
+            schedule(dispatch_free[t], taken_in, k)
+        else:
+            schedule(take(task_of[transfer_dst[k]], take_work[k], take_burst[k]), taken_in, k)
 
     def taken_in(k):
         """RuntimeModel.serial_dispatch: the receiver's dispatcher took transfer
-        ``k`` in (half its route's latency of work): its consumers' counts
-        drop."""
+        ``k`` in: its consumers' counts drop."""
         j = sole_consumer[k]  # (see _sole)
         if j >= 0:
             left = pending[j] - 1

@@ -534,6 +534,35 @@ def test_a_links_wait_round_trips_defaults_to_zero_and_is_at_most_its_latency():
             c.replace_link(name, latency=2e-4, wait=wait)
 
 
+def test_a_links_cpu_costs_round_trip_interpolate_and_are_checked():
+    import json
+
+    from core.cluster import InvalidCluster
+    c = Cluster.single_host()
+    name = next(n for n in c.links if n.startswith("memcpy:"))
+    assert all(link.cpu_costs == () and link.crossing_cpu(4) is None
+               for link in c.links.values())
+    c2 = c.replace_link(name, latency=2e-4, bandwidth=1e9,
+                        cpu_costs=[(1000, 3e-5, 9e-5), (4, 1e-5, 5e-5)])
+    back = Cluster.from_dict(json.loads(json.dumps(c2.to_dict())))
+    link = back.links[name]
+    assert back == c2 and link.cpu_costs == ((4, 1e-5, 5e-5), (1000, 3e-5, 9e-5))
+    # below the first point its figures, between two straight, past the last the
+    # sender copies the further bytes at the bandwidth
+    assert link.crossing_cpu(0) == pytest.approx((1e-5, 5e-5))
+    assert link.crossing_cpu(502) == pytest.approx((2e-5, 7e-5))
+    assert link.crossing_cpu(11000) == pytest.approx((3e-5 + 1e-5, 9e-5))
+    old = c.to_dict()  # a file written before cpu_costs existed still loads
+    for item in old["links"]:
+        del item["cpu_costs"]
+    assert Cluster.from_dict(old) == c
+    for bad, why in (([(4, -1e-6, 0.0)], "non-negative"),
+                     ([(4, 1e-6, 0.0), (4, 2e-6, 0.0)], "two points"),
+                     ([(4, 1e-6)], "triples")):
+        with pytest.raises(InvalidCluster, match=why):
+            c.replace_link(name, cpu_costs=bad)
+
+
 def test_link_size_costs_round_trip_interpolate_and_are_checked():
     import json
 

@@ -82,6 +82,44 @@ def test_distributed_figures_are_positive_and_load(tmp_path):
     assert all(link.time(n) == max(t, link.latency) for n, t in samples.items()
                if n != min(samples))
     assert all(0 < d.op_overhead < 0.01 for d in measured.devices if d.is_cpu)
+    # The servers' CPU per crossing, by size (the interpreter runtime model uses it).
+    assert set(figures["crossing_cpu"]) == {n for n, _, _ in link.cpu_costs} == {4, 64 << 10}
+    assert all(0 <= sent < 0.01 and 0 <= taken < 0.01 for _, sent, taken in link.cpu_costs)
+
+
+def test_crossing_cpu_is_what_the_crossings_add_to_each_ends_cpu_per_crossing():
+    import contextlib
+
+    from runtime.calibrate import measure_crossing_cpu
+
+    class Servers:  # stands in for a LocalCluster: each step adds to its tasks' CPU
+        used = {("ps", 0): 0.0, ("worker", 0): 0.0}
+
+        def target(self, job, index):
+            return f"grpc://{job}-{index}"
+
+        def cpu_seconds(self, task):
+            return self.used[task]
+
+    servers = Servers()
+
+    @contextlib.contextmanager
+    def open_session(target, graph, ops):
+        # 1 ms a step on each task; per crossing, 10 us on the sender and 30 us plus
+        # 1 us per KiB on the receiver
+        crossing = [op for op in ops if op.inputs and op.device != op.inputs[0].op.device]
+        kib = sum(op.inputs[0].shape[0] * 4 / 1024 for op in crossing)
+
+        def run():
+            servers.used[("ps", 0)] += 1e-3 + 10e-6 * len(crossing)
+            servers.used[("worker", 0)] += 1e-3 + 30e-6 * len(crossing) + 1e-6 * kib
+        yield run
+
+    got = measure_crossing_cpu(servers, ("ps", 0), ("worker", 0), sizes=(4, 64 << 10),
+                               crossings=6, steps=20, block=5, open_session=open_session)
+    assert set(got) == {4, 64 << 10}
+    assert got[4] == pytest.approx((10e-6, 30e-6 + 1e-6 / 256))
+    assert got[64 << 10] == pytest.approx((10e-6, 30e-6 + 64e-6))
 
 
 def test_a_cpu_with_kernel_costs_gets_the_servers_dispatch_between_kernels():

@@ -440,3 +440,118 @@ def test_cores_the_next_op_leaves_free_go_to_its_own_task_s_waiting_ops():
     assert run["a"] == (1e-3, 2e-3, 2)
     assert run["b"][0] == 2e-3 and run["b"][2] == 1
     assert run["c"][0] == 2e-3 and run["c"][2] == 1  # not after b, at 7 ms
+
+
+# -- Link.cpu_costs: crossings of one host in a burst hold their ends for their CPU part --------
+
+COPYING = SimConfig(runtime=RuntimeModel(serial_dispatch=True, copies_on_cores=True))
+
+
+def fan(k, control=False):
+    """``k`` scalars made on W0, each read on W1 (or, ``control``, each op on W1 waiting
+    for one on W0 by a control edge): ``k`` crossings at once."""
+    g = tf.Graph()
+    with g.as_default():
+        for i in range(k):
+            with tf.device(W0):
+                a = tf.constant(np.float32(i), name=f"a{i}")
+            with tf.device(W1):
+                if control:
+                    with tf.control_dependencies([a]):
+                        tf.constant(np.float32(i), name=f"b{i}")
+                else:
+                    tf.identity(a, name=f"b{i}")
+    return g, Placement({op.name: op.device for op in g.get_operations()})
+
+
+def measured_cpu(cpu=0.4e-3):
+    """1 ms per crossing; ``cpu`` of CPU per crossing in a burst, half each end
+    (Link.cpu_costs)."""
+    return cluster(overhead=0.0, latency=1e-3).replace_link("memcpy:h",
+                                                            cpu_costs=[(0, cpu / 2, cpu / 2)])
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_crossings_in_a_burst_hold_their_ends_for_their_cpu_part(control):
+    # Four crossings from W0 to W1, 1 ms each.  Without cpu_costs each is its ends' work
+    # for its whole time, 0.5 ms on each dispatcher: W0 sends at 0.5, 1, 1.5, 2 ms and
+    # W1 takes the last in at 2.5 ms.  With 0.4 ms of CPU in a burst, W0 sends each in
+    # 0.2 ms (at 0.2, 0.4, 0.6, 0.8 ms); W1 takes the first in for the rest of its
+    # time, 0.8 ms (its reader wakes), to 1.0 ms, and the others, which come while it
+    # still takes one in, 0.2 ms each: to 1.2, 1.4, 1.6 ms.  (b2's own dispatch waits
+    # for the last take-in, booked before it: it starts at 1.6 ms.)
+    g, p = fan(4, control)
+    costs = FixedCost(default=0.0)
+    whole = simulate(g, p, measured_cpu().replace_link("memcpy:h", cpu_costs=()),
+                     cost_model=costs, config=COPYING)
+    trace = simulate(g, p, measured_cpu(), cost_model=costs, config=COPYING)
+    trace.validate(g, measured_cpu())
+    assert whole.step_time == pytest.approx(2.5e-3)
+    assert trace.step_time == pytest.approx(1.6e-3)
+    starts = sorted(round(r.start, 9) for r in trace.ops if r.op.startswith("b"))
+    assert starts == pytest.approx([1.0e-3, 1.2e-3, 1.6e-3, 1.6e-3])
+    if not control:  # each on the link once sent, for no time (the cores copy)
+        assert sorted(round(x.start, 9) for x in trace.transfers) == pytest.approx(
+            [0.2e-3, 0.4e-3, 0.6e-3, 0.8e-3])
+        assert all(x.end == x.start for x in trace.transfers)
+
+
+def test_crossings_that_come_alone_cost_their_ends_their_whole_time():
+    # W0 -> W1 -> W0, one crossing after the other: each 1 ms whatever its CPU part,
+    # the sender's 0.2 ms and the receiver's 0.8 ms (0.5 and 0.5 without cpu_costs):
+    # each task's dispatchers work 1 ms either way.
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(W0):
+            a = tf.constant(np.float32(1.0), name="a")
+        with tf.device(W1):
+            b = tf.identity(a, name="b")
+        with tf.device(W0):
+            tf.identity(b, name="c")
+    p = Placement({op.name: op.device for op in g.get_operations()})
+    for c in (measured_cpu(), measured_cpu().replace_link("memcpy:h", cpu_costs=())):
+        trace = simulate(g, p, c, cost_model=FixedCost(default=0.0), config=COPYING)
+        assert trace.step_time == pytest.approx(2e-3)
+        assert sorted(trace.meta["cpu_booked"].values()) == pytest.approx([1e-3, 1e-3])
+
+
+def test_a_crossing_alone_takes_its_time_whatever_its_cpu_part():
+    g, p = fan(1)
+    steps = [simulate(g, p, measured_cpu(cpu), cost_model=FixedCost(default=0.0),
+                      config=COPYING).step_time for cpu in (0.0, 0.4e-3, 1e-3, 5e-3)]
+    assert steps == pytest.approx([1e-3] * 4)
+
+
+def test_cpu_costs_matter_only_to_a_runtime_whose_ends_copy():
+    # The ideal runtime and a serial one without copies_on_cores price a crossing as
+    # before: cpu_costs describe the work of the ends that copy.
+    g, p = fan(4)
+    for config in (SimConfig(), SERIAL):
+        traces = [simulate(g, p, c, cost_model=FixedCost(default=0.0), config=config)
+                  for c in (measured_cpu(), measured_cpu().replace_link("memcpy:h", cpu_costs=()))]
+        assert traces[0].ops == traces[1].ops and traces[0].transfers == traces[1].transfers
+
+
+def test_a_crossing_after_other_work_of_its_receiver_comes_alone():
+    # Two crossings from W0 to W1 (sent at 0.2 and 0.4 ms); W1 takes the first in over
+    # [0.2, 1.0] ms.  An op d on W1, ready at 0.3 ms, books W1's dispatcher next, over
+    # [1.0, 1.1] ms (its kernel's fixed cost is all dispatch): the second crossing, though
+    # it arrived while the first was taken in, then comes after other work (the reader
+    # does not go straight on to it) and costs W1 the rest of its time, 0.8 ms, to
+    # 1.9 ms, when its reader b1 starts (in a burst it would at 1.3 ms).
+    g = tf.Graph()
+    with g.as_default():
+        for i in range(2):
+            with tf.device(W0):
+                a = tf.constant(np.float32(i), name=f"a{i}")
+            with tf.device(W1):
+                tf.identity(a, name=f"b{i}")
+        with tf.device(W1):
+            tf.square(tf.constant(np.float32(2.0), name="c"), name="d")
+    p = Placement({op.name: op.device for op in g.get_operations()})
+    c = measured_cpu().replace_device(W1, kernel_costs={"Square": (1e-4, 1.0)})
+    costs = FixedCost({"c": 0.3e-3, "d": 1e-4}, default=0.0)
+    trace = simulate(g, p, c, cost_model=costs, config=COPYING)
+    start = {r.op: round(r.start, 9) for r in trace.ops}
+    end = {r.op: round(r.end, 9) for r in trace.ops}
+    assert end["d"] == pytest.approx(1.1e-3) and start["b1"] == pytest.approx(1.9e-3)
