@@ -29,11 +29,20 @@ twenty ops change nothing: the part's start costs, not its ops.  Kept:
 TensorFlow's calibration measures ``step_overhead`` and ``part_overhead`` with the ops
 fetched as targets (:func:`experiments.tf_calibrate._with_op_fetch_overheads`).
 
-Seen in a traced step of mlp under the round-robin-variables placement (niced, on a
-loaded machine): the master's own part starts first, the other tasks' parts about a
-millisecond apart after it; the simulator starts the master's part after the others
-(:func:`sim.engine.step_start_times`).  Not changed: it would start the master's
-work earlier, and those rows are predicted short already.
+Seen in traced steps of mlp under the round-robin-variables placement (sim_vs_real's
+workload, 2026-11-27 23:10, under the timing lock): every task's part starts within
+0.1 ms of the master's (niced, on a loaded machine, a millisecond apart), so the
+simulator's parts, started one after another ``part_overhead`` apart
+(:func:`sim.engine.step_start_times`), start late; but the five variables read from
+the ps and worker 1 at the step's start, made at 0.15 ms, reached worker 0 at 1.4 to
+1.7 ms, and the five updates sent back while worker 0's kernels ran took 0.3 to 0.9 ms
+each, against the 0.16 ms calibrated.  The late starts stand in for slow crossings
+there; starting the parts at once alone would predict those rows shorter still (the
+round-robin-variables rows were 1 to 47% short in three runs, 22:52 to 23:08).  What
+makes those crossings slow is not settled: the reads at the step's start were slow
+while worker 0 had almost no kernel to run (a cost of a step's first crossings
+between two tasks?), the updates while its kernels held the cores (a crossing's CPU
+work waiting for them?).
 """
 import os
 import sys
