@@ -598,8 +598,8 @@ def _fit_line(xs, ys) -> tuple[float, float]:
 
 
 def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 15,
-                           rounds: int = 3, open_session=runtime_session
-                           ) -> tuple[float, float, dict]:
+                           rounds: int = 3, open_session=runtime_session,
+                           fetch_tensors: bool = True) -> tuple[float, float, dict]:
     """``(step_overhead, part_overhead, samples)`` of steps on ``local_cluster``.
 
     A step runs one tiny op (a scalar constant and an Identity) on each involved task:
@@ -609,6 +609,11 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
     ``samples`` maps the number of other tasks to the step seconds: the median over
     ``rounds`` of the fastest of ``repeats`` (one round's slope moved between 0.11 and
     0.33 ms per task from one calibration to the next).
+
+    ``fetch_tensors`` (default): each tiny op's tensor is fetched, so each extra task
+    also sends the client a tensor; else the ops are fetched as targets, as a training
+    step fetches its train op (on TensorFlow's servers a fetched tensor per task
+    doubled the slope: ``docs/probes/tf_parts_probe.py``).
     """
     import core as tf
     master = tuple(master)
@@ -621,8 +626,9 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
             with g.as_default():
                 for i, (job, task) in enumerate(tasks):
                     with tf.device(_cpu(job, task)):
-                        outs.append(tf.identity(tf.constant(np.float32(1.0), name=f"c{i}"),
-                                                name=f"i{i}"))
+                        out = tf.identity(tf.constant(np.float32(1.0), name=f"c{i}"),
+                                          name=f"i{i}")
+                        outs.append(out if fetch_tensors else out.op)
             return g, outs
         return make
 

@@ -159,3 +159,35 @@ def test_interleaved_step_times_times_every_graph_in_every_round():
                                         ("worker", 0), repeats=4, warmup=1)
     assert set(times) == {"a", "b"}
     assert all(len(v) == 4 and all(t > 0 for t in v) for v in times.values())
+
+
+def test_step_overheads_fetch_the_tiny_ops_as_targets_when_asked():
+    import contextlib
+
+    import core as tf
+    from runtime.calibrate import measure_step_overheads
+
+    class Servers:
+        tasks = [("worker", 0), ("ps", 0), ("worker", 1)]
+
+        @staticmethod
+        def target(job, index):
+            return f"{job}{index}"
+
+    fetched = []
+
+    @contextlib.contextmanager
+    def open_session(target, graph, fetches):
+        fetched.append(fetches)
+        yield lambda: None
+
+    for as_tensors in (True, False):
+        fetched.clear()
+        step, part, samples = measure_step_overheads(Servers(), ("worker", 0), repeats=1,
+                                                     rounds=1, open_session=open_session,
+                                                     fetch_tensors=as_tensors)
+        # One step per number of other tasks (0, 1, 2), one tiny op on each task.
+        assert [len(f) for f in fetched] == [1, 2, 3] and sorted(samples) == [0, 1, 2]
+        kind = tf.Tensor if as_tensors else tf.Operation
+        assert all(isinstance(x, kind) for f in fetched for x in f)
+        assert step >= 0 and part >= 0
