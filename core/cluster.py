@@ -307,6 +307,7 @@ class Cluster:
             _non_negative_int(t.name, "index", t.index)
             _non_negative(t.name, "step_overhead", t.step_overhead)
             _non_negative(t.name, "part_overhead", t.part_overhead)
+            _non_negative(t.name, "lock_wakeup", t.lock_wakeup)
             if t.host not in self._host_by_name:
                 raise InvalidCluster(f"the task is on unknown host {t.host!r}", t.name)
             if t.address is not None:

@@ -131,6 +131,13 @@ class Task:
     master on another task pays ``part_overhead`` more for it (the master's RunGraph
     call; the master starts the remote parts one after another, then its own).
 
+    ``lock_wakeup`` (seconds, 0 by default) is how long a thread of this process that
+    waits for its interpreter's lock takes to wake once the lock is given up
+    (:func:`runtime.calibrate.measure_lock_wakeup`).  A runtime that dispatches from one
+    interpreter (``RuntimeModel.serial_dispatch``) hands the lock on only that late: a
+    thread back from its kernel while another dispatches gets the lock when the other
+    gives it up for longer than that (a longer kernel, or no work left), not at once.
+
     >>> Task("ps", 0, "host0", "127.0.0.1:2221").name
     '/job:ps/replica:0/task:0'
     """
@@ -141,6 +148,7 @@ class Task:
     address: str | None = None
     step_overhead: float = 0.0
     part_overhead: float = 0.0
+    lock_wakeup: float = 0.0
 
     @property
     def name(self) -> str:
@@ -495,9 +503,9 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 
 
 # Record fields a cluster file may leave out (added after the format's first version).
-_ADDED_FIELDS = {"step_overhead", "part_overhead", "kernel_costs", "parallel_min_elements",
-                 "size_costs", "dtype_flops", "bandwidth_curve", "shared_bandwidth", "wait",
-                 "cpu_costs"}
+_ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
+                 "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
+                 "shared_bandwidth", "wait", "cpu_costs"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
 
 __all__ = ["RuntimeModel", "IDEAL", "INTERPRETER", "RUNTIME_MODELS", "get_runtime_model",
-           "CHEAP_ELEMENTS"]
+           "CHEAP_ELEMENTS", "forwarded_reads"]
 
 #: The interpreter runtime's cheap-op limit: a CPU kernel whose every input and output
 #: has at most this many elements (a 64x64 matmul at most) runs serially, below the
@@ -198,3 +198,28 @@ def get_runtime_model(model: "str | RuntimeModel | None") -> RuntimeModel:
     except KeyError:
         raise ValueError(f"unknown runtime model {model!r}; known: {sorted(RUNTIME_MODELS)}"
                          ) from None
+
+
+def forwarded_reads(ops) -> set[str]:
+    """The names of the ops among ``ops`` (a step's operations) that read a variable of
+    the step by handing its buffer on: an ``Identity`` of a ``Variable`` that no op of
+    the step writes in place (then the read must copy, to stay consistent).  The
+    executor runs them without a kernel, so it counts them cheap whatever their size.
+
+    >>> import core as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     v = tf.Variable(tf.zeros([64, 64]), name="v")
+    ...     r = tf.identity(v, name="r")
+    >>> step = [g.get_operation_by_name(n) for n in ("v", "v/read", "r")]
+    >>> sorted(forwarded_reads(step))   # (r reads the read, not the variable)
+    ['v/read']
+    >>> sorted(forwarded_reads(g.get_operations()))   # v/Assign writes v in place
+    []
+    """
+    ops = list(ops)
+    names = {op.name for op in ops}
+    written = {op.inputs[0].op.name for op in ops if op.op_def.ref_inputs and op.inputs}
+    return {op.name for op in ops
+            if op.type == "Identity" and op.inputs and op.inputs[0].op.type == "Variable"
+            and op.inputs[0].op.name in names and op.inputs[0].op.name not in written}

@@ -21,10 +21,11 @@ An error well above both spreads is the model's.  The summary gives the median a
 largest error beside the median spreads.  ``--inter-op-threads N`` runs the sessions on
 ``N`` inter-op threads and predicts the calibrated cluster with its CPUs set to as many
 (default: the session's and the calibration's own, the host's cores): with one, no two
-kernels run at once, so the rows show the model without the host's parallel capacity,
-which on a shared machine changes from minute to minute.  ``--without`` predicts again with one of the
-model's memory mechanisms taken out (``shared``: the host's bandwidth shared by kernels
-at once; ``curve``: the rate by working set), to show what each contributes.
+kernels run at once and no thread waits for another's interpreter lock.  ``--without``
+predicts with one of the model's mechanisms taken out (``shared``: the host's bandwidth
+shared by kernels at once; ``curve``: the rate by working set; ``lock``: the late
+hand-over of the interpreter's lock, ``Task.lock_wakeup``), to show what each
+contributes.
 
     python -m experiments.sim_vs_inprocess --help
 """
@@ -39,10 +40,12 @@ if __name__ == "__main__":  # before numpy loads BLAS, as experiments.sim_vs_rea
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import statistics
+from dataclasses import replace
 
 import pandas as pd
 from tqdm import tqdm
 
+from core.cluster import Cluster
 from experiments import cli
 from experiments.backends import in_process_step
 from experiments.report import Run, finish, print_table
@@ -59,11 +62,17 @@ COLUMNS = ["workload", "ops", "predicted_ms", "measured_ms", "rel_error", "remea
 
 
 def without(cluster, mechanism: str | None):
-    """``cluster`` less one memory mechanism: ``"shared"`` (no host shares bandwidth
-    between kernels at once) or ``"curve"`` (no device's rate depends on the working
-    set; ``"curve"`` also drops the sharing, which reads the same working sets)."""
+    """``cluster`` less one mechanism: ``"shared"`` (no host shares bandwidth between
+    kernels at once), ``"curve"`` (no device's rate depends on the working set;
+    ``"curve"`` also drops the sharing, which reads the same working sets) or
+    ``"lock"`` (a waiting thread gets its interpreter's lock at once: no task's
+    ``lock_wakeup``)."""
     if mechanism is None:
         return cluster
+    if mechanism == "lock":
+        tasks = [replace(t, lock_wakeup=0.0) for t in cluster.tasks]
+        return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links.values(),
+                       cluster.master, cluster.nvlink, cluster.runtime_model)
     for host in cluster.hosts:
         cluster = cluster.replace_host(host.name, shared_bandwidth=())
     if mechanism == "curve":
@@ -129,8 +138,9 @@ def main(argv=None):
         helps={"workloads": "name[:option=value]... of experiments.compare_placers.WORKLOADS "
                             "or of the registry (experiments.workloads.names())",
                "repeats": "timed steps per measurement"})
-    parser.add_argument("--without", choices=["shared", "curve"], default=None,
-                        help="predict without one memory mechanism (see the docstring)")
+    parser.add_argument("--without", choices=["shared", "curve", "lock"], default=None,
+                        help="predict without one of the model's mechanisms (see the "
+                             "docstring)")
     parser.add_argument("--inter-op-threads", type=int, default=0, metavar="N",
                         help="the sessions' inter-op threads, and the predicted CPUs' "
                              "(default 0: the host's cores)")

@@ -16,9 +16,11 @@ figure                        measured by
 ``peak_flops``                a MatMul of two ``n x n`` float32 matrices on ``single``
 ``intra_op_speedup``          the same on ``alone``, over the above
 ``bandwidth_curve``,          :func:`measure_tf_bandwidth_curve`: an Add of two float32
-``mem_bandwidth``             arrays per size on ``alone`` (TensorFlow's elementwise kernels
-                              split a large array over the intra-op threads, as in a step);
-                              ``mem_bandwidth`` is its largest size's rate
+``mem_bandwidth``             arrays per size on ``alone``, written into its first input's
+                              buffer as a step's elementwise ops are (TensorFlow's
+                              elementwise kernels split a large array over the intra-op
+                              threads, as in a step); ``mem_bandwidth`` is its largest
+                              size's rate
 ``Host.shared_bandwidth``     the same with two Adds at once, on the master task's server
                               (its inter-op threads run them together)
 ``kernel_costs``              :func:`runtime.calibrate_kernels.kernel_calibration_graph` at
@@ -35,12 +37,15 @@ figure                        measured by
                               :func:`runtime.calibrate` measures ours) and a chain of tiny
                               Identity ops (:func:`runtime.calibrate.
                               measure_dispatch_overhead`) are kept beside it
-step, part, crossing figures  :func:`runtime.calibrate.calibrate_distributed` on the
+crossing figures              :func:`runtime.calibrate.calibrate_distributed` on the
                               cluster's servers, the same graphs timed the same way as on
                               ours (:func:`tensorflow_session` opens the sessions)
+``step_overhead``,            the same steps as ``calibrate_distributed``'s, their tiny ops
+``part_overhead``             fetched as targets, as a training step fetches its train op
+                              (:func:`_with_op_fetch_overheads`)
 ``Link.wait`` of ``memcpy``   the crossing's latency less the servers' CPU time per
-                              crossing (:func:`measure_crossing_cpu`): the part of a
-                              crossing that overlaps others
+                              crossing (:func:`measure_crossing_cpu`) over the host's
+                              cores: the part of a crossing that overlaps others
 ============================  ==============================================================
 
 Why between the kernels of the calibration graph and not along a chain: TensorFlow's executor runs an op
@@ -61,8 +66,9 @@ they take turns on is the host's CPU, which serialises and copies each tensor at
 ends.  32 tiny tensors crossing at once added to a step 29 to 49 us each (one alone:
 0.23 to 0.30 ms, its latency), about the servers' CPU time per crossing (63 to 112 us)
 over the host's two cores (``docs/probes/tf_crossings_probe.py``; 2026-11-27).  So each
-crossing holds the host's ``memcpy`` link for its CPU time (the whole of it: on a
-busy host the kernels hold the other cores) and waits out the rest of its latency.
+crossing holds the host's ``memcpy`` link for its share of that CPU time (its CPU time
+over the host's cores, :func:`_with_crossing_waits`) and its bytes, and waits out the
+rest of its latency.
 
 The result records :data:`core.runtime_model.IDEAL` as its runtime model: TensorFlow's
 executor is C++, dispatches ops from every inter-op thread at once, and no interpreter
@@ -81,6 +87,7 @@ from dataclasses import replace
 import numpy as np
 
 from core.cluster import Cluster, ClusterSpec
+from core.hardware import memcpy_link_name
 from core.graph import Graph
 from core.placement import Placement
 from core.runtime_model import IDEAL
@@ -197,11 +204,18 @@ def _fastest_span(traces, prefix: str) -> float:
     return min(span(trace) for trace in traces)
 
 
-def _binary_graph(shape, op: str, copies: int = 1):
+def _binary_graph(shape, op: str, copies: int = 1, in_place: bool = False):
     """A graph of ``copies`` independent ``op`` (``matmul`` or ``add``, named ``op0``,
     ``op1``...) each on two float32 variables of ``shape``, filled by the initializer
     (a GraphDef of large constants would be as large; a Fill in the step would run
-    with it): ``(graph, init, fetches)``."""
+    with it): ``(graph, init, fetches)``.
+
+    ``in_place`` (``add`` only): each ``op<k>`` adds a variable to the output of an
+    Add before it (``pre<k>``, of the two variables), whose buffer no other op reads,
+    so TensorFlow's kernel writes its result into it, as most elementwise ops of a
+    step do; an Add of two variables cannot (a variable's buffer is its own) and
+    allocates its output, which costs more than the Add itself at large sizes
+    (``docs/probes/tf_membw_probe.py``)."""
     import core as ctf
     g = Graph()
     with g.as_default():
@@ -209,8 +223,12 @@ def _binary_graph(shape, op: str, copies: int = 1):
         for k in range(copies):
             a = ctf.Variable(ctf.fill(list(shape), 1.0), name=f"a{k}").value()
             b = ctf.Variable(ctf.fill(list(shape), 0.5), name=f"b{k}").value()
-            outs.append(ctf.matmul(a, b, name=f"op{k}") if op == "matmul"
-                        else ctf.add(a, b, name=f"op{k}"))
+            if op == "matmul":
+                outs.append(ctf.matmul(a, b, name=f"op{k}"))
+            elif in_place:
+                outs.append(ctf.add(ctf.add(a, b, name=f"pre{k}"), b, name=f"op{k}"))
+            else:
+                outs.append(ctf.add(a, b, name=f"op{k}"))
         init = ctf.global_variables_initializer()
     return g, init, [t.op for t in outs]
 
@@ -224,15 +242,25 @@ def measure_tf_matmul_rate(target: str, device: str, n: int = 512, repeat: int =
 
 
 def measure_tf_bandwidth_curve(target: str, device: str, elements, repeat: int = 7,
-                               arrays: int = 1) -> list[tuple[int, float]]:
+                               arrays: int = 1, in_place: bool = True
+                               ) -> list[tuple[int, float]]:
     """``[(working set bytes, bytes/s)]`` of TensorFlow's Add on ``device`` of the server
     at ``target``, as :func:`runtime.calibrate.measure_bandwidth_curve` (``arrays=1``)
     and :func:`runtime.calibrate.measure_shared_bandwidth` (``arrays=2``: two Adds of
     one step at once, their bytes over the time from the first's start to the last's
     end) measure ours: for each size of ``elements``, two float32 arrays read and one
     written per Add, the fixed cost of an Add on one element taken off; the fastest of
-    ``repeat`` traced steps, the sizes taking turns."""
-    builds = {n: _binary_graph((n,), "add", arrays) for n in (1, *elements)}
+    ``repeat`` traced steps, the sizes taking turns.
+
+    ``in_place`` (default): each timed Add writes into its first input's buffer, the
+    output of an Add before it (:func:`_binary_graph`), as a step's elementwise ops
+    do; else it adds two variables and allocates its output.  The kernels' factors
+    (:func:`measure_tf_kernel_costs`) are fitted on ops that mostly reuse a buffer, so
+    an allocating Add's rate, five times lower at 1M elements
+    (``docs/probes/tf_membw_probe.py``), made ``Host.shared_bandwidth`` a fifth of what
+    the kernels ask of memory: two kernels at once were predicted ten times slower
+    each (a random graph of million-element ops: 10.3 ms predicted, 4.6 ms measured)."""
+    builds = {n: _binary_graph((n,), "add", arrays, in_place) for n in (1, *elements)}
     runs = traced_tensorflow_steps(target, builds, device, repeat)
     took = {n: _fastest_span(traces, "op") for n, (_, traces) in runs.items()}
     return [(12 * n * arrays, 12 * n * arrays / max(took[n] - took[1], 1e-9)) for n in elements]
@@ -355,12 +383,46 @@ def measure_crossing_cpu(servers: TFLocalCluster, master=None, crossings: int = 
     return max(0.0, (used[0] - used[1]) / (steps * crossings))
 
 
+def _with_op_fetch_overheads(cluster: Cluster, servers: TFLocalCluster, figures: dict
+                             ) -> Cluster:
+    """``cluster`` with every task's ``step_overhead`` and ``part_overhead`` measured
+    again on ``servers`` with the tiny ops fetched as targets
+    (:func:`runtime.calibrate.measure_step_overheads` with ``fetch_tensors=False``), as
+    a training step fetches its train op; ``figures`` gets the new ones, and
+    calibrate_distributed's, with a tensor fetched from each task, as
+    ``part_overhead_fetched``.  On TensorFlow's servers a tensor fetched from each
+    extra task doubled the slope (``docs/probes/tf_parts_probe.py``), and that slope,
+    once per remote task before the master's own part starts, put the round-robin
+    placements' parts milliseconds late."""
+    from runtime.calibrate import measure_step_overheads
+    step, part, samples = measure_step_overheads(servers, cluster.master,
+                                                 open_session=tensorflow_session,
+                                                 fetch_tensors=False)
+    figures.update(part_overhead_fetched=figures["part_overhead"], step_overhead=step,
+                   part_overhead=part, step_samples=samples)
+    tasks = [replace(t, step_overhead=step, part_overhead=part) for t in cluster.tasks]
+    return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links, cluster.master,
+                   cluster.nvlink, cluster.runtime_model)
+
+
 def _with_crossing_waits(cluster: Cluster, cpu: float) -> Cluster:
-    """``cluster`` with every ``memcpy`` link's ``wait`` its latency less ``cpu`` (at
-    least 0)."""
+    """``cluster`` with every ``memcpy`` link's ``wait`` its latency less ``cpu`` over
+    its host's cores (at least 0): the link holds each crossing for its share of the
+    host's CPU, the bytes at the link's bandwidth on top.
+
+    Why over the cores: the servers' CPU work per crossing runs on whichever core is
+    free, and a step of many crossings took about their CPU time over the host's two
+    cores (32 tiny ones at once; in a round-robin placement of the recurrent workload,
+    295 crossings, 57 ms of the servers' CPU per step against a 30 ms step), while
+    large tensors took turns at the link's bandwidth (32 of 1 MiB at once, each about
+    what one alone takes; ``docs/probes/tf_crossings_probe.py``).  One link per host
+    holding each crossing for its CPU time ran the round-robin placements' crossings
+    one at a time, at twice their measured steps."""
+    hosts = {memcpy_link_name(h.name): max(1, h.cpu_cores) for h in cluster.hosts}
     for name, link in cluster.links.items():
         if link.kind == "memcpy":
-            cluster = cluster.replace_link(name, wait=max(0.0, link.latency - cpu))
+            share = cpu / hosts.get(name, 1)
+            cluster = cluster.replace_link(name, wait=max(0.0, link.latency - share))
     return cluster
 
 
@@ -472,6 +534,7 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
             cluster, servers, quick=False, runtime_model=TF_RUNTIME_MODEL,
             open_session=tensorflow_session)
         if len(servers.tasks) > 1:
+            cluster = _with_op_fetch_overheads(cluster, servers, figures)
             figures["crossing_cpu"] = measure_crossing_cpu(servers, cluster.master)
             cluster = _with_crossing_waits(cluster, figures["crossing_cpu"])
     cluster = with_kernel_costs(cluster, costs, dispatch=device["op_overhead"])

@@ -17,6 +17,8 @@ figure                        measured by
                               by their working sets added up (hosts of 2+ cores)
 ``Task.step_overhead``        :func:`measure_session_overhead`: an in-process step of one
                               ``NoOp`` (what every step costs besides its ops)
+``Task.lock_wakeup``          :func:`measure_lock_wakeup`: two threads handing a lock to
+                              each other (how late a waiting thread gets a lock given up)
 ``op_overhead``               :func:`measure_op_overhead`: a chain of tiny ops through the
                               :class:`~runtime.executor.Executor` (dispatch included); with
                               ``kernel_costs``, the median gap between kernels of a traced
@@ -81,10 +83,10 @@ from core.cluster import Cluster
 from core.runtime_model import INTERPRETER
 
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
-           "measure_op_overhead", "measure_memcpy", "measure_pcie", "measure_step_overheads",
-           "measure_process_transfer", "measure_dispatch_overhead", "calibrate_distributed",
-           "runtime_session", "size_costs", "measure_crossing_cpu", "measure_bandwidth_curve",
-           "measure_shared_bandwidth", "CROSSING_CPU_SIZES",
+           "measure_op_overhead", "measure_lock_wakeup", "measure_memcpy", "measure_pcie",
+           "measure_step_overheads", "measure_process_transfer", "measure_dispatch_overhead",
+           "calibrate_distributed", "runtime_session", "size_costs", "measure_crossing_cpu",
+           "measure_bandwidth_curve", "measure_shared_bandwidth", "CROSSING_CPU_SIZES",
            "measure_session_overhead", "measure_server_dispatch",
            "CPU_FIGURES", "with_cpu_figures"]
 
@@ -358,6 +360,7 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
     if cpu_figures is not None:
         cluster = _with_shared_bandwidth(cluster, names, quick)
         cluster = _with_session_overhead(cluster, names, 5 if quick else 30)
+        cluster = _with_lock_wakeup(cluster, names, 3 if quick else 9)
     memcpy = measure_memcpy(mem, repeat)
     for host in cluster.hosts:
         link = f"memcpy:{host.name}"
@@ -407,6 +410,54 @@ def _with_session_overhead(cluster: Cluster, calibrated: set, repeat: int) -> Cl
     overhead = measure_session_overhead(repeat)
     keys = {(d.job, d.task) for d in cluster.devices if d.is_cpu and d.name in calibrated}
     tasks = [replace(t, step_overhead=overhead) if (t.job, t.index) in keys else t
+             for t in cluster.tasks]
+    return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links.values(), cluster.master,
+                   cluster.nvlink, cluster.runtime_model)
+
+
+def measure_lock_wakeup(batches: int = 9, handoffs: int = 200) -> float:
+    """Seconds a thread waiting for a lock takes to run once another thread gives it
+    up: two threads hand two locks back and forth ``handoffs`` times, half a round
+    trip each; the median over ``batches``.
+
+    A thread that waits for the interpreter's lock sleeps in the kernel; on a virtual
+    machine, waking it on another core can cost tens of microseconds, many times the
+    dispatch of an op.  Meanwhile the thread that gave the lock up for a short kernel
+    takes it back, so the waiting thread gets it only when the lock stays free that
+    long (:attr:`core.cluster.Task.lock_wakeup`).  The median, not the fastest batch:
+    how fast a sleeping core wakes changes from one batch to the next, and the steps
+    see them all.
+    """
+    import threading
+
+    ping, pong = threading.Lock(), threading.Lock()
+    ping.acquire()
+    pong.acquire()
+
+    def answer(n):
+        for _ in range(n):
+            ping.acquire()
+            pong.release()
+
+    times = []
+    for _ in range(max(1, batches)):
+        helper = threading.Thread(target=answer, args=(handoffs,), daemon=True)
+        helper.start()
+        t0 = perf_counter()
+        for _ in range(handoffs):
+            ping.release()
+            pong.acquire()
+        times.append((perf_counter() - t0) / (2 * handoffs))
+        helper.join()
+    return statistics.median(times)
+
+
+def _with_lock_wakeup(cluster: Cluster, calibrated: set, batches: int) -> Cluster:
+    """``cluster`` whose tasks with a calibrated CPU have :func:`measure_lock_wakeup`'s
+    figure as ``Task.lock_wakeup``."""
+    wakeup = measure_lock_wakeup(batches)
+    keys = {(d.job, d.task) for d in cluster.devices if d.is_cpu and d.name in calibrated}
+    tasks = [replace(t, lock_wakeup=wakeup) if (t.job, t.index) in keys else t
              for t in cluster.tasks]
     return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links.values(), cluster.master,
                    cluster.nvlink, cluster.runtime_model)
@@ -547,8 +598,8 @@ def _fit_line(xs, ys) -> tuple[float, float]:
 
 
 def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 15,
-                           rounds: int = 3, open_session=runtime_session
-                           ) -> tuple[float, float, dict]:
+                           rounds: int = 3, open_session=runtime_session,
+                           fetch_tensors: bool = True) -> tuple[float, float, dict]:
     """``(step_overhead, part_overhead, samples)`` of steps on ``local_cluster``.
 
     A step runs one tiny op (a scalar constant and an Identity) on each involved task:
@@ -558,6 +609,11 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
     ``samples`` maps the number of other tasks to the step seconds: the median over
     ``rounds`` of the fastest of ``repeats`` (one round's slope moved between 0.11 and
     0.33 ms per task from one calibration to the next).
+
+    ``fetch_tensors`` (default): each tiny op's tensor is fetched, so each extra task
+    also sends the client a tensor; else the ops are fetched as targets, as a training
+    step fetches its train op (on TensorFlow's servers a fetched tensor per task
+    doubled the slope: ``docs/probes/tf_parts_probe.py``).
     """
     import core as tf
     master = tuple(master)
@@ -570,8 +626,9 @@ def measure_step_overheads(local_cluster, master=("worker", 0), repeats: int = 1
             with g.as_default():
                 for i, (job, task) in enumerate(tasks):
                     with tf.device(_cpu(job, task)):
-                        outs.append(tf.identity(tf.constant(np.float32(1.0), name=f"c{i}"),
-                                                name=f"i{i}"))
+                        out = tf.identity(tf.constant(np.float32(1.0), name=f"c{i}"),
+                                          name=f"i{i}")
+                        outs.append(out if fetch_tensors else out.op)
             return g, outs
         return make
 

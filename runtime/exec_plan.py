@@ -24,7 +24,7 @@ from core.dataflow import StepPlan
 from core.devices import DeviceSpec
 from core.graph import Operation, topological_order
 from core.partition import ops_needed
-from core.runtime_model import INTERPRETER
+from core.runtime_model import INTERPRETER, forwarded_reads
 from runtime.errors import InvalidArgument
 
 __all__ = ["ExecPlan", "fuse_matmul_relu", "fetch_writers", "KERNEL", "VARIABLE", "FED",
@@ -314,13 +314,9 @@ class ExecPlan:
         # A variable's read (Identity of a Variable op) forwards the variable's buffer
         # instead of copying it, as TensorFlow's IdentityOp does, when nothing in the
         # step writes that variable in place (then the copy keeps the read consistent).
-        written = {t.op.name for op, kind in zip(graph_ops, kinds)
-                   if kind == KERNEL and op.op_def.ref_inputs for t in op.inputs[:1]}
+        forwarded = forwarded_reads(op for op in graph_ops if op is not None)
         for node, op in zip(nodes, graph_ops):
-            node.forward = (node.kind == KERNEL and op.type == "Identity"
-                            and op.inputs[0].op.type == "Variable"
-                            and op.inputs[0].op.name not in written
-                            and op.inputs[0].op.name in plan.op_index)
+            node.forward = node.kind == KERNEL and op.name in forwarded
         # Cheap ops may run inline on a thread that would only wait (Step._run_ready):
         # by the runtime model the simulator predicts this executor with (variables,
         # CPU kernels on small tensors of known shape), and forwarded variable reads,

@@ -19,9 +19,12 @@ Contract (the worker service builds one per task, an in-process session one per 
    ones, unless ``config.use_per_session_threads``, which gives private pools that
    :meth:`LocalDevices.close` stops.  Shared pools live as long as the process.
 3. The CPU cores of a host are a process-wide resource (:class:`HostCores`, keyed by
-   host): a CPU op holds one core, a multithreaded one up to its intra-op threads (fewer
-   if fewer are free, at least one, waiting while none is), the rule the simulator
-   follows, so that a measured trace never shows more cores busy than the host has.
+   host and its core count: a cluster that gives the host fewer cores, as a
+   calibration's one-core cluster does, gets a count of its own rather than leaving
+   later sessions that many): a CPU op holds one core, a multithreaded one up to its
+   intra-op threads (fewer if fewer are free, at least one, waiting while none is), the
+   rule the simulator follows, so that a measured trace never shows more cores busy
+   than the host has.
 4. A GPU device needs :func:`runtime.kernels.cuda_available`; :meth:`LocalDevice.check_usable`
    raises :class:`runtime.errors.InvalidArgument` naming the op and the device when an op
    is placed on a GPU this process cannot use.
@@ -234,7 +237,7 @@ class LocalDevice:
 
 # Process-wide registries: pools shared between sessions (TF's global pools), host cores.
 _SHARED_POOLS: dict[tuple[str, int], InterOpPool] = {}
-_HOST_CORES: dict[str, HostCores] = {}
+_HOST_CORES: dict[tuple[str, int], HostCores] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -247,11 +250,19 @@ def _shared_pool(name: str, size: int) -> InterOpPool:
 
 
 def host_cores(host: str, cores: int) -> HostCores:
-    """The process-wide :class:`HostCores` of ``host`` (created with ``cores``)."""
+    """The process-wide :class:`HostCores` of ``host`` with ``cores`` cores.
+
+    Keyed by both: a session of a cluster that says the host has one core (as
+    :func:`runtime.calibrate.measure_op_overhead`'s does) must not leave every later
+    session of this process one core.
+
+    >>> host_cores("h", 1) is host_cores("h", 1), host_cores("h", 2).cores
+    (True, 2)
+    """
     with _REGISTRY_LOCK:
-        hc = _HOST_CORES.get(host)
+        hc = _HOST_CORES.get((host, cores))
         if hc is None:
-            hc = _HOST_CORES[host] = HostCores(host, cores)
+            hc = _HOST_CORES[(host, cores)] = HostCores(host, cores)
         return hc
 
 

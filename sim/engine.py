@@ -53,10 +53,10 @@ of servers"):
   ones and one other, the last made ready first, :meth:`_Simulation.inline_ops`),
   taking the freed cores first; the ops waiting for cores take what it leaves (their
   dispatch waits for the interpreter lock, which it gives up for its kernel).  The
-  ops ready at a part's start: the others queue for the pool, one thread runs the
-  cheap ones.  With ``RuntimeModel.copies_on_cores`` a crossing within a host is its
-  ends' dispatcher work for its whole time (the cores copy the bytes; the link carries
-  none); with ``RuntimeModel.step_costs_on_cores`` the step's fixed costs are dispatcher
+  ops ready at a part's start: the others queue for the pool, one thread (the step's
+  caller) runs the cheap ones, queueing the big ops they make ready.  With
+  ``RuntimeModel.copies_on_cores`` a crossing within a host is its ends' dispatcher
+  work for its whole time (the cores copy the bytes; the link carries none); with ``RuntimeModel.step_costs_on_cores`` the step's fixed costs are dispatcher
   work too (:meth:`_Simulation.step_cost_work`): on a busy host parts start later.
 - Ties: events at one instant are handled in the order they were scheduled (SimPy's
   rule); inside one event, freed resources are handed out before newly ready ops queue,
@@ -77,6 +77,7 @@ from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
 from core.dataflow import StepPlan, unique_below
 from core.graph import Tensor
+from core.runtime_model import forwarded_reads
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
 from sim.durations import (memory_traffic, op_durations, same_signature, splitting,
@@ -362,10 +363,14 @@ class _Simulation:
 
     def inline_ops(self) -> list[bool]:
         """Per op, whether the runtime's executor counts it cheap
-        (:meth:`core.runtime_model.RuntimeModel.is_cheap`, the executor's own rule)."""
+        (:meth:`core.runtime_model.RuntimeModel.is_cheap`, the executor's own rule, and
+        :func:`core.runtime_model.forwarded_reads`: a variable's read that hands its
+        buffer on does no kernel work, whatever its size)."""
         cpu = [dev.is_cpu for dev in self.devices]
         is_cheap = self.runtime.is_cheap
-        return [is_cheap(op.type, [t.shape for t in (*op.inputs, *op.outputs)], cpu[d])
+        forwarded = forwarded_reads(self.plan.ops)
+        return [op.name in forwarded
+                or is_cheap(op.type, [t.shape for t in (*op.inputs, *op.outputs)], cpu[d])
                 for op, d in zip(self.plan.ops, self.plan.op_device)]
 
     def _setup_transfers(self):
@@ -651,10 +656,18 @@ class _Simulation:
         r.transfer_cpu = self.transfer_cpu if serial else None
         r.take_work = self.take_work if serial else None
         r.take_burst = self.take_burst if serial else None
+        # Task.lock_wakeup: how late a thread waiting for its interpreter's lock gets it
+        # once it is given up (None where no task's is known: at once, first come first
+        # served).
+        wakeups = [self.cluster.task(*key).lock_wakeup for key in self.task_keys]
+        r.lock_wakeup = wakeups if serial and any(wakeups) else None
         # RuntimeModel.inline_elements: the ops each thread (device, slot) runs itself next.
         r.cheap = self.inline_ops() if serial and runtime.inline_elements is not None else None
         r.stacks = ([[[] for _ in range(pool.threads)] for pool in self.pools]
                     if r.cheap else None)
+        # The (device, slot)s of a step's caller thread running the device's first cheap
+        # ops: it queues the big ops they make ready (begin_on_device).
+        r.cheap_only = set()
 
     def _out_of_memory(self, d, nbytes, op, tensor):
         plan, now = self.plan, self.env._now

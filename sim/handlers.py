@@ -21,7 +21,12 @@ first event, so a call across groups costs what a call within one does.
 
 from __future__ import annotations
 
+from collections import deque
 from heapq import heappop, heappush
+
+#: CPython's switch interval (``sys.getswitchinterval()``'s default): a thread that waited
+#: this long for the interpreter's lock makes its holder give it up.
+SWITCH_INTERVAL = 0.005
 
 __all__ = ["RunState", "make_handlers"]
 
@@ -103,7 +108,7 @@ def _op_handlers(r: RunState):
                 if memory_of is not None and moving[i]:  # beside the kernels at once
                     duration = memory_of[d].start(i, moved[i], moving[i], duration)
             now = env._now
-            if serial:
+            if serial:  # (None: it waits for its interpreter's lock; see dispatched)
                 duration = dispatched(i, duration, cores)
             op_start[i] = now
             op_thread[i] = slot
@@ -111,7 +116,8 @@ def _op_handlers(r: RunState):
             code = op_note[i]
             if code:  # its outputs' buffers
                 log.append(code)
-            heappush(queue, (now + duration, next(ids), op_done, i))
+            if duration is not None:
+                heappush(queue, (now + duration, next(ids), op_done, i))
 
     def take_thread(i, slot):
         """Op ``i`` got thread ``slot``: it takes its cores and starts, or waits for
@@ -138,7 +144,7 @@ def _op_handlers(r: RunState):
         if memory_of is not None and moving[i]:  # (a CPU op: its host shares bandwidth)
             duration = memory_of[op_device[i]].start(i, moved[i], moving[i], duration)
         now = env._now
-        if serial:
+        if serial:  # (None: it waits for its interpreter's lock; see dispatched)
             duration = dispatched(i, duration, cores)
         op_start[i] = now
         op_thread[i] = slot
@@ -146,7 +152,8 @@ def _op_handlers(r: RunState):
         code = op_note[i]
         if code:  # its outputs' buffers
             log.append(code)
-        heappush(queue, (now + duration, next(ids), op_done, i))
+        if duration is not None:
+            heappush(queue, (now + duration, next(ids), op_done, i))
 
     def op_done_process():
         """Op ``i`` ended (each value sent)."""
@@ -213,6 +220,7 @@ def _op_handlers(r: RunState):
     ready = _process(ready_process)
     op_done = _process(op_done_process)
     r.schedule, r.ready, r.take_thread, r.start = schedule, ready, take_thread, start
+    r.op_done = op_done
     return bind
 
 
@@ -228,11 +236,13 @@ def _dispatch_handlers(r: RunState):
     # when each task's receiver last finishes taking a crossing in (RuntimeModel.
     # crossing_work: one that comes before is taken in a burst)
     taking_until = [0.0] * len(dispatch_free)
-    schedule = ready = put_on_links = None
+    wakeup = r.lock_wakeup
+    waiting = [deque() for _ in dispatch_free] if wakeup is not None else None
+    schedule = ready = put_on_links = op_done = None
 
     def bind():
-        nonlocal schedule, ready, put_on_links
-        schedule, ready, put_on_links = r.schedule, r.ready, r.put_on_links
+        nonlocal schedule, ready, put_on_links, op_done
+        schedule, ready, put_on_links, op_done = r.schedule, r.ready, r.put_on_links, r.op_done
 
     def reserve(t, now, work):
         """Task ``t``'s dispatcher does ``work`` seconds from when it is free (and,
@@ -249,9 +259,23 @@ def _dispatch_handlers(r: RunState):
         part waits for its task's dispatcher, which serves one op at a time (its
         GIL), and holds it.  With RuntimeModel.dispatch_cores, its kernel's ``cores``
         are booked on its host's calendar for the rest of the op: the
-        interpreters' work then finds those cores taken."""
+        interpreters' work then finds those cores taken.
+
+        With the task's ``lock_wakeup`` (Task.lock_wakeup), an op that finds the
+        dispatcher busy waits for it as a thread waits for its interpreter's lock:
+        None here, and it starts later (lock_given); an op that finds it free takes
+        it at once, even when others wait (they are still waking up)."""
         now = env._now
         t = task_of[op_device[i]]
+        if waiting is not None and dispatch_free[t] > now and wakeup[t]:
+            queue = waiting[t]
+            queue.append((i, duration, cores, now))
+            if len(queue) == 1:
+                schedule(dispatch_free[t] + wakeup[t], lock_given, (t, dispatch_free[t]))
+            return None
+        return _dispatch(t, i, duration, cores, now)
+
+    def _dispatch(t, i, duration, cores, now):
         first = serial_part[i] if serial_part[i] < duration else duration
         begin = reserve(t, now, first)
         if cores and duration > first:
@@ -259,6 +283,23 @@ def _dispatch_handlers(r: RunState):
             if calendar_of is not None:
                 calendar_of[t].occupy(begin + first, begin + duration, cores, now)
         return duration + (begin - now)
+
+    def lock_given(check):
+        """Task ``t``'s first waiting op wakes, ``lock_wakeup`` after the dispatcher
+        was to be free at ``free``: it takes it if no one took it meanwhile, or if
+        it waited a switch interval (the interpreter then forces the holder to give
+        it up); else it waits for the next time it is given up."""
+        t, free = check
+        now = env._now
+        queue = waiting[t]
+        i, duration, cores, asked = queue[0]
+        if dispatch_free[t] != free and now - asked < SWITCH_INTERVAL:
+            schedule(max(dispatch_free[t], now) + wakeup[t], lock_given, (t, dispatch_free[t]))
+            return
+        queue.popleft()
+        schedule(now + _dispatch(t, i, duration, cores, now), op_done, i)
+        if queue:
+            schedule(dispatch_free[t] + wakeup[t], lock_given, (t, dispatch_free[t]))
 
     def send_control(i, d):
         """Op ``i`` ended: the messages of its control edges to other tasks go."""
@@ -339,7 +380,7 @@ def _inline_handlers(r: RunState):
     env, pending, succ_ptr, succ = r.env, r.pending, r.succ_ptr, r.succ
     op_device, op_thread, op_cores, want_cores = r.op_device, r.op_thread, r.op_cores, r.want_cores
     host_of, pool_free, start_at = r.host_of, r.pool_free, r.start_at
-    cheap, stacks = r.cheap, r.stacks
+    cheap, stacks, cheap_only = r.cheap, r.stacks, r.cheap_only
     start = take_thread = ready = schedule = None
 
     def bind():
@@ -353,7 +394,8 @@ def _inline_handlers(r: RunState):
         go to the ops waiting for them, its own task's too (their dispatch waits for
         the interpreter lock, which this thread gives up for its kernel: passing them
         over kept a CPU's second inter-op thread idle behind a chain of one-core
-        kernels); the other successors queue."""
+        kernels); the other successors queue.  The step's caller thread
+        (begin_on_device) goes on with cheap ones only."""
         own = op_thread[i]
         now_ready = []
         lo, hi = succ_ptr[i], succ_ptr[i + 1]
@@ -364,7 +406,8 @@ def _inline_handlers(r: RunState):
                 if not left:
                     now_ready.append(j)
         stack = stacks[d][own]
-        other, queued = False, []
+        caller = (d, own) in cheap_only if cheap_only else False
+        other, queued = caller, []
         for j in now_ready:  # the executor's _dispatch
             if op_device[j] == d and (cheap[j] or not other):
                 other = other or not cheap[j]
@@ -389,6 +432,8 @@ def _inline_handlers(r: RunState):
             _hand_out_cores(host_of[d], cores)
         if after is None:
             heappush(pool_free[d], own)
+            if caller:
+                cheap_only.discard((d, own))
         for j in queued:
             ready(j)
 
@@ -409,8 +454,11 @@ def _inline_handlers(r: RunState):
     def begin_on_device(ops):
         """RuntimeModel.inline_elements: a device's ops ready at its part's start, as
         the runtime's executor starts them: the others queue for the pool first,
-        then one thread runs the cheap ones itself, one after another (each with
-        what it makes ready on the device)."""
+        then one thread, the step's caller in a slot of the pool, runs the cheap ones
+        itself, one after another, each with the cheap ops it makes ready on the
+        device; the big ones they make ready queue for the pool's threads (the
+        executor's _run_ready), rather than holding the caller in a chain of them
+        while the pool's other threads wait for the cheap ops behind it."""
         d = op_device[ops[0]]
         if env._now < start_at[d]:  # the task's part has not started yet
             schedule(start_at[d], begin_on_device, ops)
@@ -427,6 +475,7 @@ def _inline_handlers(r: RunState):
                 ready(j)
             return
         slot = heappop(free_slots)
+        cheap_only.add((d, slot))
         stacks[d][slot].extend(reversed(mine[1:]))
         take_thread(mine[0], slot)
 

@@ -37,6 +37,19 @@ for its CPU time; predicting two measurements with three calibrations each, with
 without the wait, the median error of the eight round-robin rows went from 20-31% to
 17-26% (lower in five of the six, 20 to 24% in one) and the largest from 45-109% to
 40-72%.
+
+Later (2026-11-27, helper tf-4): that link held every crossing for its whole CPU time,
+one crossing at a time, while the CPU work of a tiny crossing goes to whichever of the
+host's cores is free (32 at once: about their CPU time over two cores, above) and only
+large tensors take turns.  The round-robin placements were then predicted at twice
+their measured steps (rnn: 67-71 ms against 30-32 ms, two runs); the servers used about
+190 us of CPU per crossing in those steps, about what the calibration measured.  Kept:
+the link holds each crossing for its CPU time over the host's cores, plus its bytes
+(:func:`experiments.tf_calibrate._with_crossing_waits`): rnn's 34.6 ms against 33.0 to
+38.5 ms measured.  Tried and not kept: a link carrying as many crossings at once as
+the host has cores, each for its whole CPU time and bytes: the large tensors of
+mixed_random's round-robin placement then crossed two at a time (predicted 31 ms
+against 51-56 ms; 35-41 ms with the CPU share).
 """
 import os
 import sys

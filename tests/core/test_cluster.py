@@ -591,3 +591,15 @@ def test_link_size_costs_round_trip_interpolate_and_are_checked():
         c.replace_link(name, size_costs=[(64, -1e-4)])
     with pytest.raises(InvalidCluster, match="size_costs must be"):
         c.replace_link(name, size_costs=[(4,)])
+
+
+def test_a_tasks_lock_wakeup_is_checked_and_kept_in_json(tmp_path):
+    from dataclasses import replace
+    c = Cluster.single_host()
+    tasks = [replace(t, lock_wakeup=2e-5) for t in c.tasks]
+    woken = Cluster(c.hosts, tasks, c.devices, c.links.values(), c.master, c.nvlink)
+    woken.save(tmp_path / "c.json")
+    assert Cluster.load(tmp_path / "c.json").tasks[0].lock_wakeup == 2e-5
+    with pytest.raises(InvalidCluster, match="lock_wakeup"):
+        Cluster(c.hosts, [replace(t, lock_wakeup=-1.0) for t in c.tasks], c.devices,
+                c.links.values(), c.master, c.nvlink)

@@ -74,3 +74,27 @@ def test_a_crossings_cpu_time_leaves_the_rest_of_its_latency_a_wait(tensorflow):
     assert waited.links["memcpy:h"].wait == pytest.approx(1e-4)
     assert _with_crossing_waits(memcpy, 1.0).links["memcpy:h"].wait == 0.0
     assert waited.links["network:h"].wait == 0.0  # only the crossings within a host
+
+
+def test_a_crossings_cpu_time_is_shared_over_its_hosts_cores():
+    from experiments.tf_calibrate import _with_crossing_waits
+    cluster = Cluster.from_spec(ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0"]}),
+                                hosts={("ps", 0): "h", ("worker", 0): "h"}, cpu_cores=2)
+    cluster = cluster.replace_link("memcpy:h", latency=3e-4)
+    # 1e-4 s of CPU per crossing on two cores: the link holds each for half of it.
+    waited = _with_crossing_waits(cluster, 1e-4)
+    assert waited.links["memcpy:h"].wait == pytest.approx(2.5e-4)
+    assert waited.links["network:h"].wait == 0.0
+
+
+def test_the_bandwidth_adds_write_into_a_buffer_nothing_else_reads():
+    from experiments.tf_calibrate import _binary_graph
+    g, _, fetches = _binary_graph((16,), "add", copies=2, in_place=True)
+    for k, op in enumerate(fetches):
+        first = op.inputs[0]
+        # The timed Add's first input is made by an Add before it and read by it alone
+        # (TensorFlow then forwards that buffer); a variable's buffer it could not.
+        assert op.name == f"op{k}" and first.op.type == "Add"
+        assert [c.name for c in first.consumers()] == [op.name]
+    g, _, fetches = _binary_graph((16,), "add", in_place=False)
+    assert fetches[0].inputs[0].op.type != "Add"

@@ -7,7 +7,8 @@ import pytest
 from core.cluster import Cluster, usable_cpu_cores
 from runtime.calibrate import (calibrate, measure_bandwidth_curve, measure_memcpy,
                                measure_memory_bandwidth, measure_matmul_rate,
-                               measure_op_overhead, measure_pcie, measure_shared_bandwidth)
+                               measure_lock_wakeup, measure_op_overhead, measure_pcie,
+                               measure_shared_bandwidth)
 
 
 def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
@@ -27,8 +28,10 @@ def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
     assert len(cpu.bandwidth_curve) >= 2 and cpu.mem_bandwidth == cpu.bandwidth_curve[-1][1]
     if usable_cpu_cores() >= 2:
         assert len(loaded.hosts[0].shared_bandwidth) == len(cpu.bandwidth_curve)
-    # An in-process step's own cost, before its first op.
+    # An in-process step's own cost, before its first op; how late a waiting thread
+    # gets the interpreter's lock.
     assert 0 < loaded.tasks[0].step_overhead < 0.01
+    assert 0 < loaded.tasks[0].lock_wakeup < 0.01
 
 
 def test_the_dispatch_per_op_is_measured_untraced_between_the_kernels():
@@ -51,6 +54,7 @@ def test_each_measurement_is_positive():
     assert measure_matmul_rate(1, n=64, repeat=2) > 0
     assert measure_memory_bandwidth(1 << 20, repeat=2) > 0
     assert 0 < measure_op_overhead(ops=10, repeat=2) < 0.01
+    assert 0 < measure_lock_wakeup(batches=2, handoffs=20) < 0.01
     bandwidth, latency = measure_memcpy(1 << 20, repeat=2)
     assert bandwidth > 0 and latency >= 0
     assert measure_pcie() is None or measure_pcie()[0] > 0
@@ -155,3 +159,35 @@ def test_interleaved_step_times_times_every_graph_in_every_round():
                                         ("worker", 0), repeats=4, warmup=1)
     assert set(times) == {"a", "b"}
     assert all(len(v) == 4 and all(t > 0 for t in v) for v in times.values())
+
+
+def test_step_overheads_fetch_the_tiny_ops_as_targets_when_asked():
+    import contextlib
+
+    import core as tf
+    from runtime.calibrate import measure_step_overheads
+
+    class Servers:
+        tasks = [("worker", 0), ("ps", 0), ("worker", 1)]
+
+        @staticmethod
+        def target(job, index):
+            return f"{job}{index}"
+
+    fetched = []
+
+    @contextlib.contextmanager
+    def open_session(target, graph, fetches):
+        fetched.append(fetches)
+        yield lambda: None
+
+    for as_tensors in (True, False):
+        fetched.clear()
+        step, part, samples = measure_step_overheads(Servers(), ("worker", 0), repeats=1,
+                                                     rounds=1, open_session=open_session,
+                                                     fetch_tensors=as_tensors)
+        # One step per number of other tasks (0, 1, 2), one tiny op on each task.
+        assert [len(f) for f in fetched] == [1, 2, 3] and sorted(samples) == [0, 1, 2]
+        kind = tf.Tensor if as_tensors else tf.Operation
+        assert all(isinstance(x, kind) for f in fetched for x in f)
+        assert step >= 0 and part >= 0

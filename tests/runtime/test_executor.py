@@ -601,6 +601,25 @@ def test_host_cores_make_a_taker_wait_until_cores_are_given_back():
     assert cores.free == 2
 
 
+
+def test_a_one_core_cluster_does_not_leave_later_sessions_one_core():
+    # The calibration measures its dispatch on a one-core cluster; the registry of host
+    # cores once kept that count for every later session of the process, whose two
+    # inter-op threads then ran their kernels one at a time.
+    from runtime.config import SessionConfig
+    from runtime.local_devices import LocalDevices
+
+    config = SessionConfig(use_per_session_threads=True)
+    one = LocalDevices.for_task(Cluster.single_host(cpu_cores=1), "localhost", 0, config)
+    two = LocalDevices.for_task(Cluster.single_host(cpu_cores=2), "localhost", 0, config)
+    try:
+        cpu = "/job:localhost/replica:0/task:0/cpu:0"
+        assert one[cpu].cores.cores == 1
+        assert two[cpu].cores.cores == 2 and two[cpu].cores.free == 2
+    finally:
+        one.close()
+        two.close()
+
 def _matmul_relu_graph(extra_reader: bool = False):
     """``relu(x @ w)`` on 128x96 float32 (not cheap), optionally with a second reader
     of the product."""
