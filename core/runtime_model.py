@@ -119,10 +119,11 @@ class RuntimeModel:
         dispatcher for a crossing of ``nbytes`` over the route ``links`` that takes
         ``seconds`` in all: the sender's before the tensor leaves; the receiver's before
         its consumers may start, ``taken`` when it comes alone, ``taken_in_burst`` when
-        it comes while the receiver still takes in another crossing and takes it in
-        straight after that one (no other work of the receiver's dispatcher between:
-        its reader thread goes on from one tensor to the next).  The links carry the
-        rest, ``seconds - sent - taken``.
+        it comes while the receiver still takes in another crossing of a burst and
+        takes it in straight after that one (no other work of the receiver's
+        dispatcher between: its reader thread goes on from one tensor to the next; a
+        burst starts with a crossing that finds the receiver's dispatcher free).  The
+        links carry the rest, ``seconds - sent - taken``.
 
         By default each end does half the route's latency.  With ``copies_on_cores``, a
         route of ``memcpy`` links (two tasks of one host) is all its ends' work: half

@@ -233,9 +233,10 @@ def _dispatch_handlers(r: RunState):
     transfer_src, transfer_dst, pending = r.transfer_src, r.transfer_dst, r.pending
     sole_consumer, consumer_ptr, consumers = r.sole_consumer, r.consumer_ptr, r.consumers
     control_crossings, take_work, take_burst = r.control_crossings, r.take_work, r.take_burst
-    # when each task's receiver last finishes taking a crossing in (RuntimeModel.
-    # crossing_work: one that comes before is taken in a burst)
+    # when each task's receiver last finishes taking a crossing in, and whether that
+    # one is part of a burst (RuntimeModel.crossing_work; see take)
     taking_until = [0.0] * len(dispatch_free)
+    in_burst = [False] * len(dispatch_free)
     wakeup = r.lock_wakeup
     waiting = [deque() for _ in dispatch_free] if wakeup is not None else None
     schedule = ready = put_on_links = op_done = None
@@ -333,11 +334,17 @@ def _dispatch_handlers(r: RunState):
 
     def take(t, taken, burst):
         """Task ``t``'s dispatcher takes a crossing in, from when it is free: ``taken``
-        of work, or ``burst`` while it still takes another in (RuntimeModel.
-        crossing_work); returns when it is done."""
+        of work, or ``burst`` straight after another in a burst (RuntimeModel.
+        crossing_work); returns when it is done.  A burst starts with a crossing that
+        finds the dispatcher free and goes on while each next one arrives before the
+        last is taken in, with nothing else booked between: a reader that must win its
+        interpreter's lock from a busy executor's threads wakes for each tensor (a
+        busy receiver's crossings added half as much again each to a step as an idle
+        one's, docs/probes/lc_crossings_probe.py)."""
         now = env._now
-        # (a burst: its reader still takes the last one in, with nothing booked since)
-        work = burst if taking_until[t] > now and dispatch_free[t] == taking_until[t] else taken
+        straight = taking_until[t] > now and dispatch_free[t] == taking_until[t]
+        work = burst if straight and in_burst[t] else taken
+        in_burst[t] = dispatch_free[t] <= now or (straight and in_burst[t])
         done = reserve(t, now, work) + work
         taking_until[t] = done
         return done

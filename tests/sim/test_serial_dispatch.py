@@ -555,3 +555,27 @@ def test_a_crossing_after_other_work_of_its_receiver_comes_alone():
     start = {r.op: round(r.start, 9) for r in trace.ops}
     end = {r.op: round(r.end, 9) for r in trace.ops}
     assert end["d"] == pytest.approx(1.1e-3) and start["b1"] == pytest.approx(1.9e-3)
+
+
+def test_crossings_that_find_their_receiver_busy_start_no_burst():
+    # An op d on W1 holds its dispatcher over [0, 0.5] ms (its kernel's fixed cost is
+    # all dispatch).  Two crossings from W0 arrive at 0.2 and 0.4 ms: the first waits
+    # for d and takes the rest of its time, 0.8 ms, to 1.3 ms; the second, though it
+    # comes straight after, belongs to no burst (the receiver was busy when the first
+    # came: its reader wins the lock from the executor for each tensor) and takes
+    # 0.8 ms too, to 2.1 ms, when its reader b1 starts (in a burst: 1.5 ms).
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(W1):
+            tf.square(tf.constant(np.float32(2.0), name="c"), name="d")
+        for i in range(2):
+            with tf.device(W0):
+                a = tf.constant(np.float32(i), name=f"a{i}")
+            with tf.device(W1):
+                tf.identity(a, name=f"b{i}")
+    p = Placement({op.name: op.device for op in g.get_operations()})
+    c = measured_cpu().replace_device(W1, kernel_costs={"Square": (5e-4, 1.0)})
+    costs = FixedCost({"d": 5e-4}, default=0.0)
+    trace = simulate(g, p, c, cost_model=costs, config=COPYING)
+    start = {r.op: round(r.start, 9) for r in trace.ops}
+    assert start["b0"] == pytest.approx(1.3e-3) and start["b1"] == pytest.approx(2.1e-3)
