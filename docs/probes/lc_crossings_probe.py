@@ -49,14 +49,17 @@ between runs by up to 2x):
   measurement: their crossings come one at a time.  A receiver busy with its own ops
   gets less from a burst: 16 tiny crossings added 49 us each to an idle worker 0's
   step and 74 us each to one dispatching a chain of 300 tiny ops (32: 50 and 60 us);
-  hence the burst only straight after another take-in.
-- sim_vs_real (``--no-loop --repeats 31 --calibrate-once``, 23:33), its 16 static rows
-  predicted on the same measurement and calibration with and without ``cpu_costs``:
-  median error 12.9% against 18.7% (median repeat spread 10.2%); data_parallel +13 to
-  +20% against +34 to +44%; transformer round_robin -10.6% against -0.6% and rnn
-  round_robin -22% against -17%: in those placements' bursts the receivers are busy
-  with their own ops, and the model still gives their crossings more of the burst's
-  discount than the runtime does.
+  hence a burst only from a crossing that finds its receiver's dispatcher free, and
+  only straight after another take-in.
+- sim_vs_real (``--no-loop --repeats 31 --calibrate-once``), the 16 static rows of each
+  run predicted on its own measurement and calibration with and without ``cpu_costs``
+  (median error with / without, median repeat spread): 23:02 22.6 / 22.6%, 11.2%;
+  23:33 15.6 / 18.7%, 10.2%; 23:46 12.9 / 11.3%, 5.7%; 23:48 34.9 / 47.2%, 7.0% (a
+  calibration 45% off on the one-task rows).  data_parallel's rows came out 12 to 34
+  points nearer their measurement in each; transformer's and rnn's round-robin rows
+  3 to 12 points below the whole-time model's (nearer in one run, 23:48): their
+  receivers, busy with their own ops, still get more of a burst's discount in the
+  model than in the runtime.
 """
 import os
 import sys
