@@ -361,6 +361,19 @@ class Cluster:
         return Cluster(self._hosts, self._tasks, devices, self._links, self._master, self._nvlink,
                        self._runtime_model)
 
+    def replace_task(self, job: str, index: int, **changes) -> "Cluster":
+        """A new cluster where task ``(job, index)`` has some fields changed (validated);
+        :class:`UnknownTask` if there is none.
+
+        >>> c = Cluster.single_host().replace_task("localhost", 0, lock_wakeup=2e-5)
+        >>> c.task("localhost", 0).lock_wakeup
+        2e-05
+        """
+        old = self.task(job, index)
+        tasks = [replace(t, **changes) if t is old else t for t in self._tasks]
+        return Cluster(self._hosts, tasks, self._devices, self._links, self._master, self._nvlink,
+                       self._runtime_model)
+
     def replace_host(self, name: str, **changes) -> "Cluster":
         """A new cluster where one host has some fields changed (validated).
 

@@ -40,12 +40,10 @@ if __name__ == "__main__":  # before numpy loads BLAS, as experiments.sim_vs_rea
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import statistics
-from dataclasses import replace
 
 import pandas as pd
 from tqdm import tqdm
 
-from core.cluster import Cluster
 from experiments import cli
 from experiments.backends import in_process_step
 from experiments.report import Run, finish, print_table
@@ -70,9 +68,9 @@ def without(cluster, mechanism: str | None):
     if mechanism is None:
         return cluster
     if mechanism == "lock":
-        tasks = [replace(t, lock_wakeup=0.0) for t in cluster.tasks]
-        return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links.values(),
-                       cluster.master, cluster.nvlink, cluster.runtime_model)
+        for t in cluster.tasks:
+            cluster = cluster.replace_task(t.job, t.index, lock_wakeup=0.0)
+        return cluster
     for host in cluster.hosts:
         cluster = cluster.replace_host(host.name, shared_bandwidth=())
     if mechanism == "curve":

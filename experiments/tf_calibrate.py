@@ -400,9 +400,9 @@ def _with_op_fetch_overheads(cluster: Cluster, servers: TFLocalCluster, figures:
                                                  fetch_tensors=False)
     figures.update(part_overhead_fetched=figures["part_overhead"], step_overhead=step,
                    part_overhead=part, step_samples=samples)
-    tasks = [replace(t, step_overhead=step, part_overhead=part) for t in cluster.tasks]
-    return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links, cluster.master,
-                   cluster.nvlink, cluster.runtime_model)
+    for t in cluster.tasks:
+        cluster = cluster.replace_task(t.job, t.index, step_overhead=step, part_overhead=part)
+    return cluster
 
 
 def _with_crossing_waits(cluster: Cluster, cpu: float) -> Cluster:

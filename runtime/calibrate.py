@@ -357,8 +357,9 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
                 cluster = cluster.replace_link(link, bandwidth=pcie[0], latency=pcie[1])
     if cpu_figures is not None:
         cluster = _with_shared_bandwidth(cluster, names, quick)
-        cluster = _with_session_overhead(cluster, names, 5 if quick else 30)
-        cluster = _with_lock_wakeup(cluster, names, 3 if quick else 9)
+        cluster = _with_task_figures(
+            cluster, names, step_overhead=measure_session_overhead(5 if quick else 30),
+            lock_wakeup=measure_lock_wakeup(3 if quick else 9))
     memcpy = measure_memcpy(mem, repeat)
     for host in cluster.hosts:
         link = f"memcpy:{host.name}"
@@ -400,17 +401,16 @@ def measure_session_overhead(repeat: int = 30) -> float:
         return _timed_runs(lambda: session.run(nothing), repeat, warmup=1)
 
 
-def _with_session_overhead(cluster: Cluster, calibrated: set, repeat: int) -> Cluster:
-    """``cluster`` whose tasks with a calibrated CPU start a step's ops after
-    :func:`measure_session_overhead` (``Task.step_overhead``: a step run in this
-    process pays it before its first op; :func:`calibrate_distributed` measures a
-    step across server processes instead)."""
-    overhead = measure_session_overhead(repeat)
-    keys = {(d.job, d.task) for d in cluster.devices if d.is_cpu and d.name in calibrated}
-    tasks = [replace(t, step_overhead=overhead) if (t.job, t.index) in keys else t
-             for t in cluster.tasks]
-    return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links.values(), cluster.master,
-                   cluster.nvlink, cluster.runtime_model)
+def _with_task_figures(cluster: Cluster, calibrated: set, **figures) -> Cluster:
+    """``cluster`` whose tasks with a calibrated CPU have the task ``figures`` measured
+    in this process (``Task.step_overhead``: :func:`measure_session_overhead`, a step
+    run in this process pays it before its first op, where :func:`calibrate_distributed`
+    measures a step across server processes instead; ``Task.lock_wakeup``:
+    :func:`measure_lock_wakeup`)."""
+    for job, task in sorted({(d.job, d.task) for d in cluster.devices
+                             if d.is_cpu and d.name in calibrated}):
+        cluster = cluster.replace_task(job, task, **figures)
+    return cluster
 
 
 def measure_lock_wakeup(batches: int = 9, handoffs: int = 200) -> float:
@@ -448,17 +448,6 @@ def measure_lock_wakeup(batches: int = 9, handoffs: int = 200) -> float:
         times.append((perf_counter() - t0) / (2 * handoffs))
         helper.join()
     return statistics.median(times)
-
-
-def _with_lock_wakeup(cluster: Cluster, calibrated: set, batches: int) -> Cluster:
-    """``cluster`` whose tasks with a calibrated CPU have :func:`measure_lock_wakeup`'s
-    figure as ``Task.lock_wakeup``."""
-    wakeup = measure_lock_wakeup(batches)
-    keys = {(d.job, d.task) for d in cluster.devices if d.is_cpu and d.name in calibrated}
-    tasks = [replace(t, lock_wakeup=wakeup) if (t.job, t.index) in keys else t
-             for t in cluster.tasks]
-    return Cluster(cluster.hosts, tasks, cluster.devices, cluster.links.values(), cluster.master,
-                   cluster.nvlink, cluster.runtime_model)
 
 
 #: The fields of a CPU device that :func:`calibrate` measures.

@@ -594,12 +594,10 @@ def test_link_size_costs_round_trip_interpolate_and_are_checked():
 
 
 def test_a_tasks_lock_wakeup_is_checked_and_kept_in_json(tmp_path):
-    from dataclasses import replace
-    c = Cluster.single_host()
-    tasks = [replace(t, lock_wakeup=2e-5) for t in c.tasks]
-    woken = Cluster(c.hosts, tasks, c.devices, c.links.values(), c.master, c.nvlink)
+    woken = Cluster.single_host().replace_task("localhost", 0, lock_wakeup=2e-5)
     woken.save(tmp_path / "c.json")
     assert Cluster.load(tmp_path / "c.json").tasks[0].lock_wakeup == 2e-5
     with pytest.raises(InvalidCluster, match="lock_wakeup"):
-        Cluster(c.hosts, [replace(t, lock_wakeup=-1.0) for t in c.tasks], c.devices,
-                c.links.values(), c.master, c.nvlink)
+        woken.replace_task("localhost", 0, lock_wakeup=-1.0)
+    with pytest.raises(UnknownTask):
+        woken.replace_task("worker", 0, lock_wakeup=1e-5)

@@ -29,9 +29,7 @@ def test_without_takes_out_one_mechanism():
     shared = bench.without(cluster, "shared")
     assert shared.hosts[0].shared_bandwidth == () and shared.devices[0].bandwidth_curve
     assert bench.without(cluster, "curve").devices[0].bandwidth_curve == ()
-    from dataclasses import replace
-    woken = Cluster(cluster.hosts, [replace(t, lock_wakeup=1e-5) for t in cluster.tasks],
-                    cluster.devices, cluster.links.values(), cluster.master, cluster.nvlink)
+    woken = cluster.replace_task("localhost", 0, lock_wakeup=1e-5)
     unlocked = bench.without(woken, "lock")
     assert unlocked.tasks[0].lock_wakeup == 0.0 and unlocked.hosts == woken.hosts
 

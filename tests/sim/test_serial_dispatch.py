@@ -228,32 +228,35 @@ def test_the_callers_thread_runs_the_first_cheap_ops_and_queues_the_big_ones_the
     assert thread["v"] == thread["v/read"] == thread["s"] == thread["t"] != thread["b1"]
 
 
-def _with_lock_wakeup(c, seconds):
-    tasks = [replace(t, lock_wakeup=seconds) for t in c.tasks]
-    return Cluster(c.hosts, tasks, c.devices, c.links.values(), c.master, c.nvlink,
-                   c.runtime_model)
+def _chain_beside_a_big_op(length: int, wakeup: float):
+    """The trace of r -> a chain of ``length`` cheap Identity ops (c0, c1, ...), and
+    r -> f (big: 64 elements) -> big, all on W0's two threads: every op's 0.1 ms is
+    dispatcher work (op_overhead), f's kernel then runs 0.9 ms; each task's lock is
+    handed on ``wakeup`` late."""
+    g = tf.Graph()
+    with g.as_default(), tf.device(W0):
+        r = tf.constant(np.float32(1.0), name="r")
+        x = r
+        for i in range(length):
+            x = tf.identity(x, name=f"c{i}")
+        tf.add(tf.fill([64], r, name="f"), 1.0, name="big")
+    p = Placement({op.name: W0 for op in g.get_operations()})
+    c = cluster(overhead=1e-4)
+    for task in c.tasks:
+        c = c.replace_task(task.job, task.index, lock_wakeup=wakeup)
+    trace = simulate(g, p, c, cost_model=FixedCost({"f": 1e-3}, default=1e-4), config=INLINE)
+    trace.validate(g, c)
+    return trace
 
 
 @pytest.mark.parametrize("wakeup", [0.0, 5e-5])
 def test_a_thread_back_for_the_lock_waits_until_the_holder_leaves_it_long_enough(wakeup):
     # r readies c0 (cheap: on the caller's thread, with the chain c1..c4 and big/y) and
-    # f (big: the other thread).  Every op's 0.1 ms is dispatcher work (op_overhead),
-    # f's kernel then runs 0.9 ms.  f asks for the dispatcher while c0 holds it.  First
+    # f (big: the other thread).  f asks for the dispatcher while c0 holds it.  First
     # come, first served (no lock_wakeup), f gets it next, at 0.2 ms.  With a wake-up
     # of 50 us the chain's thread takes the lock back each time before f's thread is
     # awake, so f gets it 50 us after the chain's thread has nothing left (0.7 ms).
-    g = tf.Graph()
-    with g.as_default(), tf.device(W0):
-        r = tf.constant(np.float32(1.0), name="r")
-        x = r
-        for i in range(5):
-            x = tf.identity(x, name=f"c{i}")
-        tf.add(tf.fill([64], r, name="f"), 1.0, name="big")
-    p = Placement({op.name: W0 for op in g.get_operations()})
-    c = _with_lock_wakeup(cluster(overhead=1e-4), wakeup)
-    trace = simulate(g, p, c, cost_model=FixedCost({"f": 1e-3}, default=1e-4), config=INLINE)
-    trace.validate(g, c)
-    end = {r.op: round(r.end, 9) for r in trace.ops}
+    end = {r.op: round(r.end, 9) for r in _chain_beside_a_big_op(5, wakeup).ops}
     if wakeup:
         assert [end[f"c{i}"] for i in range(5)] == [2e-4, 3e-4, 4e-4, 5e-4, 6e-4]
         assert end["f"] == round(7e-4 + wakeup + 1e-3, 9)
@@ -265,22 +268,14 @@ def test_a_thread_waits_for_the_lock_at_most_a_switch_interval():
     # Two threads of chains of dispatcher work only: with a wake-up longer than any
     # gap, the second gets the lock when it waited the interpreter's switch interval.
     from sim.handlers import SWITCH_INTERVAL
-    g = tf.Graph()
-    with g.as_default(), tf.device(W0):
-        r = tf.constant(np.float32(1.0), name="r")
-        x = r
-        for i in range(80):
-            x = tf.identity(x, name=f"c{i}")
-        tf.add(tf.fill([64], r, name="f"), 1.0, name="big")
-    p = Placement({op.name: W0 for op in g.get_operations()})
-    c = _with_lock_wakeup(cluster(overhead=1e-4), 1e-4)
-    trace = simulate(g, p, c, cost_model=FixedCost({"f": 1e-3}, default=1e-4), config=INLINE)
+    trace = _chain_beside_a_big_op(80, 1e-4)
     start = {r.op: r.start for r in trace.ops}
     end = {r.op: r.end for r in trace.ops}
     # f asked at 0.1 ms; it took the lock after the switch interval, within one op.
     assert SWITCH_INTERVAL + 1e-4 <= end["f"] - 9e-4 <= SWITCH_INTERVAL + 3e-4
     assert end["f"] < end["c79"]
     assert start["f"] == pytest.approx(1e-4)
+
 
 def test_inline_elements_is_checked():
     with pytest.raises(ValueError, match="inline_elements"):
