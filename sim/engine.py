@@ -56,8 +56,11 @@ of servers"):
   ops ready at a part's start: the others queue for the pool, one thread (the step's
   caller) runs the cheap ones, queueing the big ops they make ready.  With
   ``RuntimeModel.copies_on_cores`` a crossing within a host is its ends' dispatcher
-  work for its whole time (the cores copy the bytes; the link carries none); with ``RuntimeModel.step_costs_on_cores`` the step's fixed costs are dispatcher
-  work too (:meth:`_Simulation.step_cost_work`): on a busy host parts start later.
+  work (the cores copy the bytes): for its whole time, or with the link's measured
+  ``cpu_costs`` for its CPU part (:meth:`core.runtime_model.RuntimeModel.
+  crossing_work`); with ``RuntimeModel.step_costs_on_cores`` the step's fixed costs
+  are dispatcher work too (:meth:`_Simulation.step_cost_work`): on a busy host parts
+  start later.
 - Ties: events at one instant are handled in the order they were scheduled (SimPy's
   rule); inside one event, freed resources are handed out before newly ready ops queue,
   and newly ready ops queue in topological order.  Same input, same trace.

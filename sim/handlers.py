@@ -351,13 +351,11 @@ def _dispatch_handlers(r: RunState):
 
     def take_in(k):
         """RuntimeModel.serial_dispatch: transfer ``k`` arrived; the receiver's dispatcher
-        takes it in (its end's work, from when it is free)."""
-        if take_burst is None:  # (as alone, always)
-            now, t = env._now, task_of[transfer_dst[k]]
-            reserve(t, now, take_work[k])
-            schedule(dispatch_free[t], taken_in, k)
-        else:
-            schedule(take(task_of[transfer_dst[k]], take_work[k], take_burst[k]), taken_in, k)
+        takes it in (its end's work, from when it is free; take_burst None: every
+        crossing's is as alone)."""
+        taken = take_work[k]
+        burst = taken if take_burst is None else take_burst[k]
+        schedule(take(task_of[transfer_dst[k]], taken, burst), taken_in, k)
 
     def taken_in(k):
         """RuntimeModel.serial_dispatch: the receiver's dispatcher took transfer
