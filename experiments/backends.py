@@ -200,18 +200,19 @@ def in_process_step(workload: Workload, repeats: int, *, warmup: int = 3,
     have that many threads (0: the session's default), after its initializer and
     ``warmup`` untimed steps; and the placement the session ran (other load only ever
     adds time, so the fastest step is the undisturbed one)."""
-    return in_process_steps([workload], repeats, rounds=1, warmup=warmup,
+    return in_process_steps([workload], repeats, turns=1, warmup=warmup,
                             inter_op_threads=inter_op_threads,
                             intra_op_threads=intra_op_threads)[0]
 
 
-def in_process_steps(workloads, repeats: int, *, rounds: int = 5, warmup: int = 3,
+def in_process_steps(workloads, repeats: int, *, turns: int = 5, warmup: int = 3,
                      inter_op_threads: int = 0, intra_op_threads: int = 0
                      ) -> list[tuple[Placement, float]]:
     """:func:`in_process_step` of each of ``workloads`` (a workload may come twice: a
-    session each), their sessions open together and taking turns: ``rounds`` rounds,
-    each running every session's steps in a row (``repeats`` steps in all per
-    session, ``warmup`` more untimed at the start of each round).
+    session each), their sessions open together and taking turns: each
+    session takes ``turns`` turns, in order, and runs a few steps in a row in each
+    (``repeats`` timed steps in all per session, and ``warmup`` untimed ones first in
+    each turn).
 
     In turns because this machine's speed changes for seconds at a time: steps timed
     in one burst catch one state, and a workload measured in a slow spell differs
@@ -221,11 +222,11 @@ def in_process_steps(workloads, repeats: int, *, rounds: int = 5, warmup: int = 
 
     >>> from experiments.sim_vs_real import build_workload
     >>> w = build_workload("mixed_random:seed=1:elements=256")
-    >>> [(len(p), s > 0) for p, s in in_process_steps([w, w], 4, rounds=2)]
+    >>> [(len(p), s > 0) for p, s in in_process_steps([w, w], 4, turns=2)]
     [(84, True), (84, True)]
     """
-    if rounds < 1 or repeats < rounds:
-        raise ValueError(f"in_process_steps: need 1 <= rounds <= repeats, not rounds={rounds}, "
+    if turns < 1 or repeats < turns:
+        raise ValueError(f"in_process_steps: need 1 <= turns <= repeats, not turns={turns}, "
                          f"repeats={repeats}")
     config = runtime.SessionConfig(inter_op_parallelism_threads=inter_op_threads,
                                    intra_op_parallelism_threads=intra_op_threads,
@@ -238,8 +239,8 @@ def in_process_steps(workloads, repeats: int, *, rounds: int = 5, warmup: int = 
                 session.run(workload.init)
             sessions.append(session)
         best = [math.inf] * len(sessions)
-        for r in range(rounds):
-            steps = repeats // rounds + (r < repeats % rounds)
+        for turn in range(turns):
+            steps = repeats // turns + (turn < repeats % turns)
             for k, (workload, session) in enumerate(zip(workloads, sessions)):
                 feeds = workload.feeds or None
                 for _ in range(warmup):

@@ -17,8 +17,8 @@ than the caches) the report gives:
   right after the first, landed from the first prediction (relative): the noise a
   calibration carries into every prediction.
 
-Every workload's two sessions are open at once, and all of them take turns, a few
-steps each, over ``--rounds`` rounds (:func:`experiments.backends.in_process_steps`):
+Every workload's two sessions are open at once, and each takes ``--turns`` turns, a
+few steps a turn, all of them in order (:func:`experiments.backends.in_process_steps`):
 this machine's speed changes for seconds at a time, and a workload whose steps all ran
 in one slow spell measured up to twice its step of a minute later.
 
@@ -95,11 +95,11 @@ def with_inter_op_threads(cluster, threads: int):
 
 
 def run(names, *, repeats: int = 30, quick: bool = False, mechanism: str | None = None,
-        inter_op_threads: int = 0, rounds: int = 5, progress: bool = True
+        inter_op_threads: int = 0, turns: int = 5, progress: bool = True
         ) -> tuple[pd.DataFrame, list]:
     """``(rows, calibrations)``: each workload predicted under two calibrations made
     back to back and measured twice, its sessions on ``inter_op_threads`` threads (0:
-    the session's default), every session's steps taking turns in ``rounds`` rounds
+    the session's default), every session's steps in ``turns`` turns
     (see the module docstring)."""
     import runtime
     import sim
@@ -107,7 +107,7 @@ def run(names, *, repeats: int = 30, quick: bool = False, mechanism: str | None 
     workloads = [build_workload(name) for name in tqdm(names, desc="workloads",
                                                         disable=not progress)]
     steps = in_process_steps([w for w in workloads for _ in range(2)], repeats,
-                             rounds=min(rounds, repeats), inter_op_threads=inter_op_threads)
+                             turns=min(turns, repeats), inter_op_threads=inter_op_threads)
     rows = []
     for k, (name, w) in enumerate(zip(names, workloads)):
         (placement, measured), (_, remeasured) = steps[2 * k], steps[2 * k + 1]
@@ -148,21 +148,22 @@ def main(argv=None):
     parser.add_argument("--without", choices=["shared", "curve", "lock"], default=None,
                         help="predict without one of the model's mechanisms (see the "
                              "docstring)")
-    parser.add_argument("--rounds", type=int, default=5, metavar="N",
-                        help="rounds in which the sessions take turns (default 5)")
+    parser.add_argument("--turns", type=int, default=5, metavar="N",
+                        help="turns each session takes, a few steps each, the sessions in "
+                             "order (default 5)")
     parser.add_argument("--inter-op-threads", type=int, default=0, metavar="N",
                         help="the sessions' inter-op threads, and the predicted CPUs' "
                              "(default 0: the host's cores)")
     args = cli.parse(parser, argv)
     if args.inter_op_threads < 0:  # (before the run's folder is made)
         parser.error(f"--inter-op-threads must be 0 or more, not {args.inter_op_threads}")
-    if not 1 <= args.rounds <= args.repeats:
-        parser.error(f"--rounds must be from 1 to --repeats ({args.repeats}), not {args.rounds}")
+    if not 1 <= args.turns <= args.repeats:
+        parser.error(f"--turns must be from 1 to --repeats ({args.repeats}), not {args.turns}")
     with Run("sim_vs_inprocess", args, out=args.out, argv=argv) as report:
         frame, calibrations = run(args.workloads, repeats=args.repeats,
                                   quick=args.calibrate == "quick", mechanism=args.without,
                                   inter_op_threads=args.inter_op_threads,
-                                  rounds=args.rounds)
+                                  turns=args.turns)
         print_table(frame, "predicted vs measured in-process step (ms); "
                            "rel_error = (pred - meas) / meas")
         summary = summarise(frame)

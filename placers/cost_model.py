@@ -110,6 +110,7 @@ class _Model:
         self._op_time: dict = {}
         self._signature: list = [None] * n
         self._transfer: dict = {}
+        self._crossing: dict = {}
         self._routes: dict = {}
         self._route_links: dict = {}
         self.link_index: dict[str, int] = {}
@@ -161,6 +162,25 @@ class _Model:
             t = self._transfer[key] = self.cost_model.transfer_time(nbytes, self.route(src, dst))
         return t
 
+    def crossing(self, nbytes: int, src: int, dst: int) -> tuple[float, float, float]:
+        """``(sent, carried, taken)``: a tensor of ``nbytes`` from device ``src`` to
+        ``dst`` as the simulator books a crossing that comes alone: its sender's
+        dispatcher's work, the links' time, its receiver's dispatcher's work
+        (:meth:`core.runtime_model.RuntimeModel.crossing_work`; without serial
+        dispatch the links carry it all)."""
+        key = (nbytes, src, dst)
+        parts = self._crossing.get(key)
+        if parts is None:
+            seconds = self.transfer_time(nbytes, src, dst)
+            if self.serial_dispatch:
+                sent, taken, _ = self.runtime.crossing_work(self.route(src, dst), nbytes,
+                                                            seconds)
+                parts = (sent, max(0.0, seconds - sent - taken), taken)
+            else:
+                parts = (0.0, seconds, 0.0)
+            self._crossing[key] = parts
+        return parts
+
     def schedule(self, choose) -> tuple[list[int], float]:
         """List-schedule the ops in ready order; ``choose(i, start_fn) -> device index``.
 
@@ -200,14 +220,10 @@ class _Model:
                         links_now = dict(link_free)
                     route = self.route_links(src, k)
                     begin = finish[j]
-                    duration = self.transfer_time(tensor_bytes_cached(t), src, k)
-                    if serial:  # the route's latency is the two ends' work, half each
-                        # (RuntimeModel.serial_dispatch): the sender's dispatcher
-                        # sends it, the links carry the rest of its time
-                        half = sum(link.latency for link in self.route(src, k)) / 2
+                    sent, duration, taken = self.crossing(tensor_bytes_cached(t), src, k)
+                    if serial:  # the sender's dispatcher sends it, the links carry it
                         sender = device_task[src]
-                        begin = dispatch[sender] = max(dispatch[sender], begin) + half
-                        duration = max(0.0, duration - 2 * half)
+                        begin = dispatch[sender] = max(dispatch[sender], begin) + sent
                     for link in route:
                         free = links_now.get(link, 0.0)
                         if free > begin:
@@ -217,7 +233,7 @@ class _Model:
                         links_now[link] = arrival
                     if serial:  # then the receiver's takes it in: its consumers wait
                         receiver = device_task[k]
-                        arrival = dispatch[receiver] = max(dispatch[receiver], arrival) + half
+                        arrival = dispatch[receiver] = max(dispatch[receiver], arrival) + taken
                     if commit:
                         arrivals[(id(t), k)] = arrival
                 if arrival > start:
@@ -338,8 +354,12 @@ class CostModelPlacer(BasePlacer):
         The estimate follows its ``serial_dispatch``: each task dispatches one op at a
         time, as the runtime's Python executor does: an op's ``op_overhead`` and kernel
         fixed cost wait for and hold its task's dispatcher, and each end of a transfer
-        holds its task's dispatcher for half the route's latency.  So a split pays only
-        when the work it spreads outweighs the CPU its crossings cost both tasks.
+        holds its task's dispatcher for its part of the crossing, as the simulator
+        books a crossing that comes alone (:meth:`core.runtime_model.RuntimeModel.
+        crossing_work`: half the route's latency each, or, where the runtime copies
+        between the tasks of a host with its cores, the whole crossing).  So a split
+        pays only when the work it spreads outweighs the CPU its crossings cost both
+        tasks.
     split_margin : with ``single_device_guard``, a placement over more tasks must be
         estimated faster than the best one-device placement by more than this fraction,
         else the one-device placement wins (default 0: the estimate alone decides).  A

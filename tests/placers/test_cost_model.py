@@ -132,6 +132,35 @@ def test_serial_dispatch_serves_one_task_one_op_at_a_time_and_crossings_cost_bot
     assert placed["c"] == placed["a"] != placed["b"]
 
 
+def test_the_estimate_books_a_crossing_as_the_simulator_does():
+    # a on w0 feeds c on w1 and a chain e1..e5 on w0; every op is 1 ms of dispatch.  The
+    # crossing takes 4 ms, and the link measured its ends' CPU: 1 ms to send.  As the
+    # simulator books a crossing alone (RuntimeModel.crossing_work), w0's dispatcher
+    # sends it from 1 to 2 ms and the chain runs 2 to 7 ms; w1's takes it in for the
+    # rest of its time, 2 to 5 ms, and c runs 5 to 6.  (Half the latency on each end
+    # held w0 until 3 ms: 8 ms.)
+    spec = ClusterSpec({"worker": ["h:1", "h:2"]})
+    cluster = Cluster.from_spec(spec, hosts={("worker", 0): "h", ("worker", 1): "h"},
+                                cpu_cores=4, cpu_inter_op_threads=2)
+    for d in cluster.devices:
+        cluster = cluster.replace_device(d.name, op_overhead=1e-3)
+    cluster = cluster.replace_link("memcpy:h", latency=4e-3, bandwidth=1e12,
+                                   cpu_costs=[(0, 1e-3, 1e-3)])
+    w0, w1 = (d.name for d in cluster.devices)
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.float32(1.0), name="a")
+        tf.identity(a, name="c")
+        x = a
+        for i in range(1, 6):
+            x = tf.identity(x, name=f"e{i}")
+    split = placers.Placement({"a": w0, "c": w1, **{f"e{i}": w0 for i in range(1, 6)}})
+    model = _Fixed(1e-3)
+    assert estimate_step_time(g, split, cluster, model, runtime="interpreter") == pytest.approx(7e-3)
+    # Without serial dispatch the links carry the whole crossing: c ends at 6 ms.
+    assert estimate_step_time(g, split, cluster, model) == pytest.approx(6e-3)
+
+
 def test_a_split_needs_to_beat_one_device_by_the_margin():
     # Two independent chains of 1 ms ops on two one-core tasks: split, the step takes
     # half as long (crossings free); with a margin above that gain one device wins.
