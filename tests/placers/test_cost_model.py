@@ -161,6 +161,30 @@ def test_the_estimate_books_a_crossing_as_the_simulator_does():
     assert estimate_step_time(g, split, cluster, model) == pytest.approx(6e-3)
 
 
+def test_the_estimate_takes_in_a_burst_of_crossings_as_the_simulator_does():
+    # a and b on w0 (1 to 2 ms) both feed c on w1 (every op 1 ms of dispatch; a
+    # crossing 4 ms, 1 ms of it each end's CPU).  a's crossing comes alone: w0 sends
+    # it 2 to 3 ms, w1 takes it in for the rest, 3 to 6.  b's, sent 3 to 4, arrives
+    # while w1 still takes in a's: in the burst it costs w1 only its 1 ms (6 to 7),
+    # and c runs 7 to 8 ms.  (Taken in alone, it would cost 3 ms: 10 ms.)
+    spec = ClusterSpec({"worker": ["h:1", "h:2"]})
+    cluster = Cluster.from_spec(spec, hosts={("worker", 0): "h", ("worker", 1): "h"},
+                                cpu_cores=4, cpu_inter_op_threads=2)
+    for d in cluster.devices:
+        cluster = cluster.replace_device(d.name, op_overhead=1e-3)
+    cluster = cluster.replace_link("memcpy:h", latency=4e-3, bandwidth=1e12,
+                                   cpu_costs=[(0, 1e-3, 1e-3)])
+    w0, w1 = (d.name for d in cluster.devices)
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.float32(1.0), name="a")
+        b = tf.constant(np.float32(2.0), name="b")
+        tf.add(a, b, name="c")
+    split = placers.Placement({"a": w0, "b": w0, "c": w1})
+    assert estimate_step_time(g, split, cluster, _Fixed(1e-3), runtime="interpreter") == \
+        pytest.approx(8e-3)
+
+
 def test_a_split_needs_to_beat_one_device_by_the_margin():
     # Two independent chains of 1 ms ops on two one-core tasks: split, the step takes
     # half as long (crossings free); with a margin above that gain one device wins.
