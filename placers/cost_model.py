@@ -111,6 +111,7 @@ class _Model:
         self._signature: list = [None] * n
         self._transfer: dict = {}
         self._crossing: dict = {}
+        self._splits: dict = {}
         self._routes: dict = {}
         self._route_links: dict = {}
         self.link_index: dict[str, int] = {}
@@ -161,6 +162,25 @@ class _Model:
         if t is None:
             t = self._transfer[key] = self.cost_model.transfer_time(nbytes, self.route(src, dst))
         return t
+
+    def splits(self, i: int, k: int) -> bool:
+        """Whether op ``i``'s kernel takes device ``k``'s intra-op pool, as the executor
+        and the simulator decide (:meth:`core.opdef.OpDef.splits`: a multithreaded
+        kernel on tensors of at least the device's ``parallel_min_elements``)."""
+        if not self.multithreaded[i] or self.devices[k].intra_op_threads < 2:
+            return False
+        key = (i, self.devices[k].parallel_min_elements)
+        split = self._splits.get(key)
+        if split is None:
+            op = self.ops[i]
+            specs = getattr(self.cost_model, "specs", None)
+            if specs is None:  # a cost model of its own: the op type's rule
+                split = True
+            else:
+                split = op.op_def.splits(specs(op.inputs), specs(op.outputs), op.attrs,
+                                         key[1])
+            self._splits[key] = split
+        return split
 
     def crossing(self, nbytes: int, src: int, dst: int) -> tuple[float, float, float, float]:
         """``(sent, carried, taken, taken_in_burst)``: a tensor of ``nbytes`` from
@@ -254,7 +274,7 @@ class _Model:
             h = self.device_host[k]
             if h >= 0:
                 cores = core_free[h]
-                need = min(intra[k], len(cores)) if self.multithreaded[i] else 1
+                need = min(intra[k], len(cores)) if self.splits(i, k) else 1
                 ordered = sorted(cores)
                 if ordered[need - 1] > start:
                     start = ordered[need - 1]

@@ -185,6 +185,30 @@ def test_the_estimate_takes_in_a_burst_of_crossings_as_the_simulator_does():
         pytest.approx(8e-3)
 
 
+def test_the_estimate_gives_a_kernel_the_cores_the_executor_gives_it():
+    # Two independent MatMuls on one CPU of two cores, two inter-op and two intra-op
+    # threads.  Small ones run on one core each (OpDef.splits, as the executor and the
+    # simulator decide), so at once; products big enough to split take both cores,
+    # so one after the other.
+    from core.costs import StaticCostModel
+    cluster = Cluster.single_host(cpu_cores=2)
+    cpu = cluster.devices[0].name
+    cluster = cluster.replace_device(cpu, inter_op_threads=2, intra_op_threads=2,
+                                     parallel_min_elements=1 << 16)
+
+    def step(n: int, count: int) -> float:
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.constant(np.ones((n, n), np.float32), name="x")
+            for i in range(count):
+                tf.matmul(x, x, name=f"m{i}")
+        p = placers.Placement({op.name: cpu for op in g.get_operations()})
+        return estimate_step_time(g, p, cluster, StaticCostModel())
+
+    assert step(64, 2) == pytest.approx(step(64, 1), rel=0.01)
+    assert step(512, 2) == pytest.approx(2 * step(512, 1), rel=0.01)
+
+
 def test_a_split_needs_to_beat_one_device_by_the_margin():
     # Two independent chains of 1 ms ops on two one-core tasks: split, the step takes
     # half as long (crossings free); with a margin above that gain one device wins.
