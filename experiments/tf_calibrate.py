@@ -279,11 +279,11 @@ SPLIT_SPEEDUP = 1.4
 def split_products(device, alone: dict, single: dict) -> dict[int, set[str]]:
     """Per size ``n`` of ``alone``, the names of the compute-bound ops (the flops part
     of their roofline on ``device`` above zero and at least its memory part: the
-    products) whose
-    fastest kernel in ``alone[n]`` ran at least :data:`SPLIT_SPEEDUP` times faster than
-    in ``single[n]``: the products TensorFlow split over the device's intra-op
-    threads.  ``alone`` and ``single`` map sizes to ``(graph, traces)`` of one graph
-    on the device's intra-op threads and on one thread.
+    products) whose fastest kernel in ``alone[n]`` ran at least :data:`SPLIT_SPEEDUP`
+    times faster than in ``single[n]``: the products TensorFlow split over the device's
+    intra-op threads.  ``alone`` and ``single`` map sizes to ``(graph, traces)`` of one
+    graph on the device's intra-op threads and on one thread (a size ``single`` lacks
+    splits nothing).
 
     Why: TensorFlow's oneDNN products run on one thread while their operands and
     result fit the L2 cache (``ExecuteSingleThreadedGemm`` in its
@@ -376,7 +376,8 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
         large_builds = {n: builds[n] for n in sizes if n != small}
         one = traced_tensorflow_steps(single[0], large_builds, single[1], max(5, steps // 2))
         names = split_products(device, {n: runs[n] for n in large_builds}, one)
-        fit = {n: (graph, _without(traces, names.get(n, ()))) for n, (graph, traces) in runs.items()}
+        fit = {n: (graph, _without(traces, names.get(n, ())))
+               for n, (graph, traces) in runs.items()}
         costs = kernel_costs_from_traces(device, fit, small)
         split = {"sizes": {n: sorted(v) for n, v in names.items()}, "all_sizes": all_sizes}
     graph, _, fetches = builds[small]
