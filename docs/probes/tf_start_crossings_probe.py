@@ -16,6 +16,11 @@ reads the tensors below (an AddN of them, each reduced to a scalar first there):
 - ``mlp``: as mlp's round-robin-variables placement reads its variables: from the ps
   1 KiB, 16 KiB and 256 KiB, from worker 1 1 KiB and 256 KiB.
 
+And at the step's end (against ``end_none``): the master's chain's last output read by
+an Identity on each of these tasks, each a control input of the fetched NoOp on the
+master (a training step's updates and its train op): ``end_ps1``, one on the ps;
+``end_mlp``, three on the ps and two on worker 1.
+
 Each graph's fastest and median step over ``repeats`` (the graphs taking turns), what
 it adds to ``none``, and the simulator's prediction of the same on the calibrated
 cluster ``CLUSTER.json`` (e.g. a ``sim_vs_real_cluster.json`` of a run just before).
@@ -30,6 +35,17 @@ steps each, against a quick calibration run minutes before; ms added to ``none``
     ps256k   0.564 (0.661)               0.003       0.360
     mlp      1.163 (1.295)               0.461       0.824
     (none: 1.619 ms measured, 1.414 predicted)
+
+Again at 01:56 (the cluster of a ``sim_vs_real`` run at 01:54), with the step's end:
+
+             measured fastest (median)   predicted
+    ps1      0.464 (0.371)               -0.002
+    ps5      0.788 (0.743)               0.090
+    ps1w1    0.480 (0.628)               0.150
+    ps256k   0.530 (0.555)               0.003
+    mlp      0.888 (1.104)               0.412
+    end_ps1  0.409 (0.789)               0.294
+    end_mlp  0.881 (1.413)               0.350
 
 One tiny tensor from the ps read at the start of the master's chain adds half a
 millisecond to the step, which the simulator hides: it starts the master's own part
@@ -46,6 +62,12 @@ kept.  What remains (about 0.25 ms per graph beyond even that order) is a crossi
 at a part's start costing more than the calibrated latency: in traced steps of mlp's
 round-robin-variables placement the variables read at the step's start took 1.4 to
 2.0 ms from the ps's send to worker 0's receipt, with all three processes idle.
+At the step's end one update and its control message back cost about the two
+crossings' latency (0.41 ms measured, 0.29 predicted), but five at once 0.88 ms
+against 0.35: each crossing of a small group costs about 0.1 ms more, where the
+model holds the host for the CPU of one crossing in a large burst over the cores
+(about 60 us).  Both ends of a step are where the round-robin-variables placements'
+few crossings are, and those rows stay 15 to 40% under their measurements.
 """
 import os
 import sys
@@ -72,9 +94,16 @@ KINDS = {"none": [], "ps1": [(PS, 256)], "ps5": [(PS, 256)] * 5,
          "ps1w1": [(PS, 256), (W1, 256)], "ps256k": [(PS, 256 << 10)],
          "mlp": [(PS, 1 << 10), (PS, 16 << 10), (PS, 256 << 10), (W1, 1 << 10),
                  (W1, 256 << 10)]}
+#: The step's end: the chain's last output read on these tasks (a scalar each), each
+#: read a control input of a NoOp on the master, the fetched target (as a training
+#: step's updates on the variables' tasks and its train op).
+ENDS = {"end_none": [], "end_ps1": [PS], "end_mlp": [PS, PS, PS, W1, W1]}
 
 
 def build(kind: str):
+    if kind in ENDS:
+        return build_end(kind)
+
     def make():
         g = Graph()
         with g.as_default():
@@ -101,6 +130,32 @@ def build(kind: str):
     return make
 
 
+def build_end(kind: str):
+    def make():
+        g = Graph()
+        with g.as_default():
+            tiny = []
+            for k, dev in enumerate((PS, W1)):
+                with ctf.device(dev):
+                    tiny.append(ctf.identity(ctf.constant(np.float32(k), name=f"t{k}"),
+                                             name=f"tiny{k}").op)
+            with ctf.device(W0):
+                x = ctf.constant(np.full((64, 256), 0.01, np.float32), name="x")
+                w = ctf.constant(np.full((256, 256), 0.01, np.float32), name="w")
+                for j in range(4):
+                    x = ctf.matmul(x, w, name=f"mm{j}")
+                u = ctf.reduce_sum(x, name="u")
+            updates = []
+            for i, dev in enumerate(ENDS[kind] or [W0]):
+                with ctf.device(dev):
+                    updates.append(ctf.identity(u, name=f"update{i}").op)
+            with ctf.device(W0):
+                with ctf.control_dependencies(updates):
+                    step = ctf.no_op(name="step")
+        return g, [step, *tiny]
+    return make
+
+
 def predict(cluster: Cluster, kind: str) -> float:
     g, fetches = build(kind)()
     placement = Placement({op.name: op.device for op in g.get_operations()})
@@ -109,14 +164,14 @@ def predict(cluster: Cluster, kind: str) -> float:
 
 def main(cluster_json: str, repeats: int = 60):
     cluster = Cluster.load(cluster_json)
-    builds = {k: build(k) for k in KINDS}
+    builds = {k: build(k) for k in (*KINDS, *ENDS)}
     with TFLocalCluster(cluster, env=server_env(1, "passive")) as servers:
         times = _interleaved_step_times(servers, builds, ("worker", 0), repeats,
                                         open_session=tensorflow_session)
-    base = min(times["none"])
-    base_med = float(np.median(times["none"]))
-    pbase = predict(cluster, "none")
     for k, ts in times.items():
+        ref = "end_none" if k in ENDS else "none"
+        base, base_med = min(times[ref]), float(np.median(times[ref]))
+        pbase = predict(cluster, ref)
         p = predict(cluster, k)
         print(f"{k:7s} fastest {min(ts) * 1e3:6.3f} ms (+{(min(ts) - base) * 1e3:6.3f})  median "
               f"{np.median(ts) * 1e3:6.3f} (+{(np.median(ts) - base_med) * 1e3:6.3f})   "
