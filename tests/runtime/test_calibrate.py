@@ -34,6 +34,27 @@ def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
     assert 0 < loaded.tasks[0].lock_wakeup < 0.01
 
 
+def test_the_cpu_figures_come_from_the_block_of_the_median_dispatch(monkeypatch):
+    import sys
+    calibration = sys.modules["runtime.calibrate"]  # (the package's name is the function)
+    blocks = iter([5e-6, 2e-6, 3e-6])  # a block in a slow spell, a fast one, a usual one
+    asked = []
+
+    def block(device, quick, kernel_costs):
+        asked.append(quick)
+        dispatch = next(blocks)
+        return {"op_overhead": dispatch, "peak_flops": dispatch * 1e16}
+    monkeypatch.setattr(calibration, "measure_cpu_figures", block)
+    cpu = calibrate(Cluster.single_host(cpu_cores=1), quick=True, blocks=3).devices[0]
+    # every figure from the one block: its dispatch and its rate
+    assert cpu.op_overhead == 3e-6 and cpu.peak_flops == pytest.approx(3e10)
+    assert asked == [True] * 3
+    blocks = iter([4e-6])
+    assert calibrate(Cluster.single_host(cpu_cores=1), quick=True).devices[0].op_overhead == 4e-6
+    with pytest.raises(ValueError, match="blocks"):
+        calibrate(Cluster.single_host(cpu_cores=1), quick=True, blocks=0)
+
+
 def test_the_dispatch_per_op_is_measured_untraced_between_the_kernels():
     from runtime.calibrate_kernels import _fastest_kernels, _traced_steps, untraced_dispatch
     graph, traces = _traced_steps(4, 3, None)
