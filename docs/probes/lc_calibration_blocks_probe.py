@@ -31,7 +31,30 @@ and a block of steps catches it in one state or the other.  Three blocks seconds
 apart agree far better than one block of the same cost (more steps in one stretch
 of time help only the dispatch, whose steps are the longest), whether taken at their
 fastest or their median.  Kept: ``calibrate_distributed(blocks=...)``
-(:func:`runtime.calibrate.combine_blocks`).
+(:func:`runtime.calibrate.combine_blocks`), three blocks in a full calibration of
+this host (:data:`experiments.backends.DISTRIBUTED_BLOCKS`).
+
+Which statistic, judged on workloads the blocks never saw, paired
+(``docs/probes/lc_calibration_blocks_ab.py``: ``experiments.sim_vs_real``'s default
+run, ``--no-loop --repeats 31 --calibrate-once``, with three blocks; each static row
+predicted with the cluster of the first block alone, as one block calibrated before,
+and of the three; both calibrations of each run; 2026-11-28 01:12 to 01:38 UTC,
+under the timing lock).  Median |error| over the 16 rows, one block / three blocks:
+
+    fastest of three   10.5/6.9 14.4/11.1 6.1/5.9 9.9/10.9 16.6/17.7 25.3/3.5
+                       9.3/14.4 12.5/13.3 9.7/12.8 26.1/14.3 11.9/12.2 23.1/24.7
+                       14.8/22.8 20.4/21.5 3.8/16.2 (further in 10 of 16)
+    median of three    26.1/25.8 11.9/11.9 23.1/17.0 14.8/17.3 20.4/9.6 3.8/3.8
+                       9.1/8.7 12.6/10.8 14.4/8.7 9.7/9.5 10.3/10.3 14.2/14.2
+                       (nearer in 7 of 12, as near in 4, further in 1; median of the
+                       12: 13.4% / 10.6%)
+
+The fastest of three blocks of fastest steps is a machine faster than the one the
+workloads' fastest steps see; the median keeps the level of one block and drops much
+of its noise.  The two calibrations of each of the last six runs predicted its rows
+26, 3, 6, 3, 3 and 12% apart at the median with three blocks (their median), against
+24, 13, 14, 7, 4 and 11% with one (the first run's 26% came from the in-process
+kernel costs, which the blocks do not measure).
 """
 import os
 import statistics
