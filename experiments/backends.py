@@ -32,7 +32,7 @@ from runtime.calibrate import calibrate, calibrate_distributed
 _log = logging.getLogger(__name__)
 
 __all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure", "measure_placements",
-           "in_process_step",
+           "in_process_step", "in_process_steps",
            "prepared_session",
            "runtime_cluster_spec", "server_env", "this_host_cluster", "calibrate_this_host",
            "describe_calibration", "RUNTIME_SIM", "DISTRIBUTED_BLOCKS"]
@@ -207,21 +207,56 @@ def in_process_step(workload: Workload, repeats: int, *, warmup: int = 3,
     have that many threads (0: the session's default), after its initializer and
     ``warmup`` untimed steps; and the placement the session ran (other load only ever
     adds time, so the fastest step is the undisturbed one)."""
+    return in_process_steps([workload], repeats, turns=1, warmup=warmup,
+                            inter_op_threads=inter_op_threads,
+                            intra_op_threads=intra_op_threads)[0]
+
+
+def in_process_steps(workloads, repeats: int, *, turns: int = 5, warmup: int = 3,
+                     inter_op_threads: int = 0, intra_op_threads: int = 0
+                     ) -> list[tuple[Placement, float]]:
+    """:func:`in_process_step` of each of ``workloads`` (a workload may come twice: a
+    session each), their sessions open together and taking turns: each
+    session takes ``turns`` turns, in order, and runs a few steps in a row in each
+    (``repeats`` timed steps in all per session, and ``warmup`` untimed ones first in
+    each turn).
+
+    In turns because this machine's speed changes for seconds at a time: steps timed
+    in one burst catch one state, and a workload measured in a slow spell differs
+    from one measured a minute earlier by more than any model's error; in turns,
+    each fastest step comes from the same spells as the others'.  (The calibration
+    times its kernels in turns for the same reason: see :mod:`runtime.calibrate`.)
+
+    >>> from experiments.sim_vs_real import build_workload
+    >>> w = build_workload("mixed_random:seed=1:elements=256")
+    >>> [(len(p), s > 0) for p, s in in_process_steps([w, w], 4, turns=2)]
+    [(84, True), (84, True)]
+    """
+    if turns < 1 or repeats < turns:
+        raise ValueError(f"in_process_steps: need 1 <= turns <= repeats, not turns={turns}, "
+                         f"repeats={repeats}")
     config = runtime.SessionConfig(inter_op_parallelism_threads=inter_op_threads,
                                    intra_op_parallelism_threads=intra_op_threads,
                                    use_per_session_threads=True)
-    feeds = workload.feeds or None
-    with runtime.Session(graph=workload.graph, config=config) as session:
-        if workload.init is not None:
-            session.run(workload.init)
-        for _ in range(warmup):
-            session.run(workload.fetch_ops, feed_dict=feeds)
-        best = math.inf
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            session.run(workload.fetch_ops, feed_dict=feeds)
-            best = min(best, time.perf_counter() - t0)
-        return session.placement, best
+    with contextlib.ExitStack() as stack:
+        sessions = []
+        for workload in workloads:
+            session = stack.enter_context(runtime.Session(graph=workload.graph, config=config))
+            if workload.init is not None:
+                session.run(workload.init)
+            sessions.append(session)
+        best = [math.inf] * len(sessions)
+        for turn in range(turns):
+            steps = repeats // turns + (turn < repeats % turns)
+            for k, (workload, session) in enumerate(zip(workloads, sessions)):
+                feeds = workload.feeds or None
+                for _ in range(warmup):
+                    session.run(workload.fetch_ops, feed_dict=feeds)
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    session.run(workload.fetch_ops, feed_dict=feeds)
+                    best[k] = min(best[k], time.perf_counter() - t0)
+        return [(session.placement, b) for session, b in zip(sessions, best)]
 
 
 @contextlib.contextmanager

@@ -11,11 +11,16 @@ than the caches) the report gives:
 
 - ``predicted_ms`` under the first calibration and ``rel_error`` against
   ``measured_ms``, the fastest of ``--repeats`` steps (other load only ever adds time);
-- ``repeat_spread``: how far a second measurement, in a new session right after the
-  first, landed from it (relative): the measurement's own noise;
+- ``repeat_spread``: how far a second measurement, in a second session of the same
+  workload, landed from it (relative): the measurement's own noise;
 - ``calibration_spread``: how far the prediction under a second calibration, made
   right after the first, landed from the first prediction (relative): the noise a
   calibration carries into every prediction.
+
+Every workload's two sessions are open at once, and each takes ``--turns`` turns, a
+few steps a turn, all of them in order (:func:`experiments.backends.in_process_steps`):
+this machine's speed changes for seconds at a time, and a workload whose steps all ran
+in one slow spell measured up to twice its step of a minute later.
 
 An error well above both spreads is the model's.  The summary gives the median and the
 largest error beside the median spreads.  ``--inter-op-threads N`` runs the sessions on
@@ -45,7 +50,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from experiments import cli
-from experiments.backends import in_process_step
+from experiments.backends import in_process_steps
 from experiments.report import Run, finish, print_table
 from experiments.sim_vs_real import build_workload, workload_spec
 
@@ -90,18 +95,22 @@ def with_inter_op_threads(cluster, threads: int):
 
 
 def run(names, *, repeats: int = 30, quick: bool = False, mechanism: str | None = None,
-        inter_op_threads: int = 0, progress: bool = True) -> tuple[pd.DataFrame, list]:
+        inter_op_threads: int = 0, turns: int = 5, progress: bool = True
+        ) -> tuple[pd.DataFrame, list]:
     """``(rows, calibrations)``: each workload predicted under two calibrations made
     back to back and measured twice, its sessions on ``inter_op_threads`` threads (0:
-    the session's default; see the module docstring)."""
+    the session's default), every session's steps in ``turns`` turns
+    (see the module docstring)."""
     import runtime
     import sim
     calibrations = [runtime.calibrate(quick=quick) for _ in range(2)]
+    workloads = [build_workload(name) for name in tqdm(names, desc="workloads",
+                                                        disable=not progress)]
+    steps = in_process_steps([w for w in workloads for _ in range(2)], repeats,
+                             turns=min(turns, repeats), inter_op_threads=inter_op_threads)
     rows = []
-    for name in tqdm(names, desc="workloads", disable=not progress):
-        w = build_workload(name)
-        placement, measured = in_process_step(w, repeats, inter_op_threads=inter_op_threads)
-        _, remeasured = in_process_step(w, repeats, inter_op_threads=inter_op_threads)
+    for k, (name, w) in enumerate(zip(names, workloads)):
+        (placement, measured), (_, remeasured) = steps[2 * k], steps[2 * k + 1]
         predicted = [sim.simulate(w.graph, placement,
                                   with_inter_op_threads(without(c, mechanism), inter_op_threads),
                                   fetches=w.fetches).step_time for c in calibrations]
@@ -139,16 +148,22 @@ def main(argv=None):
     parser.add_argument("--without", choices=["shared", "curve", "lock"], default=None,
                         help="predict without one of the model's mechanisms (see the "
                              "docstring)")
+    parser.add_argument("--turns", type=int, default=5, metavar="N",
+                        help="turns each session takes, a few steps each, the sessions in "
+                             "order (default 5)")
     parser.add_argument("--inter-op-threads", type=int, default=0, metavar="N",
                         help="the sessions' inter-op threads, and the predicted CPUs' "
                              "(default 0: the host's cores)")
     args = cli.parse(parser, argv)
     if args.inter_op_threads < 0:  # (before the run's folder is made)
         parser.error(f"--inter-op-threads must be 0 or more, not {args.inter_op_threads}")
+    if not 1 <= args.turns <= args.repeats:
+        parser.error(f"--turns must be from 1 to --repeats ({args.repeats}), not {args.turns}")
     with Run("sim_vs_inprocess", args, out=args.out, argv=argv) as report:
         frame, calibrations = run(args.workloads, repeats=args.repeats,
                                   quick=args.calibrate == "quick", mechanism=args.without,
-                                  inter_op_threads=args.inter_op_threads)
+                                  inter_op_threads=args.inter_op_threads,
+                                  turns=args.turns)
         print_table(frame, "predicted vs measured in-process step (ms); "
                            "rel_error = (pred - meas) / meas")
         summary = summarise(frame)

@@ -29,7 +29,10 @@ figure                        measured by
                               pinned and exported as a GraphDef, traced with
                               ``FULL_TRACE``; per op type the fixed cost (tiny tensors) and
                               the factor on the roofline, fitted by
-                              :func:`runtime.calibrate_kernels.kernel_costs_from_traces`
+                              :func:`runtime.calibrate_kernels.kernel_costs_from_traces`,
+                              less the products TensorFlow split over the intra-op
+                              threads (the large sizes run on ``single`` too:
+                              :func:`split_products`)
 ``op_overhead``               the median gap between kernels in the fastest traced step of
                               the tiny calibration graph on ``alone``
                               (:func:`core.costs.dispatch_gaps`); the untraced step less a
@@ -97,7 +100,7 @@ from experiments.tf_backend import (TFLocalCluster, import_tensorflow, placed_gr
 
 __all__ = ["calibrate_tensorflow", "tensorflow_session", "traced_tensorflow_steps",
            "measure_tf_matmul_rate", "measure_tf_bandwidth_curve", "measure_tf_kernel_costs",
-           "measure_crossing_cpu", "TF_RUNTIME_MODEL"]
+           "measure_crossing_cpu", "split_products", "SPLIT_SPEEDUP", "TF_RUNTIME_MODEL"]
 
 _log = logging.getLogger(__name__)
 
@@ -266,10 +269,57 @@ def measure_tf_bandwidth_curve(target: str, device: str, elements, repeat: int =
     return [(12 * n * arrays, 12 * n * arrays / max(took[n] - took[1], 1e-9)) for n in elements]
 
 
+#: How many times faster than on one thread a kernel of the calibration graph ran on
+#: its device's intra-op threads to count as split over them (TensorFlow's products
+#: ran 1.5 to 2 times faster when split and 0.8 to 1.2 times when not, one small one
+#: 1.33: ``docs/probes/tf_matmul_threads_probe.py``).
+SPLIT_SPEEDUP = 1.4
+
+
+def split_products(device, alone: dict, single: dict) -> dict[int, set[str]]:
+    """Per size ``n`` of ``alone``, the names of the compute-bound ops (the flops part
+    of their roofline on ``device`` above zero and at least its memory part: the
+    products) whose fastest kernel in ``alone[n]`` ran at least :data:`SPLIT_SPEEDUP`
+    times faster than in ``single[n]``: the products TensorFlow split over the device's
+    intra-op threads.  ``alone`` and ``single`` map sizes to ``(graph, traces)`` of one
+    graph on the device's intra-op threads and on one thread (a size ``single`` lacks
+    splits nothing).
+
+    Why: TensorFlow's oneDNN products run on one thread while their operands and
+    result fit the L2 cache (``ExecuteSingleThreadedGemm`` in its
+    ``mkl_matmul_ops_common.h``), on the intra-op pool above; a ``[256, 256]`` product
+    ran at the single-thread rate on two intra-op threads, a ``[512, 512]`` one at
+    twice that.  One factor fitted over both regimes predicted the small products of
+    the workloads' steps a third faster than they ran (mlp's ``[64, 256] @ [256,
+    256]``: 57 us predicted, 78 to 85 us measured with no other kernel beside it)."""
+    from core.costs import StaticCostModel
+    from runtime.calibrate_kernels import _fastest_kernels
+    bare = replace(device, op_overhead=0.0, kernel_costs=())
+    model = StaticCostModel()
+    out: dict[int, set[str]] = {}
+    for n, (graph, traces) in alone.items():
+        many = _fastest_kernels(traces)
+        one = _fastest_kernels(single[n][1]) if n in single else {}
+        out[n] = set()
+        for name, t in many.items():
+            op = graph.get_operation_by_name(name)
+            memory = model.memory_traffic(op, bare)[1]
+            compute = model.op_time(op, bare) - memory
+            if name in one and 0 < compute >= memory and one[name] >= SPLIT_SPEEDUP * t:
+                out[n].add(name)
+    return out
+
+
+def _without(traces, names) -> list:
+    """``traces`` less the op records of ``names``."""
+    return [replace(trace, ops=[r for r in trace.ops if r.op not in names]) for trace in traces]
+
+
 def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8,
-                            large=None, pin: str | None = None, copies: int = 8
-                            ) -> tuple[dict, dict, list]:
-    """``(kernel_costs, dispatch, fused)`` of TensorFlow's CPU kernels for ``device``
+                            large=None, pin: str | None = None, copies: int = 8,
+                            single: tuple[str, str] | None = None
+                            ) -> tuple[dict, dict, list, dict]:
+    """``(kernel_costs, dispatch, fused, split)`` of TensorFlow's CPU kernels for ``device``
     (a :class:`core.cluster.Device` with its rates already calibrated) on the server at
     ``target``: the kernel calibration graph on ``small`` and on each size of ``large``
     (default :data:`runtime.calibrate_kernels.FIT_SIZES`), ``steps`` traced steps each
@@ -302,7 +352,16 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     under the BiasAdd's name, its kernel doing both) and a BiasAddGrad into the
     Conv2DBackpropFilter's.  Those types take the ``"*"`` entry, while the node that
     absorbed them fits a factor that includes their work (at the calibration graph's
-    shapes)."""
+    shapes).
+
+    ``single``: ``(target, device)`` of a server whose CPU has one intra-op thread.
+    The large sizes' graphs then run there too (half the steps), and the products
+    TensorFlow split over ``device``'s intra-op threads (:func:`split_products`) are
+    left out of the fit: the factors are those of the products it runs on one thread,
+    as it runs those of the workloads' steps, whose operands fit the L2 cache (a
+    product split over the pool is then predicted at the single-thread rate, times
+    ``device``'s ``intra_op_speedup``).  ``split`` holds, per size, the products left
+    out, and ``"all_sizes"`` the kernel costs fitted with them (to compare)."""
     from core.graph import ops_needed
     from runtime.calibrate_kernels import (FIT_SIZES, kernel_calibration_graph,
                                            kernel_costs_from_traces)
@@ -311,7 +370,16 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     runs = traced_tensorflow_steps(target, builds, pin or device.name, steps)
     from core.costs import dispatch_gaps
     from runtime.calibrate_kernels import _fastest, _fastest_kernels
-    costs = kernel_costs_from_traces(device, runs, small)
+    costs = all_sizes = kernel_costs_from_traces(device, runs, small)
+    split: dict = {"sizes": {}}
+    if single is not None:
+        large_builds = {n: builds[n] for n in sizes if n != small}
+        one = traced_tensorflow_steps(single[0], large_builds, single[1], max(5, steps // 2))
+        names = split_products(device, {n: runs[n] for n in large_builds}, one)
+        fit = {n: (graph, _without(traces, names.get(n, ())))
+               for n, (graph, traces) in runs.items()}
+        costs = kernel_costs_from_traces(device, fit, small)
+        split = {"sizes": {n: sorted(v) for n, v in names.items()}, "all_sizes": all_sizes}
     graph, _, fetches = builds[small]
     kernels = _fastest_kernels(runs[small][1])
     dispatch = {"untraced": measure_tf_dispatch(target, pin or device.name, small, kernels,
@@ -320,7 +388,7 @@ def measure_tf_kernel_costs(target: str, device, steps: int = 20, small: int = 8
     step = ops_needed([getattr(f, "op", f) for f in fetches])
     seen = {rec.op for trace in runs[small][1] for rec in trace.ops}
     fused = sorted({op.type for op in step if op.name not in seen} - set(costs))
-    return costs, dispatch, fused
+    return costs, dispatch, fused, split
 
 
 def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: int = 20,
@@ -458,7 +526,8 @@ def _device_figures(cluster: Cluster, servers: TFLocalCluster, env, quick: bool
     """``(CPU figures, kernel costs, fused types)`` of TensorFlow on this host for the
     master's CPU of ``cluster``, and the host's shared bandwidth among the figures
     (``"shared_bandwidth"``, measured on the master's server ``servers``, whose
-    inter-op threads run the two Adds at once)."""
+    inter-op threads run the two Adds at once) and the products left out of the
+    kernels' fit (``"split"``, see :func:`measure_tf_kernel_costs`)."""
     from runtime.calibrate import CURVE_ELEMENTS, QUICK_CURVE_ELEMENTS
     n, repeat = (192, 10) if quick else (1024, 7)
     # Twenty traced steps even when quick: a TensorFlow step of these graphs takes a
@@ -483,15 +552,17 @@ def _device_figures(cluster: Cluster, servers: TFLocalCluster, env, quick: bool
         curve = measure_tf_bandwidth_curve(alone, pin, elements, curve_repeat)
         figures = {"peak_flops": single, "intra_op_speedup": max(1.0, multi / single),
                    "bandwidth_curve": curve, "mem_bandwidth": curve[-1][1]}
-        costs, dispatch, fused = measure_tf_kernel_costs(alone, replace(cpu, **figures), steps,
-                                                         pin=pin)
+        costs, dispatch, fused, split = measure_tf_kernel_costs(
+            alone, replace(cpu, **figures), steps, pin=pin,
+            single=(own.target("single", 0), _cpu("single")) if cpu.intra_op_threads > 1
+            else None)
     figures["op_overhead"] = dispatch["gap"]
     shared = ()
     if cpu.inter_op_threads > 1 and cluster.host(cpu.host).cpu_cores > 1:
         shared = measure_tf_bandwidth_curve(servers.target(job, index), cpu.name, elements,
                                             curve_repeat, arrays=2)
-    return ({**figures, "shared_bandwidth": shared, "untraced_dispatch": dispatch["untraced"]},
-            costs, fused)
+    return ({**figures, "shared_bandwidth": shared, "untraced_dispatch": dispatch["untraced"],
+             "split": split}, costs, fused)
 
 
 def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | None = None,
@@ -513,13 +584,17 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
     devices': the traced gap between kernels), ``untraced_dispatch`` and
     ``chain_op_overhead`` (the two other measures, to compare), ``crossing_cpu`` (the
     servers' CPU time per crossing, :func:`measure_crossing_cpu`; with two tasks or
-    more) and ``other_cores``, the cores other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
+    more), ``split_products`` and ``kernel_costs_all_sizes`` (the products TensorFlow
+    split over the intra-op threads, per size, left out of the kernels' fit, and the
+    fit with them: :func:`measure_tf_kernel_costs`) and ``other_cores``, the cores
+    other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
     from runtime.calibrate import calibrate_distributed
     from runtime.calibrate_kernels import with_kernel_costs
     with OtherLoad() as load, TFLocalCluster(cluster, env=env, one_process=one_process) as servers:
         device, costs, fused = _device_figures(cluster, servers, env, quick)
         shared = device.pop("shared_bandwidth")
         untraced = device.pop("untraced_dispatch")
+        split = device.pop("split")
         for d in cluster.devices:
             if d.is_cpu:
                 cluster = cluster.replace_device(d.name, kernel_costs=(), **device)
@@ -541,7 +616,9 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
     figures.update(device, kernel_costs=costs, fused=fused, shared_bandwidth=shared,
                    dispatch_gap=device["op_overhead"], untraced_dispatch=untraced,
                    other_cores=load.other_cores,
-                   chain_op_overhead=figures["op_overhead"])
+                   chain_op_overhead=figures["op_overhead"],
+                   split_products=split["sizes"],
+                   kernel_costs_all_sizes=split.get("all_sizes", costs))
     _log.info("calibrated TensorFlow's runtime in %.1f s; other programs kept %.1f cores busy",
               load.seconds, load.other_cores)
     return cluster, figures

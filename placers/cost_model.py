@@ -110,6 +110,8 @@ class _Model:
         self._op_time: dict = {}
         self._signature: list = [None] * n
         self._transfer: dict = {}
+        self._crossing: dict = {}
+        self._splits: dict = {}
         self._routes: dict = {}
         self._route_links: dict = {}
         self.link_index: dict[str, int] = {}
@@ -161,6 +163,44 @@ class _Model:
             t = self._transfer[key] = self.cost_model.transfer_time(nbytes, self.route(src, dst))
         return t
 
+    def splits(self, i: int, k: int) -> bool:
+        """Whether op ``i``'s kernel takes device ``k``'s intra-op pool, as the executor
+        and the simulator decide (:meth:`core.opdef.OpDef.splits`: a multithreaded
+        kernel on tensors of at least the device's ``parallel_min_elements``)."""
+        if not self.multithreaded[i] or self.devices[k].intra_op_threads < 2:
+            return False
+        key = (i, self.devices[k].parallel_min_elements)
+        split = self._splits.get(key)
+        if split is None:
+            op = self.ops[i]
+            specs = getattr(self.cost_model, "specs", None)
+            if specs is None:  # a cost model of its own: the op type's rule
+                split = True
+            else:
+                split = op.op_def.splits(specs(op.inputs), specs(op.outputs), op.attrs,
+                                         key[1])
+            self._splits[key] = split
+        return split
+
+    def crossing(self, nbytes: int, src: int, dst: int) -> tuple[float, float, float, float]:
+        """``(sent, carried, taken, taken_in_burst)``: a tensor of ``nbytes`` from
+        device ``src`` to ``dst`` as the simulator books it: its sender's dispatcher's
+        work, the links' time, its receiver's dispatcher's work when it comes alone and
+        when it comes in a burst (:meth:`core.runtime_model.RuntimeModel.
+        crossing_work`; without serial dispatch the links carry it all)."""
+        key = (nbytes, src, dst)
+        parts = self._crossing.get(key)
+        if parts is None:
+            seconds = self.transfer_time(nbytes, src, dst)
+            if self.serial_dispatch:
+                sent, taken, burst = self.runtime.crossing_work(self.route(src, dst), nbytes,
+                                                                seconds)
+                parts = (sent, max(0.0, seconds - sent - taken), taken, burst)
+            else:
+                parts = (0.0, seconds, 0.0, 0.0)
+            self._crossing[key] = parts
+        return parts
+
     def schedule(self, choose) -> tuple[list[int], float]:
         """List-schedule the ops in ready order; ``choose(i, start_fn) -> device index``.
 
@@ -179,6 +219,10 @@ class _Model:
         serial = self.serial_dispatch
         device_task = self.device_task
         dispatch_free = [0.0] * (max(device_task) + 1 if device_task else 0)  # per task
+        # Per task, when its dispatcher ends the take-in it is busy with last (-1: its
+        # last work was something else): a crossing that arrives before then comes in
+        # the same burst, and its reader goes on to it at once (crossing_work).
+        taking_in = [-1.0] * len(dispatch_free)
         heap = [(0.0, i) for i in range(n) if pending[i] == 0]
         heapq.heapify(heap)
         makespan = 0.0
@@ -190,6 +234,7 @@ class _Model:
             links_now = link_free if commit else None
             # Serial dispatch: the tasks' dispatchers, also in a scratch copy for a trial.
             dispatch = dispatch_free if commit or not serial else list(dispatch_free)
+            taking = taking_in if commit or not serial else list(taking_in)
             for j, t in self.data_inputs[i]:
                 src = device[j]
                 if src == k:
@@ -200,14 +245,12 @@ class _Model:
                         links_now = dict(link_free)
                     route = self.route_links(src, k)
                     begin = finish[j]
-                    duration = self.transfer_time(tensor_bytes_cached(t), src, k)
-                    if serial:  # the route's latency is the two ends' work, half each
-                        # (RuntimeModel.serial_dispatch): the sender's dispatcher
-                        # sends it, the links carry the rest of its time
-                        half = sum(link.latency for link in self.route(src, k)) / 2
+                    sent, duration, taken, in_burst = self.crossing(tensor_bytes_cached(t),
+                                                                    src, k)
+                    if serial:  # the sender's dispatcher sends it, the links carry it
                         sender = device_task[src]
-                        begin = dispatch[sender] = max(dispatch[sender], begin) + half
-                        duration = max(0.0, duration - 2 * half)
+                        begin = dispatch[sender] = max(dispatch[sender], begin) + sent
+                        taking[sender] = -1.0
                     for link in route:
                         free = links_now.get(link, 0.0)
                         if free > begin:
@@ -217,7 +260,10 @@ class _Model:
                         links_now[link] = arrival
                     if serial:  # then the receiver's takes it in: its consumers wait
                         receiver = device_task[k]
-                        arrival = dispatch[receiver] = max(dispatch[receiver], arrival) + half
+                        if arrival <= taking[receiver]:
+                            taken = in_burst
+                        arrival = dispatch[receiver] = max(dispatch[receiver], arrival) + taken
+                        taking[receiver] = arrival
                     if commit:
                         arrivals[(id(t), k)] = arrival
                 if arrival > start:
@@ -228,7 +274,7 @@ class _Model:
             h = self.device_host[k]
             if h >= 0:
                 cores = core_free[h]
-                need = min(intra[k], len(cores)) if self.multithreaded[i] else 1
+                need = min(intra[k], len(cores)) if self.splits(i, k) else 1
                 ordered = sorted(cores)
                 if ordered[need - 1] > start:
                     start = ordered[need - 1]
@@ -240,6 +286,7 @@ class _Model:
                     begin = dispatch[task]
                 if commit:
                     dispatch[task] = begin + min(self.serial_part(i, k), duration)
+                    taking[task] = -1.0
             end = begin + duration
             if commit:
                 s = slots[k]
@@ -338,8 +385,13 @@ class CostModelPlacer(BasePlacer):
         The estimate follows its ``serial_dispatch``: each task dispatches one op at a
         time, as the runtime's Python executor does: an op's ``op_overhead`` and kernel
         fixed cost wait for and hold its task's dispatcher, and each end of a transfer
-        holds its task's dispatcher for half the route's latency.  So a split pays only
-        when the work it spreads outweighs the CPU its crossings cost both tasks.
+        holds its task's dispatcher for its part of the crossing, as the simulator
+        books it (:meth:`core.runtime_model.RuntimeModel.crossing_work`: half the
+        route's latency each, or, where the runtime copies between the tasks of a host
+        with its cores, the whole crossing; less for the receiver of a crossing that
+        arrives while it still takes in another).  So a split
+        pays only when the work it spreads outweighs the CPU its crossings cost both
+        tasks.
     split_margin : with ``single_device_guard``, a placement over more tasks must be
         estimated faster than the best one-device placement by more than this fraction,
         else the one-device placement wins (default 0: the estimate alone decides).  A

@@ -48,3 +48,34 @@ def test_a_negative_thread_count_is_refused_before_any_run_is_recorded(tmp_path)
     with pytest.raises(SystemExit):
         bench.main(["--inter-op-threads", "-1", "--workloads", "mlp", "--out", str(tmp_path)])
     assert not list(tmp_path.iterdir())
+
+
+def test_the_sessions_take_turns(monkeypatch):
+    import runtime
+    from experiments.backends import in_process_steps
+    from experiments.sim_vs_real import build_workload
+    order = []
+    run = runtime.Session.run
+
+    def recording(self, fetches, *args, **kwargs):
+        order.append(self)
+        return run(self, fetches, *args, **kwargs)
+    monkeypatch.setattr(runtime.Session, "run", recording)
+    a = build_workload("mixed_random:seed=1:elements=256")
+    b = build_workload("mixed_random:seed=2:elements=256")
+    results = in_process_steps([a, b], 7, turns=3, warmup=1)
+    assert len(results) == 2 and all(seconds > 0 for _, seconds in results)
+    first, second = order[0], order[1]  # (the two initialisers)
+    runs = [s is first for s in order[2:]]
+    # turns of 3, 2 and 2 timed steps, each after 1 warm-up, A's then B's
+    assert runs == [True] * 4 + [False] * 4 + [True] * 3 + [False] * 3 + [True] * 3 + [False] * 3
+    assert second is not first
+
+
+def test_more_turns_than_steps_is_refused(tmp_path):
+    from experiments.backends import in_process_steps
+    with pytest.raises(ValueError, match="turns"):
+        in_process_steps([], 2, turns=3)
+    with pytest.raises(SystemExit):
+        bench.main(["--turns", "40", "--workloads", "mlp", "--out", str(tmp_path)])
+    assert not list(tmp_path.iterdir())

@@ -98,3 +98,28 @@ def test_the_bandwidth_adds_write_into_a_buffer_nothing_else_reads():
         assert [c.name for c in first.consumers()] == [op.name]
     g, _, fetches = _binary_graph((16,), "add", in_place=False)
     assert fetches[0].inputs[0].op.type != "Add"
+
+
+def test_products_split_over_the_intra_op_threads_are_told_from_the_rest():
+    from core.trace import OpRecord, Trace
+    from experiments.tf_calibrate import SPLIT_SPEEDUP, _without, split_products
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.ones((256, 256), np.float32))
+        split = tf.matmul(a, a, name="split")
+        alone = tf.matmul(a, a, name="alone")
+        tf.add(a, a, name="add")  # memory-bound: its speed-up is the bandwidth curve's
+    device = Cluster.single_host().devices[0]
+
+    def trace(times):
+        return Trace(ops=[OpRecord(name, g.get_operation_by_name(name).type, device.name, 0,
+                                   0.0, t) for name, t in times.items()])
+
+    const = a.op.name  # no arithmetic: never counted, however its times scatter
+    on_pool = {256: (g, [trace({"split": 1.0, "alone": 1.0, "add": 1.0, const: 1.0})])}
+    on_one = {256: (g, [trace({"split": SPLIT_SPEEDUP * 1.01, "alone": 1.1, "add": 2.0,
+                                const: 2.0})])}
+    assert split_products(device, on_pool, on_one) == {256: {"split"}}
+    assert [r.op for r in _without(on_pool[256][1], {"split"})[0].ops] == ["alone", "add", const]
+    # A size not run on one thread leaves its products in.
+    assert split_products(device, on_pool, {}) == {256: set()}

@@ -132,6 +132,83 @@ def test_serial_dispatch_serves_one_task_one_op_at_a_time_and_crossings_cost_bot
     assert placed["c"] == placed["a"] != placed["b"]
 
 
+def test_the_estimate_books_a_crossing_as_the_simulator_does():
+    # a on w0 feeds c on w1 and a chain e1..e5 on w0; every op is 1 ms of dispatch.  The
+    # crossing takes 4 ms, and the link measured its ends' CPU: 1 ms to send.  As the
+    # simulator books a crossing alone (RuntimeModel.crossing_work), w0's dispatcher
+    # sends it from 1 to 2 ms and the chain runs 2 to 7 ms; w1's takes it in for the
+    # rest of its time, 2 to 5 ms, and c runs 5 to 6.  (Half the latency on each end
+    # held w0 until 3 ms: 8 ms.)
+    spec = ClusterSpec({"worker": ["h:1", "h:2"]})
+    cluster = Cluster.from_spec(spec, hosts={("worker", 0): "h", ("worker", 1): "h"},
+                                cpu_cores=4, cpu_inter_op_threads=2)
+    for d in cluster.devices:
+        cluster = cluster.replace_device(d.name, op_overhead=1e-3)
+    cluster = cluster.replace_link("memcpy:h", latency=4e-3, bandwidth=1e12,
+                                   cpu_costs=[(0, 1e-3, 1e-3)])
+    w0, w1 = (d.name for d in cluster.devices)
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.float32(1.0), name="a")
+        tf.identity(a, name="c")
+        x = a
+        for i in range(1, 6):
+            x = tf.identity(x, name=f"e{i}")
+    split = placers.Placement({"a": w0, "c": w1, **{f"e{i}": w0 for i in range(1, 6)}})
+    model = _Fixed(1e-3)
+    assert estimate_step_time(g, split, cluster, model, runtime="interpreter") == pytest.approx(7e-3)
+    # Without serial dispatch the links carry the whole crossing: c ends at 6 ms.
+    assert estimate_step_time(g, split, cluster, model) == pytest.approx(6e-3)
+
+
+def test_the_estimate_takes_in_a_burst_of_crossings_as_the_simulator_does():
+    # a and b on w0 (1 to 2 ms) both feed c on w1 (every op 1 ms of dispatch; a
+    # crossing 4 ms, 1 ms of it each end's CPU).  a's crossing comes alone: w0 sends
+    # it 2 to 3 ms, w1 takes it in for the rest, 3 to 6.  b's, sent 3 to 4, arrives
+    # while w1 still takes in a's: in the burst it costs w1 only its 1 ms (6 to 7),
+    # and c runs 7 to 8 ms.  (Taken in alone, it would cost 3 ms: 10 ms.)
+    spec = ClusterSpec({"worker": ["h:1", "h:2"]})
+    cluster = Cluster.from_spec(spec, hosts={("worker", 0): "h", ("worker", 1): "h"},
+                                cpu_cores=4, cpu_inter_op_threads=2)
+    for d in cluster.devices:
+        cluster = cluster.replace_device(d.name, op_overhead=1e-3)
+    cluster = cluster.replace_link("memcpy:h", latency=4e-3, bandwidth=1e12,
+                                   cpu_costs=[(0, 1e-3, 1e-3)])
+    w0, w1 = (d.name for d in cluster.devices)
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.constant(np.float32(1.0), name="a")
+        b = tf.constant(np.float32(2.0), name="b")
+        tf.add(a, b, name="c")
+    split = placers.Placement({"a": w0, "b": w0, "c": w1})
+    assert estimate_step_time(g, split, cluster, _Fixed(1e-3), runtime="interpreter") == \
+        pytest.approx(8e-3)
+
+
+def test_the_estimate_gives_a_kernel_the_cores_the_executor_gives_it():
+    # Two independent MatMuls on one CPU of two cores, two inter-op and two intra-op
+    # threads.  Small ones run on one core each (OpDef.splits, as the executor and the
+    # simulator decide), so at once; products big enough to split take both cores,
+    # so one after the other.
+    from core.costs import StaticCostModel
+    cluster = Cluster.single_host(cpu_cores=2)
+    cpu = cluster.devices[0].name
+    cluster = cluster.replace_device(cpu, inter_op_threads=2, intra_op_threads=2,
+                                     parallel_min_elements=1 << 16)
+
+    def step(n: int, count: int) -> float:
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.constant(np.ones((n, n), np.float32), name="x")
+            for i in range(count):
+                tf.matmul(x, x, name=f"m{i}")
+        p = placers.Placement({op.name: cpu for op in g.get_operations()})
+        return estimate_step_time(g, p, cluster, StaticCostModel())
+
+    assert step(64, 2) == pytest.approx(step(64, 1), rel=0.01)
+    assert step(512, 2) == pytest.approx(2 * step(512, 1), rel=0.01)
+
+
 def test_a_split_needs_to_beat_one_device_by_the_margin():
     # Two independent chains of 1 ms ops on two one-core tasks: split, the step takes
     # half as long (crossings free); with a margin above that gain one device wins.
