@@ -42,8 +42,9 @@ and of the three; both calibrations of each run; 2026-11-28 01:12 to 01:38 UTC,
 under the timing lock).  Median |error| over the 16 rows, one block / three blocks:
 
     fastest of three   10.5/6.9 14.4/11.1 6.1/5.9 9.9/10.9 16.6/17.7 25.3/3.5
-                       9.3/14.4 12.5/13.3 9.7/12.8 26.1/14.3 11.9/12.2 23.1/24.7
-                       14.8/22.8 20.4/21.5 3.8/16.2 (further in 10 of 16)
+                       9.3/14.4 12.5/13.3 9.7/12.8 18.7/14.0 26.1/14.3 11.9/12.2
+                       23.1/24.7 14.8/22.8 20.4/21.5 3.8/16.2 9.1/9.2 12.6/11.8
+                       14.4/10.4 9.7/9.9 10.3/13.9 14.2/13.4 (further in 13 of 22)
     median of three    26.1/25.8 11.9/11.9 23.1/17.0 14.8/17.3 20.4/9.6 3.8/3.8
                        9.1/8.7 12.6/10.8 14.4/8.7 9.7/9.5 10.3/10.3 14.2/14.2
                        (nearer in 7 of 12, as near in 4, further in 1; median of the
