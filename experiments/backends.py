@@ -35,7 +35,7 @@ __all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure
            "in_process_step", "in_process_steps",
            "prepared_session",
            "runtime_cluster_spec", "server_env", "this_host_cluster", "calibrate_this_host",
-           "describe_calibration", "RUNTIME_SIM"]
+           "describe_calibration", "RUNTIME_SIM", "DISTRIBUTED_BLOCKS"]
 
 #: The simulator's settings for predicting the runtime's executor: its runtime model
 #: (:data:`core.runtime_model.INTERPRETER`: ops dispatched in Python, one at a time per
@@ -43,6 +43,11 @@ __all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure
 #: kernels, the copies between processes and the step's fixed work).  A calibrated
 #: cluster records that model itself; this names it for the clusters that are not.
 RUNTIME_SIM = sim.SimConfig(runtime=INTERPRETER)
+
+#: Blocks of a distributed step's timed figures in a full calibration, each figure the
+#: median of its blocks' (:func:`runtime.calibrate.calibrate_distributed`'s ``blocks``:
+#: one block of steps can catch this machine slow throughout).
+DISTRIBUTED_BLOCKS = 3
 
 
 def this_host_cluster(threads: int = 0) -> Cluster:
@@ -65,9 +70,10 @@ def calibrate_this_host(cluster: Cluster, *, env: dict | None = None,
     in this process), then the fixed costs of a distributed step (step and part
     overheads, the latency and bandwidth of a tensor crossing processes:
     :func:`runtime.calibrate.calibrate_distributed`, on server processes started with
-    ``env`` and ``config``).  ``figures`` holds those measurements; ``op_overhead`` is the
-    dispatch cost the devices got (``chain_op_overhead``: the one along a chain of tiny
-    ops); ``other_cores`` the cores other programs kept busy meanwhile
+    ``env`` and ``config``; in :data:`DISTRIBUTED_BLOCKS` blocks, each figure the
+    median of its blocks', unless ``quick``).  ``figures`` holds those measurements;
+    ``op_overhead`` is the dispatch cost the devices got (``chain_op_overhead``: the
+    one along a chain of tiny ops); ``other_cores`` the cores other programs kept busy meanwhile
     (:class:`experiments.machine_load.OtherLoad`: a calibration on a busy machine
     measures a slower one).  About 10-20 s on this machine (6 s ``quick``)."""
     with OtherLoad() as load:
@@ -76,7 +82,8 @@ def calibrate_this_host(cluster: Cluster, *, env: dict | None = None,
         with runtime.LocalCluster(runtime_cluster_spec(cluster), env=env,
                                   config=config) as local:
             _log.info("calibrating a step across %d server processes", len(local.processes))
-            cluster, figures = calibrate_distributed(cluster, local, quick=quick)
+            cluster, figures = calibrate_distributed(cluster, local, quick=quick,
+                                                     blocks=1 if quick else DISTRIBUTED_BLOCKS)
     figures["other_cores"] = load.other_cores
     _log.info("calibrated in %.1f s; other programs kept %.1f cores busy", load.seconds,
               load.other_cores)

@@ -57,6 +57,12 @@ CPU ``op_overhead``           :func:`measure_dispatch_overhead`: a chain of tiny
                               master's task, the slope per op (the server's executor)
 ============================  ==============================================================
 
+With ``blocks`` > 1 every timed figure above (all but ``cpu_costs``) is measured that
+many times, one block after the other, and each is the median of its blocks' values
+(:func:`combine_blocks`).  :func:`calibrate` measures its CPU figures in blocks too, but
+keeps all of them from the one block of the median dispatch cost: its kernel costs are a
+table fitted together, not figures to take one by one.
+
 Calibration runs in this process, on this machine: every CPU device of ``devices``
 (default: all CPU devices of the cluster) gets the CPU figures measured here, and every
 GPU device the figures of the GPU of its index, when this process can use a real GPU
@@ -85,7 +91,8 @@ __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_step_overheads", "measure_process_transfer", "measure_dispatch_overhead",
            "calibrate_distributed", "runtime_session", "size_costs", "measure_crossing_cpu",
            "measure_bandwidth_curve", "measure_shared_bandwidth", "CROSSING_CPU_SIZES",
-           "measure_session_overhead", "measure_server_dispatch",
+           "measure_session_overhead", "measure_server_dispatch", "combine_blocks",
+           "with_distributed_figures", "transfer_bandwidth",
            "CPU_FIGURES", "with_cpu_figures", "measure_cpu_figures", "CPU_BLOCKS"]
 
 
@@ -543,6 +550,6 @@ def _timed_runs(run, repeats: int, warmup: int = 3) -> float:
 # importable from here too (with the private helpers the probes use).
 from runtime.calibrate_distributed import (  # noqa: E402  (it imports this module's helpers)
     CROSSING_CPU_SIZES, _cpu, _fit_line, _interleaved_step_times, _step_time,
-    calibrate_distributed, measure_crossing_cpu, measure_dispatch_overhead,
+    calibrate_distributed, combine_blocks, measure_crossing_cpu, measure_dispatch_overhead,
     measure_process_transfer, measure_server_dispatch, measure_step_overheads,
-    runtime_session, size_costs)
+    runtime_session, size_costs, transfer_bandwidth, with_distributed_figures)

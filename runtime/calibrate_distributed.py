@@ -22,7 +22,8 @@ from runtime.calibrate import _timed_runs
 
 __all__ = ["measure_step_overheads", "measure_process_transfer", "measure_dispatch_overhead",
            "calibrate_distributed", "runtime_session", "size_costs", "measure_crossing_cpu",
-           "CROSSING_CPU_SIZES", "measure_server_dispatch"]
+           "CROSSING_CPU_SIZES", "measure_server_dispatch", "combine_blocks",
+           "with_distributed_figures", "transfer_bandwidth"]
 
 
 def _cpu(job: str, task: int) -> str:
@@ -216,10 +217,20 @@ def measure_process_transfer(local_cluster, src=("ps", 0), master=("worker", 0),
 
     samples = {n: added(n, hops) for n in sizes}
     latency = max(added("chain", crossings), 1e-6)
+    return latency, transfer_bandwidth(samples), samples
+
+
+def transfer_bandwidth(samples: dict) -> float:
+    """Bytes per second of a crossing from :func:`measure_process_transfer`'s
+    ``samples`` (``{bytes: seconds}``): the slope between the smallest and the largest
+    size (the runtime switches paths in between), at least 1e-12 seconds a byte.
+
+    >>> transfer_bandwidth({4: 1e-4, 1004: 2e-4})
+    10000000.0
+    """
     small, large = min(samples), max(samples)
     per_byte = (samples[large] - samples[small]) / max(1, large - small)
-    per_byte = max(per_byte, 1e-12)
-    return latency, 1.0 / per_byte, samples
+    return 1.0 / max(per_byte, 1e-12)
 
 
 #: The sizes :func:`measure_crossing_cpu` measures in a full calibration, up to the
@@ -348,7 +359,8 @@ def size_costs(latency: float, bandwidth: float, samples: dict) -> tuple:
 
 def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick: bool = False,
                           path: str | os.PathLike | None = None, open_session=runtime_session,
-                          runtime_model=INTERPRETER) -> tuple[Cluster, dict]:
+                          runtime_model=INTERPRETER, blocks: int = 1,
+                          statistic=statistics.median) -> tuple[Cluster, dict]:
     """``(cluster, figures)``: ``cluster`` (whose tasks are those of the started
     :class:`runtime.LocalCluster` ``local_cluster``, all on one host) with the fixed
     costs of a distributed step measured on it: every task's ``step_overhead`` and
@@ -361,7 +373,18 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     of the kernel calibration graph (:func:`measure_server_dispatch`) for a CPU
     calibrated with kernel costs, else along a chain of tiny ops
     (:func:`measure_dispatch_overhead`).  ``figures`` holds the measurements and their
-    samples.
+    samples (:func:`with_distributed_figures` makes the cluster from them).
+
+    ``blocks``: the timed figures (all but the CPU per crossing) are measured that many
+    times, one block after the other, and each figure is the ``statistic`` of its
+    blocks' values (:func:`combine_blocks`; ``figures["blocks"]`` holds each block's).
+    This machine's speed changes within seconds, so one block of steps can catch it
+    slow throughout, and blocks seconds apart agree far better than one block of the
+    same cost (``docs/probes/lc_calibration_blocks_probe.py``).  The median rather
+    than the fastest block: the fastest of several blocks of fastest steps describes
+    a machine faster than the one the workloads' fastest steps see (with it,
+    ``experiments.sim_vs_real``'s rows came out further from their measurements than
+    with one block in most calibrations; with the median, nearer or as near).
 
     ``local_cluster`` is anything with ``tasks`` (``(job, index)`` pairs) and
     ``target(job, index)``, and ``open_session(target, graph, fetches)`` opens a session
@@ -371,11 +394,35 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
     kernel costs: it measures the dispatch between kernels itself).  The result records
     ``runtime_model`` as the runtime it was calibrated for."""
     master = tuple(master or cluster.master)
+    src = next((tuple(t) for t in local_cluster.tasks if tuple(t) != master), None)
+    kernels = any(d.is_cpu and d.kernel_costs for d in cluster.devices)
+    measured = [_timed_figures(local_cluster, master, src, quick, kernels, open_session)
+                for _ in range(max(1, blocks))]
+    figures = combine_blocks(measured, statistic)
+    cpu_costs: dict = {}
+    if (src is not None and runtime_model.serial_dispatch and runtime_model.copies_on_cores
+            and hasattr(local_cluster, "cpu_seconds")):
+        # What of a crossing holds its ends (the runtime model's crossing_work).
+        cpu_costs = measure_crossing_cpu(
+            local_cluster, src, master, (4, 64 << 10) if quick else CROSSING_CPU_SIZES,
+            steps=30 if quick else 100, open_session=open_session)
+    figures.update(crossing_cpu=cpu_costs, blocks=measured)
+    out = with_distributed_figures(cluster, figures, runtime_model)
+    if path is not None:
+        out.save(path)
+    return out, figures
+
+
+def _timed_figures(local_cluster, master, src, quick: bool, kernels: bool,
+                   open_session) -> dict:
+    """One block of :func:`calibrate_distributed`'s timed figures: the step and part
+    overheads, a crossing's latency, bandwidth and time by size (none without a
+    ``src`` task), the dispatch per op along a chain and, with ``kernels``, between
+    the kernels of the kernel calibration graph (else 0)."""
     repeats = 5 if quick else 15
     step, part, step_samples = measure_step_overheads(local_cluster, master, repeats,
                                                       rounds=1 if quick else 3,
                                                       open_session=open_session)
-    src = next((tuple(t) for t in local_cluster.tasks if tuple(t) != master), None)
     # Sizes on both sides of the runtime's switch from socket messages to shared
     # memory (runtime.worker.SHM_MIN_BYTES, 256 KiB): the link's size_costs.
     sizes = (4, 64 << 10, 1 << 20) if quick else (4, 16 << 10, 64 << 10, 192 << 10,
@@ -386,41 +433,81 @@ def calibrate_distributed(cluster: Cluster, local_cluster, *, master=None, quick
         latency, bandwidth, x_samples = measure_process_transfer(
             local_cluster, src, master, sizes, repeats=5 if quick else 30,
             open_session=open_session)
-    cpu_costs: dict = {}
-    if (src is not None and runtime_model.serial_dispatch and runtime_model.copies_on_cores
-            and hasattr(local_cluster, "cpu_seconds")):
-        # What of a crossing holds its ends (the runtime model's crossing_work).
-        cpu_costs = measure_crossing_cpu(
-            local_cluster, src, master, (4, 64 << 10) if quick else CROSSING_CPU_SIZES,
-            steps=30 if quick else 100, open_session=open_session)
     dispatch = measure_dispatch_overhead(local_cluster, master,
                                          (1, 50) if quick else (1, 100, 300), repeats,
                                          open_session)
+    # A device calibrated with kernel costs gets the server's dispatch between the
+    # kernels of a realistic graph (a chain of Identity ops shows less).
+    between = (measure_server_dispatch(local_cluster, master, steps=5 if quick else 15)
+               if kernels else 0.0)
+    return {"step_overhead": step, "part_overhead": part, "step_samples": step_samples,
+            "transfer_latency": latency, "transfer_bandwidth": bandwidth,
+            "transfer_samples": x_samples, "op_overhead": dispatch,
+            "between_kernels": between}
+
+
+def combine_blocks(blocks: list[dict], statistic=min) -> dict:
+    """The figures of several blocks of :func:`calibrate_distributed`'s timed figures
+    (each as its ``figures["blocks"]`` holds them), each figure the ``statistic``
+    (``min``: the fastest block's; ``statistics.median``) of its blocks' values: the
+    overheads, latency and dispatch, per size the crossing time and per number of
+    tasks the step (the bandwidth then follows from those sizes, as
+    :func:`transfer_bandwidth` takes it), and of the ``between_kernels`` above 0 (0: a
+    block's noise hid the work between kernels; 0 when every block's did).
+
+    >>> a = {"step_overhead": 2e-4, "part_overhead": 1e-4, "step_samples": {0: 2e-4},
+    ...      "transfer_latency": 1e-4, "transfer_bandwidth": 1e9,
+    ...      "transfer_samples": {4: 1e-4, 1000: 2e-4}, "op_overhead": 5e-6,
+    ...      "between_kernels": 0.0}
+    >>> b = {**a, "step_overhead": 3e-4, "transfer_samples": {4: 1.5e-4, 1000: 1.6e-4},
+    ...      "op_overhead": 4e-6, "between_kernels": 6e-6}
+    >>> f = combine_blocks([a, b])
+    >>> f["step_overhead"], f["op_overhead"], f["between_kernels"], f["transfer_samples"]
+    (0.0002, 4e-06, 6e-06, {4: 0.0001, 1000: 0.00016})
+    """
+    first = blocks[0]
+    out = {name: statistic([b[name] for b in blocks])
+           for name in ("step_overhead", "part_overhead", "op_overhead")}
+    out["step_samples"] = {k: statistic([b["step_samples"][k] for b in blocks])
+                           for k in first["step_samples"]}
+    positive = [b["between_kernels"] for b in blocks if b["between_kernels"] > 0]
+    out["between_kernels"] = statistic(positive) if positive else 0.0
+    if first["transfer_latency"] is None:
+        out.update(transfer_latency=None, transfer_bandwidth=None, transfer_samples={})
+        return out
+    samples = {n: statistic([b["transfer_samples"][n] for b in blocks])
+               for n in first["transfer_samples"]}
+    out.update(transfer_latency=statistic([b["transfer_latency"] for b in blocks]),
+               transfer_bandwidth=transfer_bandwidth(samples), transfer_samples=samples)
+    return out
+
+
+def with_distributed_figures(cluster: Cluster, figures: dict,
+                             runtime_model=INTERPRETER) -> Cluster:
+    """``cluster`` with the figures of :func:`calibrate_distributed` (its ``figures``,
+    or one of its ``figures["blocks"]``, whose ``crossing_cpu`` is then none): every
+    task's step and part overheads, the host's ``memcpy`` link's latency, bandwidth,
+    ``size_costs`` and ``cpu_costs``, every CPU's ``op_overhead`` (``between_kernels``
+    for a CPU with kernel costs when measured, else the chain's); recording
+    ``runtime_model``."""
+    step, part = figures["step_overhead"], figures["part_overhead"]
     tasks = [replace(t, step_overhead=step, part_overhead=part) for t in cluster.tasks]
     links = cluster.links
+    latency, bandwidth = figures["transfer_latency"], figures["transfer_bandwidth"]
     if latency is not None:
-        costs = size_costs(latency, bandwidth, x_samples)
+        costs = size_costs(latency, bandwidth, figures["transfer_samples"])
+        cpu_costs = figures.get("crossing_cpu") or {}
         for host in {t.host for t in cluster.tasks}:
             name = f"memcpy:{host}"
             if name in links:
                 links[name] = replace(links[name], latency=latency, bandwidth=bandwidth,
                                       size_costs=costs,
                                       cpu_costs=[(n, *c) for n, c in cpu_costs.items()])
-    # A device calibrated with kernel costs gets the server's dispatch between the
-    # kernels of a realistic graph (a chain of Identity ops shows less).
-    # (0: the steps' noise was larger than the work between their kernels; the chain's
-    # figure stands in)
-    between_kernels = (measure_server_dispatch(local_cluster, master, steps=5 if quick else 15)
-                       if any(d.is_cpu and d.kernel_costs for d in cluster.devices) else 0.0)
-    between_kernels = between_kernels or dispatch
-    devices = [replace(d, op_overhead=between_kernels if d.kernel_costs else dispatch)
+    # (between_kernels 0: the steps' noise was larger than the work between their
+    # kernels; the chain's figure stands in)
+    dispatch = figures["op_overhead"]
+    between = figures.get("between_kernels") or dispatch
+    devices = [replace(d, op_overhead=between if d.kernel_costs else dispatch)
                if d.is_cpu else d for d in cluster.devices]
-    out = Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink,
-                  runtime_model)
-    if path is not None:
-        out.save(path)
-    figures = {"step_overhead": step, "part_overhead": part, "step_samples": step_samples,
-               "transfer_latency": latency, "transfer_bandwidth": bandwidth,
-               "transfer_samples": x_samples, "crossing_cpu": cpu_costs,
-               "op_overhead": dispatch}
-    return out, figures
+    return Cluster(cluster.hosts, tasks, devices, links, cluster.master, cluster.nvlink,
+                   runtime_model)

@@ -197,3 +197,31 @@ def test_the_tensorflow_backend_predicts_with_tensorflows_calibration(monkeypatc
         assert row.predicted_ms == pytest.approx(
             sim.simulate(w.graph, p, cluster, fetches=w.fetch_ops).step_time * 1e3, rel=1e-9)
         assert row.calibration_spread > 0  # the slower CPU of the second calibration
+
+
+def test_a_full_calibration_of_this_host_takes_the_distributed_figures_in_blocks(monkeypatch):
+    import experiments.backends as backends
+
+    asked = []
+
+    class Servers:
+        def __init__(self, *args, **kwargs):
+            self.processes = {}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def distributed(cluster, local, *, quick, blocks):
+        asked.append((quick, blocks))
+        return cluster, {"op_overhead": 1e-6}
+
+    monkeypatch.setattr(backends, "calibrate", lambda cluster, quick: cluster)
+    monkeypatch.setattr(backends.runtime, "LocalCluster", Servers)
+    monkeypatch.setattr(backends, "calibrate_distributed", distributed)
+    for quick in (False, True):
+        backends.calibrate_this_host(backends.this_host_cluster(), quick=quick)
+    assert asked == [(False, backends.DISTRIBUTED_BLOCKS), (True, 1)]
+    assert backends.DISTRIBUTED_BLOCKS > 1

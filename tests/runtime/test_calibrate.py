@@ -212,3 +212,60 @@ def test_step_overheads_fetch_the_tiny_ops_as_targets_when_asked():
         kind = tf.Tensor if as_tensors else tf.Operation
         assert all(isinstance(x, kind) for f in fetched for x in f)
         assert step >= 0 and part >= 0
+
+
+def _block(step, part, latency, samples, dispatch, between):
+    """One block of calibrate_distributed's timed figures (seconds)."""
+    from runtime.calibrate import transfer_bandwidth
+    return {"step_overhead": step, "part_overhead": part, "step_samples": {0: step, 1: step + part},
+            "transfer_latency": latency, "transfer_bandwidth": transfer_bandwidth(samples),
+            "transfer_samples": samples, "op_overhead": dispatch, "between_kernels": between}
+
+
+def test_the_fastest_block_gives_each_figure_its_least_value():
+    from runtime.calibrate import combine_blocks, transfer_bandwidth
+
+    slow_state = _block(3e-4, 1e-4, 1.3e-4, {4: 1.3e-4, 1 << 20: 5e-4}, 6e-6, 9e-6)
+    fast_state = _block(2e-4, 2e-4, 1.1e-4, {4: 1.1e-4, 1 << 20: 6e-4}, 4e-6, 0.0)
+    got = combine_blocks([slow_state, fast_state])
+    assert (got["step_overhead"], got["part_overhead"]) == (2e-4, 1e-4)
+    assert got["step_samples"] == pytest.approx({0: 2e-4, 1: 4e-4})
+    assert got["transfer_latency"] == 1.1e-4 and got["op_overhead"] == 4e-6
+    # per size the least, and the bandwidth from those sizes
+    assert got["transfer_samples"] == {4: 1.1e-4, 1 << 20: 5e-4}
+    assert got["transfer_bandwidth"] == transfer_bandwidth({4: 1.1e-4, 1 << 20: 5e-4})
+    # 0 is a block whose noise hid the work between kernels, not the fastest one
+    assert got["between_kernels"] == 9e-6
+    assert combine_blocks([fast_state])["between_kernels"] == 0.0
+    alone = {**fast_state, "transfer_latency": None, "transfer_bandwidth": None,
+             "transfer_samples": {}}
+    assert combine_blocks([alone])["transfer_latency"] is None
+
+
+def test_distributed_calibration_in_blocks_takes_each_figures_median(monkeypatch):
+    import runtime.calibrate_distributed as distributed
+    from experiments.backends import this_host_cluster
+
+    blocks = iter([_block(3e-4, 1e-4, 1.3e-4, {4: 1.3e-4, 1 << 20: 5e-4}, 6e-6, 9e-6),
+                   _block(2e-4, 2e-4, 1.1e-4, {4: 1.1e-4, 1 << 20: 6e-4}, 4e-6, 7e-6),
+                   _block(2.5e-4, 3e-4, 1.2e-4, {4: 1.2e-4, 1 << 20: 7e-4}, 5e-6, 0.0)])
+    monkeypatch.setattr(distributed, "_timed_figures", lambda *args: next(blocks))
+
+    class Servers:  # no cpu_seconds: the CPU per crossing is not measured
+        tasks = [("ps", 0), ("worker", 0), ("worker", 1)]
+
+    cpu = this_host_cluster().devices[0]
+    base = this_host_cluster().replace_device(cpu.name, kernel_costs={"*": (1e-6, 1.0)})
+    measured, figures = distributed.calibrate_distributed(base, Servers(), blocks=3)
+    assert len(figures["blocks"]) == 3 and figures["step_overhead"] == 2.5e-4
+    assert all((t.step_overhead, t.part_overhead) == (2.5e-4, 2e-4) for t in measured.tasks)
+    link = measured.links["memcpy:localhost"]
+    assert link.latency == 1.2e-4 and link.time(1 << 20) == pytest.approx(6e-4)
+    # a CPU with kernel costs gets the dispatch between kernels (of the blocks that
+    # saw it), the others the chain's
+    assert measured.device(cpu.name).op_overhead == pytest.approx(8e-6)
+    assert {d.op_overhead for d in measured.devices if d.name != cpu.name} == {5e-6}
+    # one block's figures make that block's cluster (a paired look at the blocks)
+    first = distributed.with_distributed_figures(base, figures["blocks"][0])
+    assert first.links["memcpy:localhost"].latency == 1.3e-4
+    assert first.device(cpu.name).op_overhead == 9e-6
