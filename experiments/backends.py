@@ -73,9 +73,9 @@ def calibrate_this_host(cluster: Cluster, *, env: dict | None = None,
     ``env`` and ``config``; in :data:`DISTRIBUTED_BLOCKS` blocks, each figure the
     median of its blocks', unless ``quick``).  ``figures`` holds those measurements;
     ``op_overhead`` is the dispatch cost the devices got (``chain_op_overhead``: the
-    one along a chain of tiny ops); ``other_cores`` the cores other programs kept busy meanwhile
-    (:class:`experiments.machine_load.OtherLoad`: a calibration on a busy machine
-    measures a slower one).  About 40 s on this machine (9 s ``quick``)."""
+    one along a chain of tiny ops); ``other_cores`` the cores other programs kept busy
+    meanwhile (:class:`experiments.machine_load.OtherLoad`: a calibration on a busy
+    machine measures a slower one).  About 40 s on this machine (9 s ``quick``)."""
     with OtherLoad() as load:
         _log.info("calibrating the devices in this process (%s)", "quick" if quick else "full")
         cluster = calibrate(cluster, quick=quick)  # with the kernel costs and dispatch per op

@@ -389,9 +389,8 @@ class CostModelPlacer(BasePlacer):
         books it (:meth:`core.runtime_model.RuntimeModel.crossing_work`: half the
         route's latency each, or, where the runtime copies between the tasks of a host
         with its cores, the whole crossing; less for the receiver of a crossing that
-        arrives while it still takes in another).  So a split
-        pays only when the work it spreads outweighs the CPU its crossings cost both
-        tasks.
+        arrives while it still takes in another).  So a split pays only when the work
+        it spreads outweighs the CPU its crossings cost both tasks.
     split_margin : with ``single_device_guard``, a placement over more tasks must be
         estimated faster than the best one-device placement by more than this fraction,
         else the one-device placement wins (default 0: the estimate alone decides).  A

@@ -314,9 +314,10 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
     ``blocks``: the CPU figures are measured that many times, one block after the
     other, and the block of the median dispatch cost (``op_overhead``) gives them all
     (default :data:`CPU_BLOCKS`, 1 when ``quick``).  This machine slows down for
-    seconds at a time, and a block measured in such a spell has every figure off
-    together (dispatch, kernels and memory rates 20-30% slower); the figures are
-    kept from one block, not mixed, so that they describe one state of the machine.
+    seconds at a time: a block measured in such a spell had its dispatch and kernel
+    fixed costs 1.6-1.8x the other blocks' (its rates held), and a calibration made in
+    one put every prediction 20% or more too slow.  The figures are kept from one
+    block, not mixed, so that they describe one state of the machine.
     """
     from runtime import kernels
     from runtime.allocator import keep_freed_memory
