@@ -20,6 +20,17 @@ def two_one_core_tasks(**overrides) -> Cluster:
                              cpu_inter_op_threads=1, cpu_intra_op_threads=1, **overrides)
 
 
+def dispatch_bound_tasks(**memcpy) -> Cluster:
+    """Two four-core tasks of one host, two inter-op threads each, every op 1 ms of
+    dispatch (``op_overhead``); their memcpy link 4 ms of latency, no bandwidth cost,
+    and ``memcpy``'s other figures."""
+    cluster = Cluster.from_spec(SPEC, hosts={("worker", 0): "h", ("worker", 1): "h"},
+                                cpu_cores=4, cpu_inter_op_threads=2)
+    for d in cluster.devices:
+        cluster = cluster.replace_device(d.name, op_overhead=1e-3)
+    return cluster.replace_link("memcpy:h", latency=4e-3, bandwidth=1e12, **memcpy)
+
+
 def test_scope_of_takes_the_gradient_scope_off():
     assert _scope_of("gradients/layer1/MatMul_grad/MatMul", 1) == "layer1"
     assert _scope_of("block0/tower3x3/w3x3/read", 2) == "block0/tower3x3"
@@ -104,12 +115,7 @@ class _Fixed:
 def test_serial_dispatch_serves_one_task_one_op_at_a_time_and_crossings_cost_both_ends():
     # Two independent 1 ms ops, each all dispatch (op_overhead 1 ms): on one task with two
     # inter-op threads they overlap unless the task dispatches one at a time.
-    spec = ClusterSpec({"worker": ["h:1", "h:2"]})
-    cluster = Cluster.from_spec(spec, hosts={("worker", 0): "h", ("worker", 1): "h"},
-                                cpu_cores=4, cpu_inter_op_threads=2)
-    for d in cluster.devices:
-        cluster = cluster.replace_device(d.name, op_overhead=1e-3)
-    cluster = cluster.replace_link("memcpy:h", latency=4e-3, bandwidth=1e12)
+    cluster = dispatch_bound_tasks()
     w0, w1 = (d.name for d in cluster.devices)
     g = tf.Graph()
     with g.as_default():
@@ -139,13 +145,7 @@ def test_the_estimate_books_a_crossing_as_the_simulator_does():
     # sends it from 1 to 2 ms and the chain runs 2 to 7 ms; w1's takes it in for the
     # rest of its time, 2 to 5 ms, and c runs 5 to 6.  (Half the latency on each end
     # held w0 until 3 ms: 8 ms.)
-    spec = ClusterSpec({"worker": ["h:1", "h:2"]})
-    cluster = Cluster.from_spec(spec, hosts={("worker", 0): "h", ("worker", 1): "h"},
-                                cpu_cores=4, cpu_inter_op_threads=2)
-    for d in cluster.devices:
-        cluster = cluster.replace_device(d.name, op_overhead=1e-3)
-    cluster = cluster.replace_link("memcpy:h", latency=4e-3, bandwidth=1e12,
-                                   cpu_costs=[(0, 1e-3, 1e-3)])
+    cluster = dispatch_bound_tasks(cpu_costs=[(0, 1e-3, 1e-3)])
     w0, w1 = (d.name for d in cluster.devices)
     g = tf.Graph()
     with g.as_default():
@@ -167,13 +167,7 @@ def test_the_estimate_takes_in_a_burst_of_crossings_as_the_simulator_does():
     # it 2 to 3 ms, w1 takes it in for the rest, 3 to 6.  b's, sent 3 to 4, arrives
     # while w1 still takes in a's: in the burst it costs w1 only its 1 ms (6 to 7),
     # and c runs 7 to 8 ms.  (Taken in alone, it would cost 3 ms: 10 ms.)
-    spec = ClusterSpec({"worker": ["h:1", "h:2"]})
-    cluster = Cluster.from_spec(spec, hosts={("worker", 0): "h", ("worker", 1): "h"},
-                                cpu_cores=4, cpu_inter_op_threads=2)
-    for d in cluster.devices:
-        cluster = cluster.replace_device(d.name, op_overhead=1e-3)
-    cluster = cluster.replace_link("memcpy:h", latency=4e-3, bandwidth=1e12,
-                                   cpu_costs=[(0, 1e-3, 1e-3)])
+    cluster = dispatch_bound_tasks(cpu_costs=[(0, 1e-3, 1e-3)])
     w0, w1 = (d.name for d in cluster.devices)
     g = tf.Graph()
     with g.as_default():
