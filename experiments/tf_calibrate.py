@@ -100,7 +100,8 @@ from experiments.tf_backend import (TFLocalCluster, import_tensorflow, placed_gr
 
 __all__ = ["calibrate_tensorflow", "tensorflow_session", "traced_tensorflow_steps",
            "measure_tf_matmul_rate", "measure_tf_bandwidth_curve", "measure_tf_kernel_costs",
-           "measure_crossing_cpu", "split_products", "SPLIT_SPEEDUP", "TF_RUNTIME_MODEL"]
+           "measure_crossing_cpu", "crossings_graph", "split_products", "SPLIT_SPEEDUP",
+           "TF_RUNTIME_MODEL"]
 
 _log = logging.getLogger(__name__)
 
@@ -416,6 +417,24 @@ def measure_tf_dispatch(target: str, device: str, n: int, kernels: dict, steps: 
     return max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
 
 
+def crossings_graph(tasks: list[str], crossings: int, crossing: bool = True):
+    """``(graph, reads)``: ``crossings`` scalars, the ``i``-th made on the ``i % n``-th
+    of the ``n`` devices ``tasks`` and read (an ``Identity``, in ``reads``) on the next
+    one round them, or with ``crossing`` False on its maker: tensors crossing at once,
+    and the same graph without the crossings."""
+    import core as ctf
+    graph = Graph()
+    reads = []
+    with graph.as_default():
+        for i in range(crossings):
+            maker = tasks[i % len(tasks)]
+            with ctf.device(maker):
+                x = ctf.identity(ctf.constant(np.float32(i), name=f"c{i}"), name=f"x{i}")
+            with ctf.device(tasks[(i + 1) % len(tasks)] if crossing else maker):
+                reads.append(ctf.identity(x, name=f"y{i}").op)
+    return graph, reads
+
+
 def measure_crossing_cpu(servers: TFLocalCluster, master=None, crossings: int = 32,
                          steps: int = 100) -> float:
     """Seconds of the servers' CPU one tiny crossing costs TensorFlow: ``steps`` steps
@@ -427,19 +446,10 @@ def measure_crossing_cpu(servers: TFLocalCluster, master=None, crossings: int = 
     A hundred steps: the processes' CPU time comes in clock ticks (10 ms on Linux), and
     thirty steps of 32 crossings put a tick at 10 us per crossing (the figure went from
     83 to 188 us in 24 calibrations, in steps of 10 us; 2026-11-27)."""
-    import core as ctf
     tasks = [f"/job:{job}/replica:0/task:{index}/device:CPU:0" for job, index in servers.tasks]
     used = []
     for crossing in (True, False):
-        graph = Graph()
-        reads = []
-        with graph.as_default():
-            for i in range(crossings):
-                maker = tasks[i % len(tasks)]
-                with ctf.device(maker):
-                    x = ctf.identity(ctf.constant(np.float32(i), name=f"c{i}"), name=f"x{i}")
-                with ctf.device(tasks[(i + 1) % len(tasks)] if crossing else maker):
-                    reads.append(ctf.identity(x, name=f"y{i}").op)
+        graph, reads = crossings_graph(tasks, crossings, crossing)
         with tensorflow_session(servers.target(*(master or servers.tasks[0])), graph,
                                 reads) as run:
             for _ in range(3):

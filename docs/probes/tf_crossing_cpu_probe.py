@@ -60,7 +60,7 @@ import core as ctf  # noqa: E402
 from core.graph import Graph  # noqa: E402
 from experiments.backends import server_env, this_host_cluster  # noqa: E402
 from experiments.tf_backend import TFLocalCluster  # noqa: E402
-from experiments.tf_calibrate import tensorflow_session  # noqa: E402
+from experiments.tf_calibrate import crossings_graph, tensorflow_session  # noqa: E402
 
 N = 48
 
@@ -68,19 +68,12 @@ N = 48
 def build(kind: str, crossing: bool, tasks: list[str]):
     """``kind``: ``"burst"``, or ``"chain<k>"`` (``k`` chains at once, each of
     ``N // k`` hops, so that every kind makes ``N`` crossings)."""
+    if kind == "burst":  # as the calibration's measure_crossing_cpu times them
+        return crossings_graph(tasks, N, crossing)
     graph = Graph()
     chains = int(kind[5:]) if kind.startswith("chain") else 1
     hops = N // chains
     with graph.as_default():
-        if kind == "burst":
-            reads = []
-            for i in range(N):
-                maker = tasks[i % len(tasks)]
-                with ctf.device(maker):
-                    x = ctf.identity(ctf.constant(np.float32(i), name=f"c{i}"), name=f"x{i}")
-                with ctf.device(tasks[(i + 1) % len(tasks)] if crossing else maker):
-                    reads.append(ctf.identity(x, name=f"y{i}").op)
-            return graph, reads
         lasts = []
         for j in range(chains):
             with ctf.device(tasks[0]):

@@ -100,6 +100,17 @@ KINDS = {"none": [], "ps1": [(PS, 256)], "ps5": [(PS, 256)] * 5,
 ENDS = {"end_none": [], "end_ps1": [PS], "end_mlp": [PS, PS, PS, W1, W1]}
 
 
+def tiny_parts() -> list:
+    """A tiny op on the ps and one on worker 1, in the current graph: every task runs
+    a part of the step."""
+    tiny = []
+    for k, dev in enumerate((PS, W1)):
+        with ctf.device(dev):
+            tiny.append(ctf.identity(ctf.constant(np.float32(k), name=f"t{k}"),
+                                     name=f"tiny{k}").op)
+    return tiny
+
+
 def build(kind: str):
     if kind in ENDS:
         return build_end(kind)
@@ -107,11 +118,7 @@ def build(kind: str):
     def make():
         g = Graph()
         with g.as_default():
-            tiny = []
-            for k, dev in enumerate((PS, W1)):
-                with ctf.device(dev):
-                    tiny.append(ctf.identity(ctf.constant(np.float32(k), name=f"t{k}"),
-                                             name=f"tiny{k}").op)
+            tiny = tiny_parts()
             parts = []
             for i, (dev, nbytes) in enumerate(KINDS[kind] or [(W0, 256)]):
                 with ctf.device(dev if KINDS[kind] else W0):
@@ -134,11 +141,7 @@ def build_end(kind: str):
     def make():
         g = Graph()
         with g.as_default():
-            tiny = []
-            for k, dev in enumerate((PS, W1)):
-                with ctf.device(dev):
-                    tiny.append(ctf.identity(ctf.constant(np.float32(k), name=f"t{k}"),
-                                             name=f"tiny{k}").op)
+            tiny = tiny_parts()
             with ctf.device(W0):
                 x = ctf.constant(np.full((64, 256), 0.01, np.float32), name="x")
                 w = ctf.constant(np.full((256, 256), 0.01, np.float32), name="w")
