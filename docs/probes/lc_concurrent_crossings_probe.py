@@ -27,8 +27,8 @@ predicted; then the servers' CPU time per crossing (user and system, ``/proc``:
 ``CPU_STEPS`` steps with crossings less as many without, over the crossings).
 
 What it showed (2026-11-28, this 2-core machine, under the timing lock; per hop, us,
-measured / predicted; the last two runs by a copy of this script that saved the
-times and the cluster):
+measured / predicted; the two runs of 03:58 by a copy of this script that saved the
+times and the cluster, without the CPU figures):
 
     run     w0-ps    w0-ps x2  w0-ps + w1-ps  three pairs  ring     rings x2
     03:49   111/112   75/183   143/150        228/184      124/112  206/132
@@ -38,20 +38,31 @@ times and the cluster):
     03:58   128/118  237/193   260/159        408/193      155/118  262/139
     03:58   113/114   74/195   153/159        227/196      136/114  197/135
 
-    servers' CPU per crossing (03:53, 03:54): 135/125, 123/128, 134/142, 127/142,
-    163/163, 134/137 us
+    04:00   102/117   74/158   140/140        206/158      131/117  201/127
+    04:01   121/176  119/288   179/237        282/288      152/176  244/207
+    04:03   113/130  216/184   169/161        368/185      142/130  237/143
 
-- Chains between different pairs of tasks at once are predicted short, every run:
-  two rings 27-47% (their hops took 1.4-1.7 times one ring's), three pairs 4-53%;
-  one ring 8-24% (lc_idle_receiver_probe found it too).  The servers' CPU per
-  crossing stays at 120-165 us however many chains run: a crossing among others
-  costs no more work, it waits more.  The model packs the crossings' work on the
-  two cores; the runtime does not (a crossing's reader thread and the other
-  process's threads must each be woken and scheduled, and two tensors that reach
-  one process from two tasks take turns on its interpreter's lock).
+    servers' CPU per crossing (03:53, 03:54, 04:00, 04:01, 04:03), us:
+    w0-ps 118-174, w0-ps x2 113-128, w0-ps + w1-ps 125-161, three pairs 127-184,
+    ring 149-184, rings x2 134-170
+    their threads' waits for a core per crossing (04:00, 04:01, 04:03), us:
+    w0-ps 77/42/99, w0-ps x2 84/35/93, w0-ps + w1-ps 180/82/210, three pairs
+    300/188/320, ring 141/47/145, rings x2 292/102/251
+    (04:01's calibration was slow, 176 us a crossing, so its predictions are high)
+
+- Chains between different pairs of tasks at once are predicted short: two rings
+  by 15-47% (their hops took 1.4-1.7 times one ring's), three pairs by up to 53%,
+  one ring by 8-24% where the calibration was not slow (lc_idle_receiver_probe
+  found it too).  The servers' CPU per crossing stays within about the same range
+  however many chains run: a crossing among others costs no more work, it waits
+  more.  The servers' threads' waits for a core (runnable, not running) per
+  crossing grow with the chains at once, two to four times one chain's for three
+  pairs and two rings.  The model packs the crossings' work on the two cores; the
+  runtime's threads (readers, executor threads, three server processes and the
+  client on two cores) queue for them.
 - Two chains between the same two tasks are bimodal: 69-90 us per hop (the two
-  keep both processes awake and cross faster than one alone) or 229-237 (one after
-  the other); the model predicts 166-223, between.
+  keep both processes awake and cross faster than one alone) or 216-237 (one after
+  the other; once 119); the model predicts 158-223 (288 on the slow calibration).
 - These are the round-robin placements' conditions (every task sends to and
   receives from both others; lc_busy_receiver_probe's traces).  Two burst rules
   were tried on top of the model, paired on the 15 saved sim_vs_real runs of
@@ -66,9 +77,10 @@ times and the cluster):
       receiver free or taking another in: round-robin rows 1-2 points nearer,
       data_parallel 3 points further, the two rings of this probe 155 and 147 us
       against 139 and 135 (measured 262, 197); median of the runs 14.2%.
-  Neither kept.  What is missing looks like scheduling (woken threads, processes
-  more than cores), not work: a model of it needs a probe that times the wake-up
-  of a process whose host's cores are both busy.
+  Neither kept.  What is missing is scheduling (woken threads queued for a core
+  behind the other processes' threads), not work: a model of it would need to know
+  what holds the cores when the model has them free (the waits per crossing are
+  there, if smaller, with one chain alone).
 """
 import os
 import sys
@@ -122,14 +134,26 @@ def graph(routes, hops: int, crossing: bool = True):
     return make
 
 
-def cpu_seconds(local) -> float:
-    """The CPU seconds (user and system) the cluster's server processes used so far."""
-    return sum(sum(psutil.Process(proc.pid).cpu_times()[:2]) for proc in local.processes.values())
+def cpu_seconds(local) -> tuple[float, float]:
+    """``(cpu, waiting)``: the CPU seconds (user and system) the cluster's server
+    processes used so far, and the seconds their threads waited, runnable, for a core
+    (``/proc/<pid>/task/<tid>/schedstat``'s second field; threads alive now)."""
+    cpu = waiting = 0.0
+    for proc in local.processes.values():
+        cpu += sum(psutil.Process(proc.pid).cpu_times()[:2])
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            try:
+                with open(f"/proc/{proc.pid}/task/{tid}/schedstat") as f:
+                    waiting += int(f.read().split()[1]) * 1e-9
+            except (OSError, IndexError, ValueError):  # (gone, or no schedstat here)
+                pass
+    return cpu, waiting
 
 
-def cpu_per_crossing(local, cross, local_graph, crossings: int) -> float:
-    """The servers' CPU seconds per crossing: ``CPU_STEPS`` steps of ``cross`` less as
-    many of ``local_graph``, over the crossings (``crossings`` per step)."""
+def cpu_per_crossing(local, cross, local_graph, crossings: int) -> tuple[float, float]:
+    """The servers' CPU seconds and waits for a core per crossing (:func:`cpu_seconds`):
+    ``CPU_STEPS`` steps of ``cross`` less as many of ``local_graph``, over the
+    crossings (``crossings`` per step)."""
     used = []
     for make in (cross, local_graph):
         g, outs = make()
@@ -139,8 +163,9 @@ def cpu_per_crossing(local, cross, local_graph, crossings: int) -> float:
             before = cpu_seconds(local)
             for _ in range(CPU_STEPS):
                 run()
-            used.append(cpu_seconds(local) - before)
-    return (used[0] - used[1]) / (CPU_STEPS * crossings)
+            after = cpu_seconds(local)
+            used.append((after[0] - before[0], after[1] - before[1]))
+    return tuple((used[0][i] - used[1][i]) / (CPU_STEPS * crossings) for i in (0, 1))
 
 
 def main():
@@ -164,14 +189,15 @@ def main():
         predicted[key] = sim.simulate(g, placement, cluster, fetches=outs,
                                       config=RUNTIME_SIM).step_time
     print("per crossing of a chain, us: measured, predicted; the step with crossings, ms; "
-          "the servers' CPU per crossing, us")
+          "the servers' CPU and waits for a core per crossing, us")
     for name in VARIANTS:
         measured = (min(times[name, True]) - min(times[name, False])) / hops
         model = (predicted[name, True] - predicted[name, False]) / hops
         print(f"  {name:16s} {measured * 1e6:6.1f}  {model * 1e6:6.1f} "
               f"({model / measured - 1:+4.0%})"
               f"   step {min(times[name, True]) * 1e3:6.2f} ms, predicted "
-              f"{predicted[name, True] * 1e3:6.2f}; CPU {cpu[name] * 1e6:5.0f} us")
+              f"{predicted[name, True] * 1e3:6.2f}; CPU {cpu[name][0] * 1e6:5.0f} us, waits "
+              f"{cpu[name][1] * 1e6:5.0f} us")
 
 
 if __name__ == "__main__":
