@@ -48,8 +48,8 @@ release 4.1-4.3 and 9.5-9.7; kernels 1.3-1.7):
 - Ops whose kernels run long (``kernels``) let it in at once, measured and predicted.
   The absolute predictions of the tiny-op chains were 20-45% high (the calibrated
   dispatch per op is the one between kernels; 03:45's and 04:14's calibrations were
-  made in slow spells, 1.5-2x),
-  which is why only what the round trip adds is compared.
+  made in slow spells, 1.5-2x), which is why only what the round trip adds is
+  compared.
 
 Tried, on top of ``RuntimeModel.INTERPRETER`` (a ``readers_wait_for_lock`` part),
 and NOT kept: a take-in that finds its receiver's dispatcher held by ops (not by
@@ -59,7 +59,8 @@ waits for the lock, in the same queue (it gets it when the holder leaves it free
 burst); (2) until the holder has left it free ``lock_wakeup`` in all since it asked
 (each release wakes the reader; it wins in proportion to the time the lock is free);
 (3) as (2), but only while the holder is an op whose kernel runs in the interpreter
-(Const, Variable, Identity, Reshape and other data movement).  (1) and (2) predicted
+(Const, Variable, Identity, Reshape and other data movement: the only one that
+keeps ``release`` as the kept model has it).  (1) and (2) predicted
 ``hold`` (3.7 and 5.0 ms at B = 600, 5.0 at 1500) and ``release`` late (3.7 ms at
 B = 600; 0.6 and 1.0 at 1500).  Paired on the same measurements (each of 15 saved
 ``sim_vs_real --no-loop --repeats 31 --calibrate-once`` runs of 01:12-02:19 UTC,
