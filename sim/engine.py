@@ -78,7 +78,8 @@ from simpy.core import EmptySchedule
 
 from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
-from core.dataflow import StepPlan, unique_below
+from core.dataflow import StepPlan
+from core.step_ops import unique_below
 from core.graph import Tensor
 from core.runtime_model import forwarded_reads
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
