@@ -64,6 +64,7 @@ def _op_handlers(r: RunState):
     need, counted_down, sole_send = r.need, r.counted_down, r.sole_send
     send_ptr, sends, control_crossings = r.send_ptr, r.sends, r.control_crossings
     memory_of, moved, moving = r.memory_of, r.moved, r.moving  # (None: no shared bandwidth)
+    n_ops = r.n
     # Handlers of the other groups (bound below, before the first event).
     dispatched = finish_inline = send_control = start_transfer = send = None
 
@@ -137,7 +138,11 @@ def _op_handlers(r: RunState):
 
     def start(i, slot, cores):
         """Op ``i`` starts on thread ``slot`` with ``cores`` (see ready, where most
-        ops start)."""
+        ops start); ``i >= n``: transfer ``i - n`` got the cores it waited for
+        (RuntimeModel.crossing_cores)."""
+        if i >= n_ops:
+            r.transfer_got_cores(i - n_ops, cores)
+            return
         duration = durations[i]
         if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
             duration *= slowdown[op_device[i]][cores]
@@ -514,10 +519,18 @@ def _link_handlers(sim, r: RunState):
         x_start[k] = now
         heappush(queue, (now + transfer_time[k], next(ids), transfer_done, k))
 
+    # RuntimeModel.crossing_cores: a transfer takes its host cores (or queues for them)
+    # before it starts on its links, and gives them back at its end.
+    crossing_cores = r.crossing_cores
+    if crossing_cores is not None:
+        start_transfer, release_cores, r.transfer_got_cores = _crossing_core_handlers(
+            r, start_transfer)
     if static:
         put_on_links, release_links = _static_link_order(r, start_transfer)
     else:
         put_on_links, release_links = _ready_link_order(sim, r, start_transfer)
+    if crossing_cores is not None:
+        hand_on = _static_hand_on(r, start_transfer, release_links) if static else release_links
 
     def transfer_done_process():
         """Transfer ``k`` ended (each value sent)."""
@@ -527,6 +540,8 @@ def _link_handlers(sim, r: RunState):
             # its end), consumers' counts (the buffer is freed before any consumer
             # starts, as StepState reports it).
             log.append(n + k)
+            if crossing_cores is not None:  # freed cores go out before consumers queue
+                release_cores(k)
             if serial:  # the receiver's dispatcher takes it in first
                 take_in(k)
             else:  # taken_in, written out (one call fewer per transfer on the hot path)
@@ -543,6 +558,9 @@ def _link_handlers(sim, r: RunState):
                         pending[j] = left
                         if not left:
                             ready(j)
+            if crossing_cores is not None:  # its links handed on (its cores: above)
+                hand_on(k)
+                continue
             if static:
                 j = next_first[k]
                 if j >= 0:
@@ -586,6 +604,74 @@ def _link_handlers(sim, r: RunState):
 
     r.start_transfer, r.put_on_links, r.wait_then_put = start_transfer, put_on_links, wait_then_put
     return bind
+
+
+def _crossing_core_handlers(r: RunState, start_on_links):
+    """RuntimeModel.crossing_cores: ``(start_transfer, release_cores, got_cores)``.
+    ``start_transfer(k)`` takes the host cores transfer ``k`` holds
+    (``r.crossing_cores[k]``, fewer if fewer are free) and starts it on its links
+    (``start_on_links``), or queues it with the host's kernels that wait for cores (as
+    ``(time, n + k, -1)``: the op handlers' ``start`` hands it to ``got_cores``);
+    ``release_cores(k)`` gives its cores back at its end, to the waiting kernels and
+    transfers first (:mod:`sim.pools`)."""
+    env, n, cores_of, host_of = r.env, r.n, r.crossing_cores, r.crossing_host
+    want_cores = r.want_cores
+    held: dict[int, int] = {}
+
+    def start_transfer(k):
+        cores = cores_of[k]
+        if cores:
+            host = host_of[k]
+            free = host.free
+            if not free or host.waiting:
+                heappush(host.waiting, (env._now, n + k, -1))
+                return
+            if cores > free:
+                cores = free
+            host.free = free - cores
+            held[k] = cores
+        start_on_links(k)
+
+    def got_cores(k, cores):
+        held[k] = cores
+        start_on_links(k)
+
+    def release_cores(k):
+        cores = held.pop(k, 0)
+        if not cores:
+            return
+        host = host_of[k]
+        free, waiting, start = host.free + cores, host.waiting, r.start
+        while free and waiting:
+            _, j, slot = heappop(waiting)
+            got = want_cores[j]
+            if got > free:
+                got = free
+            free -= got
+            start(j, slot, got)
+        host.free = free
+
+    return start_transfer, release_cores, got_cores
+
+
+def _static_hand_on(r: RunState, start_transfer, release_links):
+    """The static link order's hand-on of the links of a transfer that ended, by
+    ``start_transfer`` (transfer_done writes it out for runs where no transfer holds
+    cores)."""
+    need, next_first, next_second = r.need, r.next_first, r.next_second
+
+    def hand_on(k):
+        j = next_first[k]
+        if j < 0:
+            release_links(k)
+            return
+        for j in (j, next_second[k]):
+            left = need[j] - 1
+            need[j] = left
+            if not left:
+                start_transfer(j)
+
+    return hand_on
 
 
 def _static_link_order(r: RunState, start_transfer):

@@ -1,0 +1,107 @@
+"""Run from the project root:
+`python docs/probes/tf_crossing_cores_probe.py CLUSTER.json [repeats]`.
+
+Issue 20 §3 probe: how many of the host's cores does a crossing between two of
+TensorFlow's server processes keep busy while it crosses, and do the kernels of a third
+process wait for them?  On the cluster of ``sim_vs_real`` (1 ps and 2 workers,
+TensorFlow's servers on this host):
+
+1. per size, :func:`experiments.tf_calibrate.measure_crossing_cores`: a chain of 8
+   crossings between worker 1 and worker 0 (the master) against the same on worker 0
+   alone, the servers' CPU seconds per crossing over the time each adds to a step;
+2. ``mm``: a chain of ``[256, 256]`` MatMuls on worker 0; ``x``: a 4 MiB tensor
+   passed back and forth between the ps and worker 1 (``HOPS`` crossings, none to or
+   from worker 0); ``both``: the two in one step (nothing links them); each graph's
+   fastest and median step over ``repeats`` (the graphs taking turns), against the
+   simulator's prediction on the calibrated cluster ``CLUSTER.json`` (e.g. a
+   ``sim_vs_real_cluster.json``) with the crossings holding no core
+   (:data:`core.runtime_model.IDEAL`) and holding the measured cores
+   (:data:`core.runtime_model.TENSORFLOW` with ``Link.busy_cores``).
+
+If a crossing's work took no core from the kernels, ``both`` would take about the
+longer of ``mm`` and ``x``; if they take turns, about their sum.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.getcwd())
+
+import numpy as np  # noqa: E402
+
+import core as ctf  # noqa: E402
+import sim  # noqa: E402
+from core.cluster import Cluster  # noqa: E402
+from core.graph import Graph  # noqa: E402
+from core.placement import Placement  # noqa: E402
+from core.runtime_model import IDEAL, TENSORFLOW  # noqa: E402
+from experiments.backends import server_env  # noqa: E402
+from experiments.tf_backend import TFLocalCluster  # noqa: E402
+from experiments.tf_calibrate import (measure_crossing_cores, tensorflow_session,  # noqa: E402
+                                      with_crossing_cores)
+from runtime.calibrate import _interleaved_step_times  # noqa: E402
+
+PS = "/job:ps/replica:0/task:0/device:CPU:0"
+W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+SIZES = (64 << 10, 1 << 20, 4 << 20)
+HOPS = 4
+MATMULS = 12
+
+
+def build(kind: str):
+    def make():
+        g = Graph()
+        fetches = []
+        with g.as_default():
+            for k, dev in enumerate((PS, W0, W1)):  # every task runs a part of every step
+                with ctf.device(dev):
+                    fetches.append(ctf.identity(ctf.constant(np.float32(k), name=f"t{k}"),
+                                                name=f"tiny{k}").op)
+            if kind in ("mm", "both"):
+                with ctf.device(W0):
+                    x = ctf.constant(np.full((256, 256), 0.01, np.float32), name="x")
+                    for j in range(MATMULS):
+                        x = ctf.matmul(x, x, name=f"mm{j}")
+                    fetches.append(x.op)
+            if kind in ("x", "both"):
+                with ctf.device(PS):
+                    y = ctf.constant(np.ones(1 << 20, np.float32), name="y")
+                for j in range(HOPS):
+                    with ctf.device(W1 if j % 2 == 0 else PS):
+                        y = ctf.identity(y, name=f"hop{j}")
+                fetches.append(y.op)
+        return g, fetches
+    return make
+
+
+def predict(cluster: Cluster, make) -> float:
+    g, fetches = make()
+    placement = Placement({op.name: op.device for op in g.get_operations()})
+    return sim.simulate(g, placement, cluster, fetches=fetches).step_time
+
+
+def main(cluster_json: str, repeats: int = 40):
+    cluster = Cluster.load(cluster_json)
+    with TFLocalCluster(cluster, env=server_env(1, "passive")) as servers:
+        print("size, cores, CPU per crossing (ms), time each adds (ms)")
+        measured = {}
+        for nbytes in SIZES:
+            measured[nbytes] = cores, cpu, seconds = measure_crossing_cores(
+                servers, ("worker", 0), ("worker", 1), nbytes)
+            print(f"{nbytes:8d} {cores:5.2f} {cpu * 1e3:7.3f} {seconds * 1e3:7.3f}", flush=True)
+        builds = {k: build(k) for k in ("mm", "x", "both")}
+        times = _interleaved_step_times(servers, builds, ("worker", 0), repeats,
+                                        open_session=tensorflow_session)
+    ideal = cluster.with_runtime_model(IDEAL)
+    held = with_crossing_cores(cluster, measured[4 << 20][0]).with_runtime_model(TENSORFLOW)
+    print("\ngraph  fastest  median   predicted: no cores  holding cores (ms)")
+    for k, ts in times.items():
+        print(f"{k:5s} {min(ts) * 1e3:7.3f} {np.median(ts) * 1e3:7.3f}   "
+              f"{predict(ideal, builds[k]) * 1e3:7.3f}  {predict(held, builds[k]) * 1e3:7.3f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], *(int(a) for a in sys.argv[2:3]))
