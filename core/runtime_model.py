@@ -78,7 +78,9 @@ class RuntimeModel:
         of one host) holds that many of its host's cores while it holds the links,
         queued with the host's kernels for them (:meth:`crossing_cores_of`): the
         runtime's threads copy, encode and decode the tensor at both ends at once, and
-        kernels and crossings take turns on the cores.  A runtime without serial
+        kernels and crossings take turns on the cores.  A control edge between two such
+        tasks too (the runtime sends it as an empty tensor): it holds them for its
+        route's latency less the links' ``wait``.  A runtime without serial
         dispatch only: with it, ``copies_on_cores`` books a copy as its ends' work.
 
     Every part but ``serial_dispatch`` and ``crossing_cores`` refines a serial

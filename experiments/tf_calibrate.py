@@ -78,9 +78,10 @@ rest of its latency.
 
 Why a crossing's cores: a crossing keeps both its ends' threads busy while it crosses
 (encoding and writing, reading and decoding), on the cores the kernels run on: a 4 MiB
-one used 3.5 to 3.8 ms of the servers' CPU per 1.6 to 2.4 ms it added to a step
-(``docs/probes/tf_fan_in_probe.py``), and tiny ones beside a chain of MatMuls took
-80-95% of the two apart (``docs/probes/tf_core_contention_probe.py``).  So while a
+one used 3.3 to 3.8 ms of the servers' CPU per 1.6 to 2.4 ms it added to a step
+(``docs/probes/tf_fan_in_probe.py``, ``docs/probes/tf_crossing_cores_probe.py``: about
+two cores at every size from 64 KiB to 4 MiB), and tiny ones beside a chain of MatMuls
+took 80-95% of the two apart (``docs/probes/tf_core_contention_probe.py``).  So while a
 crossing holds the host's link it also holds ``busy_cores`` of its cores, queued with
 the kernels for them (:data:`core.runtime_model.TENSORFLOW`'s ``crossing_cores``).
 

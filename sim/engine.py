@@ -39,7 +39,9 @@ of servers"):
   ``Link.busy_cores`` (two tasks of one host) also holds that many of its host's cores
   (fewer if fewer are free) while on its links, queued with the kernels for them:
   the runtime's threads copy the tensor at both ends, and kernels and crossings take
-  turns on the cores (:meth:`_Simulation._crossing_cores`).
+  turns on the cores (:mod:`sim.crossing_cores`); a control edge's message
+  over such a route holds them for the latency less the links' ``wait``, after that
+  wait.
 - Memory: :mod:`sim.memory`.
 - Fixed costs of a distributed step (:func:`step_start_times`): no op of a task starts
   before that task's part of the step started (the client's call to the master, then
@@ -88,6 +90,7 @@ from core.graph import Tensor
 from core.runtime_model import forwarded_reads
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
+from sim.crossing_cores import control_cores, transfer_cores
 from sim.durations import (memory_traffic, op_durations, same_signature, splitting,
                            transfer_durations)
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
@@ -418,7 +421,7 @@ class _Simulation:
             self.transfer_wait = None
         else:
             self.transfer_wait = self._latency_waits(routes, keys, pair_of)
-        self.crossing_cores = self._crossing_cores(routes, keys, pair_of)
+        self.crossing_cores = transfer_cores(self, routes, keys, pair_of)
         self.static = self.config.link_order == "static"
         n_links = len(self.link_names)
         # The static order (see sim.links): what each transfer waits for before it
@@ -602,9 +605,11 @@ class _Simulation:
         # RuntimeModel.crossing_cores: transfers that hold host cores queue with the
         # kernels for them, as index n + k in the hosts' waiting heaps and want_cores.
         r.crossing_cores = cores = self.crossing_cores
-        if cores is not None:
+        r.control_cores = control_cores(self)
+        if cores is not None or r.control_cores is not None:
+            r.crossing_cores = cores or [0] * m
             r.crossing_host = [self.host_of[d] for d in plan.transfer_dst]
-            r.want_cores = list(r.want_cores) + cores
+            r.want_cores = list(r.want_cores) + r.crossing_cores
         return r
 
     def _crossing_work(self, routes, keys, pair_of) -> tuple[list, list, list | None]:
@@ -648,24 +653,6 @@ class _Simulation:
         self.transfer_durations = np.maximum(
             0.0, np.asarray(self.transfer_durations) - wait).tolist()
         return wait.tolist()
-
-    def _crossing_cores(self, routes, keys, pair_of) -> list | None:
-        """With ``RuntimeModel.crossing_cores``: per transfer, the cores of its
-        destination's host it holds while on its links (:meth:`core.runtime_model.
-        RuntimeModel.crossing_cores_of`; 0 for a route to a device without host cores);
-        None when no transfer holds any (the run then takes no cores for transfers)."""
-        if not self.runtime.crossing_cores or not len(pair_of):
-            return None
-        n_dev = len(self.device_names)
-        per_pair = []
-        for key in keys.tolist():
-            pair = divmod(int(key), n_dev)
-            host = self.host_of[pair[1]]
-            per_pair.append(0 if host is None else
-                            self.runtime.crossing_cores_of(routes[pair], host.cores))
-        if not any(per_pair):
-            return None
-        return [per_pair[p] for p in pair_of.tolist()]
 
     def _dispatch_state(self, r: RunState) -> None:
         """The serial dispatchers' part of the run's state: when each task's is free,

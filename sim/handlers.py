@@ -238,6 +238,7 @@ def _dispatch_handlers(r: RunState):
     transfer_src, transfer_dst, pending = r.transfer_src, r.transfer_dst, r.pending
     sole_consumer, consumer_ptr, consumers = r.sole_consumer, r.consumer_ptr, r.consumers
     control_crossings, take_work, take_burst = r.control_crossings, r.take_work, r.take_burst
+    control_cores = r.control_cores
     # when each task's receiver last finishes taking a crossing in, and whether that
     # one is part of a burst (RuntimeModel.crossing_work; see take)
     taking_until = [0.0] * len(dispatch_free)
@@ -308,9 +309,14 @@ def _dispatch_handlers(r: RunState):
             schedule(dispatch_free[t] + wakeup[t], lock_given, (t, dispatch_free[t]))
 
     def send_control(i, d):
-        """Op ``i`` ended: the messages of its control edges to other tasks go."""
+        """Op ``i`` ended: the messages of its control edges to other tasks go (with
+        RuntimeModel.crossing_cores, those whose route holds cores: by send_held)."""
         now, t = env._now, task_of[d]
-        for latency, sent, taken, burst, dst_task, js in control_crossings[i]:
+        held = control_cores.get(i) if control_cores is not None else None
+        for e, (latency, sent, taken, burst, dst_task, js) in enumerate(control_crossings[i]):
+            if held is not None and held[e] is not None:
+                r.send_held(held[e], (taken, burst, dst_task, js))
+                continue
             arrival = now + latency
             if serial:  # the sender's dispatcher sends it; the receiver's takes it in
                 # (control_done)
@@ -381,6 +387,7 @@ def _dispatch_handlers(r: RunState):
 
     r.dispatched, r.send_control, r.dispatch_send, r.take_in = (
         dispatched, send_control, dispatch_send, take_in)
+    r.control_done = control_done
     return bind
 
 
@@ -614,9 +621,10 @@ def _crossing_core_handlers(r: RunState, start_on_links):
     ``(time, n + k, -1)``: the op handlers' ``start`` hands it to ``got_cores``);
     ``release_cores(k)`` gives its cores back at its end, to the waiting kernels and
     transfers first (:mod:`sim.pools`)."""
-    env, n, cores_of, host_of = r.env, r.n, r.crossing_cores, r.crossing_host
-    want_cores = r.want_cores
+    env, n, m, cores_of, host_of = r.env, r.n, r.m, r.crossing_cores, r.crossing_host
+    want_cores, queue, ids = r.want_cores, r.queue, r.ids
     held: dict[int, int] = {}
+    messages: dict[int, tuple] = {}  # control messages waiting for cores, by n + m + c
 
     def start_transfer(k):
         cores = cores_of[k]
@@ -633,14 +641,15 @@ def _crossing_core_handlers(r: RunState, start_on_links):
         start_on_links(k)
 
     def got_cores(k, cores):
+        if k >= m:  # a control message (send_held)
+            hold, host, message = messages.pop(k)
+            heappush(queue, (env._now + hold, next(ids), control_held,
+                             (cores, host, message)))
+            return
         held[k] = cores
         start_on_links(k)
 
-    def release_cores(k):
-        cores = held.pop(k, 0)
-        if not cores:
-            return
-        host = host_of[k]
+    def give_back(host, cores):
         free, waiting, start = host.free + cores, host.waiting, r.start
         while free and waiting:
             _, j, slot = heappop(waiting)
@@ -651,6 +660,40 @@ def _crossing_core_handlers(r: RunState, start_on_links):
             start(j, slot, got)
         host.free = free
 
+    def release_cores(k):
+        cores = held.pop(k, 0)
+        if cores:
+            give_back(host_of[k], cores)
+
+    def send_held(spec, message):
+        """A control edge's message over a route that holds cores (TensorFlow sends a
+        control edge as an empty tensor): after the route's ``wait`` it takes the
+        cores (or queues for them with the kernels), holds them for the rest of the
+        latency, then arrives (control_done)."""
+        wait, hold, cores, host = spec
+        heappush(queue, (env._now + wait, next(ids), take_for_message,
+                         (hold, cores, host, message)))
+
+    def take_for_message(value):
+        hold, cores, host, message = value
+        free = host.free
+        if not free or host.waiting:
+            j = len(want_cores)
+            want_cores.append(cores)
+            messages[j - n] = (hold, host, message)
+            heappush(host.waiting, (env._now, j, -1))
+            return
+        if cores > free:
+            cores = free
+        host.free = free - cores
+        heappush(queue, (env._now + hold, next(ids), control_held, (cores, host, message)))
+
+    def control_held(value):
+        cores, host, message = value
+        give_back(host, cores)
+        r.control_done(message)
+
+    r.send_held = send_held
     return start_transfer, release_cores, got_cores
 
 

@@ -20,6 +20,42 @@ TensorFlow's servers on this host):
 
 If a crossing's work took no core from the kernels, ``both`` would take about the
 longer of ``mm`` and ``x``; if they take turns, about their sum.
+
+What it showed (2026-11-28 03:51 UTC, this 2-core machine, under the timing lock, 30
+steps of each chain, 40 of each graph; the cluster of a ``sim_vs_real --backend
+tensorflow`` run at 01:57):
+
+    size      cores   CPU per crossing   time each adds
+    64 KiB    2.18    0.500 ms           0.229 ms
+    1 MiB     1.90    1.375 ms           0.724 ms
+    4 MiB     1.80    3.250 ms           1.807 ms
+
+    graph   fastest  median   predicted: holding no core   holding 2 cores
+    mm      4.862    5.744               3.894             3.894
+    x       9.983   13.641               9.436             9.438
+    both   10.923   17.093               9.475             9.872
+
+A crossing keeps about two of the host's cores busy while it crosses, whatever its
+size (its sender's and its receiver's threads at once), and the kernels of a third
+process wait for them: ``both`` took 0.9 ms (fastest) to 3.5 ms (median) more than
+``x`` alone, against 0.04 ms predicted with the crossings holding no core and 0.4 ms
+holding two (the chain of MatMuls alone is predicted a fifth short too).  Kept:
+``Link.busy_cores`` of the host's ``memcpy`` link, measured by
+:func:`experiments.tf_calibrate.measure_crossing_cores` (4 MiB), and the runtime model
+:data:`core.runtime_model.TENSORFLOW`, whose crossings hold that many cores while on
+the link, queued with the kernels (``RuntimeModel.crossing_cores``).
+
+Paired (each run's measured steps predicted by both models on the run's own calibrated
+cluster; median absolute error of its 16 rows as ``sim_vs_real`` counts them, worst
+row): on 13 earlier runs of ``python -m experiments.sim_vs_real --backend tensorflow
+--workloads mlp rnn transformer mixed_random --repeats 31 --calibrate quick
+--calibrate-once --no-loop`` (tf-4's, tf-5's, tf-6's, 2026-11-27/28, with 2 cores
+held), the median over runs 18.8% -> 16.4%, worst 42.9% -> 38.4%, lower in 8 runs,
+higher in 3 (two of them runs whose rows were already predicted long); on 3 runs with
+this calibration (04:00-04:08, ``busy_cores`` 1.5 to 2 measured, so 2 held) 16.2% ->
+13.7%, 17.0% -> 14.6%, 20.4% -> 19.1%, worst 41.2/59.6/44.6% -> 37.8/55.7/40.4%,
+ranking 20/20 in all.  Every row it moves is a distributed placement's, and all but
+one moved toward its measurement; the round-robin-variables rows stay 20-29% short.
 """
 
 import os

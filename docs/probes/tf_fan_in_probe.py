@@ -20,6 +20,30 @@ Per graph: the fastest and median step over ``repeats`` (the graphs taking turns
 what it adds to ``none``, the servers' CPU seconds per step beyond ``none``'s, and the
 simulator's prediction on the calibrated cluster ``CLUSTER.json`` (e.g. a
 ``sim_vs_real_cluster.json`` of a run just before).
+
+What it showed (2026-11-28 03:31 UTC, this 2-core machine, under the timing lock, 40
+steps each, the cluster of a ``sim_vs_real --backend tensorflow`` run at 01:57 (before
+``crossing_cores``); ms added to ``none``, fastest (median); the servers' CPU per step
+added; predicted added):
+
+    4 MiB   ps1    2.399 (3.493)   cpu 3.750   predicted 1.730
+            w1_1   1.591 (2.973)   cpu 3.500   predicted 2.152
+            ps2    4.110 (6.043)   cpu 8.500   predicted 3.803
+            ps1w1  3.640 (5.439)   cpu 8.000   predicted 3.802
+            w1ps   3.933 (6.107)   cpu 8.250   predicted 4.224
+    1 MiB   ps1    0.243 (0.583)   cpu 1.750   predicted 0.326
+            ps2    0.882 (1.263)   cpu 2.250   predicted 0.997
+            ps1w1  0.700 (1.201)   cpu 2.500   predicted 0.995
+    (none: 1.843 ms measured at 4 MiB, 1.360 predicted)
+
+Two senders into one receiver are no slower than one sender sending two (ps1w1 3.6 ms
+against ps2 4.1), and the simulator predicts both within 10%: the guess is wrong, and
+what made mixed_random's two reads take 5.3 and 6.6 ms in that traced step is still
+open.  What the probe did show:
+a 4 MiB crossing costs the servers 3.5 to 4.25 ms of CPU for the 1.6 to 2.4 ms it adds
+to a step, so while it crosses it keeps about both of the host's cores busy, cores
+the simulator gave the kernels (``docs/probes/tf_crossing_cores_probe.py`` measures
+it along a chain, and ``RuntimeModel.crossing_cores`` models it).
 """
 
 import os

@@ -91,3 +91,33 @@ def test_without_measured_cores_the_model_predicts_what_ideal_does(order):
 
     assert run(TENSORFLOW, 0.0) == run(IDEAL, 0.0) == run(IDEAL, 2.0)
     assert run(TENSORFLOW, 2.0) != run(IDEAL, 2.0)  # (the crossings hold cores here)
+
+
+def test_a_control_edge_between_tasks_holds_the_cores_as_a_tiny_crossing_does():
+    """TensorFlow sends a control edge as an empty tensor: after its route's wait the
+    message holds the host's cores for the rest of the latency, queued with kernels."""
+    def run(model):
+        g = tf.Graph()
+        with g.as_default():
+            c = tf.constant(np.ones((1,), np.float32), name="c")
+            with tf.control_dependencies([c.op]):
+                tf.no_op(name="after")
+            tf.identity(tf.constant(np.ones((1,), np.float32), name="a"), name="k")
+        cluster = Cluster.from_spec({"ps": ["h:1"], "worker": ["h:2", "h:3"]},
+                                    hosts={("ps", 0): "h", ("worker", 0): "h",
+                                           ("worker", 1): "h"}, cpu_cores=1)
+        cluster = cluster.replace_link("memcpy:h", latency=1.0, wait=0.5,
+                                       busy_cores=1.0).with_runtime_model(model)
+        ps, w0, w1 = (d.name for d in cluster.devices)
+        placement = Placement({"c": ps, "after": w0, "a": w1, "k": w1})
+        trace = simulate(g, placement, cluster, cost_model=FixedCost({"k": 1.0}, default=0.0))
+        trace.validate(g, cluster)
+        return {r.op: r.start for r in trace.ops}, trace.step_time
+
+    # Holding no core, the message arrives after the latency (1 s), as k ends.
+    starts, step = run(IDEAL)
+    assert starts["after"] == pytest.approx(1.0) and step == pytest.approx(1.0)
+    # It waits 0.5 s, then for the core k holds until 1 s, then holds it for 0.5 s.
+    starts, step = run(TENSORFLOW)
+    assert starts["k"] == pytest.approx(0.0)
+    assert starts["after"] == pytest.approx(1.5) and step == pytest.approx(1.5)
