@@ -22,7 +22,8 @@ from core.ops import TensorSpec, nbytes
 from core.shapes import ShapeHints
 
 __all__ = ["CostModel", "StaticCostModel", "MeasuredCostModel", "MissingCost", "tensor_bytes",
-           "planning_bytes", "dispatch_gaps", "ShapeHints", "UnknownDimension"]
+           "planning_bytes", "dispatch_gaps", "window_copy_time", "ShapeHints",
+           "UnknownDimension"]
 
 
 class MissingCost(KeyError):
@@ -155,7 +156,9 @@ class StaticCostModel(CostModel):
     parallel path when the kernel is multithreaded, the device has more than one
     intra-op thread and the op's largest tensor has at least the device's
     ``parallel_min_elements`` (a second regime: waking the kernel's thread team costs
-    what a serial loop does not).  Ops with neither flops nor bytes (``NoOp``,
+    what a serial loop does not).  A kernel that gathers windows one tap at a time (a
+    convolution's im2col) also pays its device's price of the copies, beside the
+    roofline (:func:`window_copy_time`).  Ops with neither flops nor bytes (``NoOp``,
     ``Variable``) cost the overheads alone, and so do ops that forward their input's
     buffer as their output (``OpDef.forwards_input``: ``Identity``, ``Reshape``, a
     variable's read), which move no bytes.
@@ -190,16 +193,46 @@ class StaticCostModel(CostModel):
             raise UnknownDimension(op.name, unknown[0].name if unknown else None,
                                    unknown[0].shape if unknown else e.shape) from None
         peak = device.flops_for(op_def.kernel_dtype(ins, outs)) if device.dtype_flops else device.peak_flops
-        rate = peak * (device.intra_op_speedup if op_def.multithreaded else 1.0)
+        speedup = device.intra_op_speedup if op_def.multithreaded else 1.0
         memory = moved / device.bandwidth_at(moved)
-        roofline = flops / rate + memory
+        roofline = flops / (peak * speedup) + memory
+        copies = window_copy_time(op_def, ins, outs, op.attrs, device) / speedup
         if device.kernel_costs:
             parallel = (op_def.multithreaded and device.parallel_min_elements > 0
                         and device.intra_op_threads > 1
                         and _largest(ins, outs) >= device.parallel_min_elements)
             fixed, factor = device.kernel_cost(op.type, parallel)
-            return device.op_overhead + fixed + factor * roofline, factor * memory, moved
-        return device.op_overhead + roofline, memory, moved
+            return (device.op_overhead + fixed + copies + factor * roofline, factor * memory,
+                    moved)
+        return device.op_overhead + copies + roofline, memory, moved
+
+
+def window_copy_time(op_def, ins, outs, attrs, device) -> float:
+    """Seconds the kernel of an op spends gathering windows one tap at a time
+    (``op_def.window_copies`` priced by ``device.window_copy_costs``; 0 for ops and
+    devices without them), on one thread.  Beside the roofline, not scaled by the
+    kernel's factor: a tap of a few channels costs its loop's work, not its bytes, so
+    the first convolution of a network (three input channels) ran several times its
+    roofline.
+
+    >>> from dataclasses import replace
+    >>> from core.cluster import Cluster
+    >>> from core.ops import TensorSpec, get_op_def
+    >>> from core.dtypes import float32
+    >>> conv = get_op_def("Conv2D")
+    >>> x, f = TensorSpec(float32, (1, 8, 8, 3)), TensorSpec(float32, (3, 3, 3, 4))
+    >>> y = conv.infer([x, f], {"strides": [1, 1, 1, 1], "padding": "SAME"})
+    >>> dev = replace(Cluster.single_host().devices[0], window_copy_costs=(1e-9, 1e-10))
+    >>> round(window_copy_time(conv, [x, f], y, {"strides": [1, 1, 1, 1]}, dev) * 1e9, 1)
+    748.8
+    >>> conv.window_copies([x, f], y, {"strides": [1, 1, 1, 1]})   # 8 * 8 pixels, 9 taps each
+    (576, 1728)
+    """
+    costs = device.window_copy_costs
+    if not costs or op_def.window_copies is None:
+        return 0.0
+    taps, elements = op_def.window_copies(ins, outs, attrs)
+    return taps * costs[0] + elements * costs[1]
 
 
 def _largest(*specs) -> int:

@@ -180,6 +180,9 @@ class Device:
     measure_bandwidth_curve`): a kernel whose arrays fit the caches runs several times
     faster per byte than one that streams from main memory.  :meth:`bandwidth_at` reads
     it (:func:`bandwidth_at`), falling back to ``mem_bandwidth``.
+    ``window_copy_costs`` is ``(seconds per tap, seconds per element)`` of the kernels
+    that gather windows one tap at a time (``OpDef.window_copies``: a convolution's
+    im2col), or ``()`` where they cost nothing beyond their roofline (the default).
 
     >>> from core.cluster import Cluster
     >>> d = Cluster.single_host().devices[0].replace_kernel_costs({"Add": (2e-6, 1.5)})
@@ -210,6 +213,7 @@ class Device:
     parallel_min_elements: int = 0
     dtype_flops: tuple = ()
     bandwidth_curve: tuple = ()
+    window_copy_costs: tuple = ()
 
     def __post_init__(self):
         if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
@@ -234,6 +238,14 @@ class Device:
         object.__setattr__(self, "dtype_flops", rates)
         object.__setattr__(self, "bandwidth_curve",
                            _curve(self.bandwidth_curve, "bandwidth_curve", self.name))
+        copies = tuple(self.window_copy_costs)
+        if copies and (len(copies) != 2 or not all(
+                isinstance(c, (int, float)) and not isinstance(c, bool) and 0 <= c < math.inf
+                for c in copies)):
+            raise InvalidCluster(f"window_copy_costs must be () or (seconds per tap, seconds "
+                                 f"per element), both finite and non-negative, not "
+                                 f"{self.window_copy_costs!r}", self.name)
+        object.__setattr__(self, "window_copy_costs", tuple(float(c) for c in copies))
 
     def bandwidth_at(self, working_set: float) -> float:
         """The memory rate (bytes/s) of a kernel here that moves ``working_set`` bytes:
@@ -516,6 +528,7 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 # Record fields a cluster file may leave out (added after the format's first version).
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
                  "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
+                 "window_copy_costs",
                  "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
 
 # JSON types of the record fields, by their annotation.

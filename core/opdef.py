@@ -332,6 +332,12 @@ class OpDef:
         attr (Reshape's ``shape``, Conv2DBackpropInput's ``input_sizes``); a negative
         position counts from the end (ConcatV2's axis is its last input).  The GraphDef
         importer folds such inputs into attrs and the exporter writes them back out.
+    window_copies : ``(input specs, output specs, attrs) -> (taps, elements)`` for a
+        kernel that gathers windows of its input one tap at a time (a convolution's
+        im2col and col2im): how many taps it copies, and how many elements in all.  A
+        copy of a few channels costs more than its bytes (``runtime.calibrate.
+        measure_window_copy_costs``); a device's ``window_copy_costs`` prices them.
+        None for every other op.
     """
 
     type: str
@@ -348,6 +354,7 @@ class OpDef:
     forwards_input: bool = False
     tf_type: str | None = None
     const_inputs: tuple[tuple[int, str], ...] = ()
+    window_copies: Callable | None = None
 
     def kernel_dtype(self, inputs: Sequence, outputs: Sequence) -> str | None:
         """The dtype name the kernel is chosen by (None when the op has no tensors).

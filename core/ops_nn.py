@@ -216,6 +216,35 @@ def flops_conv2d_backprop_filter(ins, outs, attrs):
     return _conv_flops(n, ho, wo, outs[0].shape)
 
 
+def _window_copies(x_shape, f_shape, dy_shape, attrs) -> tuple[int, int]:
+    """``(taps, elements)`` of a convolution whose CPU kernel gathers each output
+    pixel's window into a row of a matrix (im2col; col2im scatters it back): one copy
+    per (output pixel, filter tap), of the input's channels.  A 1x1 window at stride
+    1 copies nothing (its input's rows are the matrix already)."""
+    kh, kw = known_shape(f_shape)[:2]
+    sh, sw = _four(attrs, "strides")
+    if kh == kw == 1 and sh == sw == 1:
+        return 0, 0
+    n, ho, wo = known_shape(tuple(dy_shape)[:3])
+    taps = n * ho * wo * kh * kw
+    return taps, taps * known_shape((tuple(x_shape)[3],))[0]
+
+
+def window_copies_conv2d(ins, outs, attrs):
+    """Conv2D's window copies (:func:`_window_copies`): im2col of its input."""
+    return _window_copies(ins[0].shape, ins[1].shape, outs[0].shape, attrs)
+
+
+def window_copies_conv2d_backprop_input(ins, outs, attrs):
+    """Conv2DBackpropInput's window copies: col2im of the gradient's rows into dx."""
+    return _window_copies(outs[0].shape, ins[0].shape, ins[1].shape, attrs)
+
+
+def window_copies_conv2d_backprop_filter(ins, outs, attrs):
+    """Conv2DBackpropFilter's window copies: im2col of its input."""
+    return _window_copies(ins[0].shape, outs[0].shape, ins[1].shape, attrs)
+
+
 # --- pooling ----------------------------------------------------------------------------
 
 def _pool_out(x_shape, attrs) -> tuple:
@@ -450,13 +479,15 @@ def _kernels(dtypes):
 
 NN_OPS: dict[str, OpDef] = table(
     OpDef("Conv2D", infer_conv2d, flops_conv2d, kernels=_kernels(FLOAT),
-          multithreaded=True, gradient=_grad("conv2d_grad"), min_inputs=2, max_inputs=2),
+          multithreaded=True, window_copies=window_copies_conv2d, gradient=_grad("conv2d_grad"), min_inputs=2, max_inputs=2),
     OpDef("Conv2DBackpropInput", infer_conv2d_backprop_input, flops_conv2d_backprop_input,
           kernels=_kernels(FLOAT), multithreaded=True,
+          window_copies=window_copies_conv2d_backprop_input,
           const_inputs=((0, "input_sizes"),), gradient=_grad("conv2d_backprop_input_grad"),
           min_inputs=2, max_inputs=2),
     OpDef("Conv2DBackpropFilter", infer_conv2d_backprop_filter, flops_conv2d_backprop_filter,
           kernels=_kernels(FLOAT), multithreaded=True,
+          window_copies=window_copies_conv2d_backprop_filter,
           const_inputs=((1, "filter_sizes"),), gradient=_grad("conv2d_backprop_filter_grad"),
           min_inputs=2, max_inputs=2),
     OpDef("MaxPool", infer_pool, flops_pool, kernels=_kernels(FLOAT),

@@ -13,6 +13,8 @@ figure                        measured by
 ``bandwidth_curve``           :func:`measure_bandwidth_curve`: the Add kernel's rate by
                               working set (reads two arrays, writes one), one thread
 ``mem_bandwidth``             that curve's rate on the largest arrays (main memory)
+``window_copy_costs``         :func:`measure_window_copy_costs`: the convolutions' window
+                              gathering (im2col) per tap and per element
 ``Host.shared_bandwidth``     :func:`measure_shared_bandwidth`: two Add kernels at once,
                               by their working sets added up (hosts of 2+ cores)
 ``Task.step_overhead``        :func:`measure_session_overhead`: an in-process step of one
@@ -93,7 +95,8 @@ __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_bandwidth_curve", "measure_shared_bandwidth", "CROSSING_CPU_SIZES",
            "measure_session_overhead", "measure_server_dispatch", "combine_blocks",
            "with_distributed_figures", "transfer_bandwidth",
-           "CPU_FIGURES", "with_cpu_figures", "measure_cpu_figures", "CPU_BLOCKS"]
+           "CPU_FIGURES", "with_cpu_figures", "measure_cpu_figures", "CPU_BLOCKS",
+           "measure_window_copy_costs", "WINDOW_CHANNELS"]
 
 
 def _best(fn, repeat: int) -> float:
@@ -119,6 +122,39 @@ def measure_matmul_rate(threads: int = 1, n: int = 512, repeat: int = 5,
     kernel(ctx, (a, b), {})
     t = _best(lambda: kernel(ctx, (a, b), {}), repeat)
     return 2.0 * n ** 3 / t
+
+
+#: Input channels of the two convolutions whose window gathering
+#: :func:`measure_window_copy_costs` times: a narrow input (an image's colours), where
+#: the tap's loop is the cost, and a wide one, where its elements are.
+WINDOW_CHANNELS = (2, 64)
+
+
+def measure_window_copy_costs(repeat: int = 7, side: int = 32) -> tuple[float, float]:
+    """``(seconds per tap, seconds per element)`` of the CPU convolution kernels' window
+    gathering (im2col, which Conv2D and Conv2DBackpropFilter run; col2im, Conv2DBack-
+    propInput's, is taken to cost the same): the kernel's own gathering loop timed
+    alone on a ``[1, side, side, C]`` input with a 3x3 window, for each ``C`` of
+    :data:`WINDOW_CHANNELS` (fastest of ``repeat`` after one untimed call), the time
+    per tap straight through the two channel counts.
+
+    Why a figure of its own: a tap copies its input's channels in a loop, and with
+    few channels the loop's turn, not the bytes, is the cost; the first convolution
+    of inception_v3 (three channels, 2 x 37 x 37 pixels, 9 taps each) took 100-160 us
+    against a roofline of 23-34 us, most of it gathering.  The roofline's factor,
+    fitted on wide convolutions, does not see it."""
+    from runtime.kernels.cpu_nn import _conv_geometry, _im2col
+    per_tap = []
+    for channels in WINDOW_CHANNELS:
+        x = np.random.default_rng(0).standard_normal((1, side, side, channels)).astype("float32")
+        geo = _conv_geometry(x.shape, (3, 3, channels, 1), (1, 1, 1, 1), (1, 1, 1, 1), "SAME")
+        taps = side * side * 9
+        cols = np.empty((side * side, 9 * channels), np.float32)
+        _im2col(x, 0, 1, geo, cols)
+        per_tap.append(_best(lambda: _im2col(x, 0, 1, geo, cols), repeat) / taps)
+    (c0, t0), (c1, t1) = zip(WINDOW_CHANNELS, per_tap)
+    per_element = max(0.0, (t1 - t0) / (c1 - c0))
+    return max(0.0, t0 - c0 * per_element), per_element
 
 
 def measure_memory_bandwidth(nbytes: int = 64 << 20, repeat: int = 5) -> float:
@@ -368,8 +404,9 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
 def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) -> dict:
     """One block of :func:`calibrate`'s figures of the CPU ``device`` (a
     :class:`core.cluster.Device`), as ``Device`` fields: its rates (``peak_flops``,
-    ``intra_op_speedup``, ``bandwidth_curve``, ``mem_bandwidth``), its ``op_overhead``,
-    and with ``kernel_costs`` its ``kernel_costs`` and ``parallel_min_elements``."""
+    ``intra_op_speedup``, ``bandwidth_curve``, ``mem_bandwidth``), its ``op_overhead``
+    and ``window_copy_costs``, and with ``kernel_costs`` its ``kernel_costs`` and
+    ``parallel_min_elements``."""
     n, repeat = (192, 3) if quick else (1024, 7)
     single = measure_matmul_rate(1, n, repeat)
     multi = measure_matmul_rate(device.intra_op_threads, n, repeat) \
@@ -382,6 +419,7 @@ def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) 
         "bandwidth_curve": curve,
         "mem_bandwidth": curve[-1][1],  # streaming from main memory
         "op_overhead": measure_op_overhead(ops=50 if quick else 200, repeat=repeat),
+        "window_copy_costs": measure_window_copy_costs(repeat),
     }
     if kernel_costs:
         from runtime.calibrate_kernels import measure_kernel_costs
@@ -483,7 +521,7 @@ def measure_lock_wakeup(batches: int = 9, handoffs: int = 200) -> float:
 
 #: The fields of a CPU device that :func:`calibrate` measures.
 CPU_FIGURES = ("peak_flops", "intra_op_speedup", "mem_bandwidth", "bandwidth_curve",
-               "op_overhead", "kernel_costs", "parallel_min_elements")
+               "op_overhead", "kernel_costs", "parallel_min_elements", "window_copy_costs")
 
 
 def with_cpu_figures(cluster: Cluster, calibrated) -> Cluster:

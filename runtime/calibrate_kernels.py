@@ -273,7 +273,7 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     from dataclasses import replace
 
     from core.costs import StaticCostModel
-    bare = replace(device, op_overhead=0.0, kernel_costs=())
+    bare = replace(device, op_overhead=0.0, kernel_costs=(), window_copy_costs=())
     roofline = StaticCostModel()
     sizes = (large,) if isinstance(large, int) else tuple(large)
     graph, traces, dispatch = warm_small_steps(small, steps, config)
@@ -288,6 +288,7 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
             if not op.op_def.multithreaded or _largest(op) < parallel_min_elements:
                 return None
             factor = costs.get(op.type, default)[1]
+            t = _less_window_copies(op, t, device)
             return max(0.0, t - factor * roofline.op_time(op, bare))
 
         for t, extra in _median_by_type(graph, _fastest_kernels(traces), launch).items():
@@ -305,23 +306,38 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
     from dataclasses import replace
 
     from core.costs import StaticCostModel
-    bare = replace(device, op_overhead=0.0, kernel_costs=())
+    bare = replace(device, op_overhead=0.0, kernel_costs=(), window_copy_costs=())
     roofline = StaticCostModel()
     graph, traces = runs[small]
-    fixed = _median_by_type(graph, _fastest_kernels(traces), lambda op, t: t)
+    fixed = _median_by_type(graph, _fastest_kernels(traces),
+                            lambda op, t: _less_window_copies(op, t, device))
     samples: dict[str, list[tuple[float, float]]] = {}
     for n, (graph, traces) in runs.items():
         if n == small:
             continue
         for name, t in _fastest_kernels(traces).items():
             op = graph.get_operation_by_name(name)
-            samples.setdefault(op.type, []).append((roofline.op_time(op, bare), t))
+            samples.setdefault(op.type, []).append(
+                (roofline.op_time(op, bare), _less_window_copies(op, t, device)))
     factors = fit_factors(samples, fixed)
     default = (statistics.median(fixed.values()),
                statistics.median(factors.values()) if factors else 1.0)
     costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
     costs["*"] = default
     return costs
+
+
+def _less_window_copies(op, seconds: float, device) -> float:
+    """A kernel's measured ``seconds`` less what the cost model adds for its window
+    gathering on ``device`` (:func:`core.costs.window_copy_time`, over the device's
+    ``intra_op_speedup`` for a multithreaded kernel, as
+    :class:`core.costs.StaticCostModel` counts it): the fixed cost and the factor
+    describe the rest."""
+    from core.costs import window_copy_time
+    op_def = op.op_def
+    copies = window_copy_time(op_def, [t.spec for t in op.inputs],
+                              [t.spec for t in op.outputs], op.attrs, device)
+    return seconds - copies / (device.intra_op_speedup if op_def.multithreaded else 1.0)
 
 
 def session_step_times(runs, steps: int) -> list[float]:

@@ -36,29 +36,36 @@ def transfer_cores(sim, routes: dict, keys, pair_of) -> list | None:
     return [per_pair[p] for p in pair_of.tolist()]
 
 
-def control_cores(sim) -> dict | None:
-    """Per op of the simulation ``sim`` with control edges to other tasks, a list beside
-    its ``control_crossings`` entries: ``(wait, hold, cores, host)`` for a message
-    whose route holds cores (after the route's links' ``wait`` it holds ``cores`` of
-    the destination's host, :class:`sim.pools.HostCores` ``host``, for ``hold``, the
-    rest of the latency), else None; None when no message holds any."""
-    if not sim.runtime.crossing_cores or sim.control_crossings is None:
-        return None
+def control_cores(sim) -> tuple[dict | None, dict | None]:
+    """``(control_crossings, held)``: the simulation ``sim``'s ``control_crossings``
+    (op -> ``[(latency, sent, taken, burst, destination task, successors)]``) less the
+    messages whose route holds cores, and those, per op, as ``[(spec, message)]``:
+    ``spec`` = ``(wait, hold, cores, host)`` (after the route's links' ``wait`` the
+    message holds ``cores`` of the destination's host, :class:`sim.pools.HostCores`
+    ``host``, for ``hold``, the rest of the latency), ``message`` what its arrival
+    hands on, ``(taken, burst, destination task, successors)``.  ``held`` is None
+    (and the crossings as they were) when no message holds cores."""
+    crossings = sim.control_crossings
+    if not sim.runtime.crossing_cores or crossings is None:
+        return crossings, None
     op_device, names = sim.plan.op_device, sim.device_names
     per_pair: dict = {}
-    out = {}
-    for i, entries in sim.control_crossings.items():
-        row = []
-        for *_, js in entries:
+    rest, held = {}, {}
+    for i, entries in crossings.items():
+        rest[i] = []  # (kept, maybe empty: the op's end still calls send_control)
+        for latency, sent, taken, burst, task, js in entries:
             pair = (op_device[i], op_device[js[0]])
             if pair not in per_pair:
                 host = sim.host_of[pair[1]]
                 links = sim.cluster.route(names[pair[0]], names[pair[1]])
                 cores = 0 if host is None else sim.runtime.crossing_cores_of(links, host.cores)
                 wait = sum(link.wait for link in links)
-                latency = sum(link.latency for link in links)
                 per_pair[pair] = (wait, latency - wait, cores, host) if cores else None
-            row.append(per_pair[pair])
-        if any(x is not None for x in row):
-            out[i] = row
-    return out or None
+            spec = per_pair[pair]
+            if spec is None:
+                rest[i].append((latency, sent, taken, burst, task, js))
+            else:
+                held.setdefault(i, []).append((spec, (taken, burst, task, js)))
+    if not held:
+        return crossings, None
+    return rest, held

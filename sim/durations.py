@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from core.costs import CostModel, StaticCostModel
-from core.dataflow import dense_ids, first_positions, unique_below
+from core.step_ops import dense_ids, first_positions, unique_below
 from core.ops import get_op_def
 from sim.errors import InvalidCost
 

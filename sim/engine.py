@@ -85,7 +85,8 @@ from simpy.core import EmptySchedule
 
 from core.costs import CostModel, StaticCostModel
 from core.costs import tensor_bytes as _tensor_bytes
-from core.dataflow import StepPlan, unique_below
+from core.dataflow import StepPlan
+from core.step_ops import unique_below
 from core.graph import Tensor
 from core.runtime_model import forwarded_reads
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
@@ -601,11 +602,11 @@ class _Simulation:
             r.sole_send, r.send_ptr, r.sends = _sole(*plan.array("csr_op_sends"), none=m)
         else:
             r.sole_send, (r.send_ptr, r.sends) = None, plan.csr_op_sends
-        r.control_crossings = self.control_crossings
         # RuntimeModel.crossing_cores: transfers that hold host cores queue with the
-        # kernels for them, as index n + k in the hosts' waiting heaps and want_cores.
+        # kernels for them, as index n + k in the hosts' waiting heaps and want_cores;
+        # so do the control messages that hold them (send_held in sim.handlers).
         r.crossing_cores = cores = self.crossing_cores
-        r.control_cores = control_cores(self)
+        r.control_crossings, r.control_cores = control_cores(self)
         if cores is not None or r.control_cores is not None:
             r.crossing_cores = cores or [0] * m
             r.crossing_host = [self.host_of[d] for d in plan.transfer_dst]

@@ -41,8 +41,8 @@ def make_handlers(sim, r: RunState) -> None:
     """Make every handler of the run ``r`` describes, wire them, and set on ``r`` the
     ones the run starts from: ``ready`` (an op became ready) and ``begin_on_device``
     (a device's ops ready at its part's start, when cheap ops run inline)."""
-    binds = [_op_handlers(r), _dispatch_handlers(r), _inline_handlers(r),
-             _link_handlers(sim, r)]
+    binds = [_op_handlers(r), _op_end_handlers(r), _dispatch_handlers(r),
+             _inline_handlers(r), _link_handlers(sim, r)]
     # What an op's end does with each of its sends: with serial dispatch, its
     # dispatcher sends it first; then it goes on its links (the static order counts
     # it down: written out in op_done, as `counted_down`).
@@ -54,24 +54,20 @@ def make_handlers(sim, r: RunState) -> None:
 
 
 def _op_handlers(r: RunState):
-    """An op ready, taking a thread and cores, starting, ending."""
+    """An op ready, taking a thread and cores, starting (its end: _op_end_handlers)."""
     env, queue, ids, log = r.env, r.queue, r.ids, r.log
-    op_start, op_end, op_thread, op_cores = r.op_start, r.op_end, r.op_thread, r.op_cores
-    pending, succ_ptr, succ, has_succ = r.pending, r.succ_ptr, r.succ, r.has_succ
+    op_start, op_thread, op_cores = r.op_start, r.op_thread, r.op_cores
     op_device, op_note, durations, want_cores = r.op_device, r.op_note, r.durations, r.want_cores
     slowdown, host_of, pool_free, pool_waiting = r.slowdown, r.host_of, r.pool_free, r.pool_waiting
-    start_at, late, serial, cheap = r.start_at, r.late, r.serial, r.cheap
-    need, counted_down, sole_send = r.need, r.counted_down, r.sole_send
-    send_ptr, sends, control_crossings = r.send_ptr, r.sends, r.control_crossings
+    start_at, late, serial = r.start_at, r.late, r.serial
     memory_of, moved, moving = r.memory_of, r.moved, r.moving  # (None: no shared bandwidth)
     n_ops = r.n
     # Handlers of the other groups (bound below, before the first event).
-    dispatched = finish_inline = send_control = start_transfer = send = None
+    dispatched = op_done = None
 
     def bind():
-        nonlocal dispatched, finish_inline, send_control, start_transfer, send
-        dispatched, finish_inline = r.dispatched, r.finish_inline
-        send_control, start_transfer, send = r.send_control, r.start_transfer, r.send
+        nonlocal dispatched, op_done
+        dispatched, op_done = r.dispatched, r.op_done
 
     def schedule(at, handler, value):
         """``handler(value)`` at time ``at`` (for the rarer kinds of events; the ends
@@ -160,6 +156,30 @@ def _op_handlers(r: RunState):
         if duration is not None:
             heappush(queue, (now + duration, next(ids), op_done, i))
 
+    ready = _process(ready_process)
+    r.schedule, r.ready, r.take_thread, r.start = schedule, ready, take_thread, start
+    return bind
+
+
+def _op_end_handlers(r: RunState):
+    """An op ending: its thread and cores handed out, its successors made ready, its
+    sends and control messages sent."""
+    env, log, op_end, op_thread, op_cores = r.env, r.log, r.op_end, r.op_thread, r.op_cores
+    pending, succ_ptr, succ, has_succ = r.pending, r.succ_ptr, r.succ, r.has_succ
+    op_device, want_cores, host_of = r.op_device, r.want_cores, r.host_of
+    pool_free, pool_waiting, cheap = r.pool_free, r.pool_waiting, r.cheap
+    need, counted_down, sole_send = r.need, r.counted_down, r.sole_send
+    send_ptr, sends, control_crossings = r.send_ptr, r.sends, r.control_crossings
+    memory_of, moving = r.memory_of, r.moving  # (None: no shared bandwidth)
+    # Handlers of the other groups (bound before the first event).
+    ready = start = take_thread = finish_inline = send_control = start_transfer = send = None
+
+    def bind():
+        nonlocal ready, start, take_thread, finish_inline, send_control, start_transfer, send
+        ready, start, take_thread = r.ready, r.start, r.take_thread
+        finish_inline, send_control = r.finish_inline, r.send_control
+        start_transfer, send = r.start_transfer, r.send
+
     def op_done_process():
         """Op ``i`` ended (each value sent)."""
         while True:
@@ -222,10 +242,7 @@ def _op_handlers(r: RunState):
             if control_crossings is not None and i in control_crossings:
                 send_control(i, d)
 
-    ready = _process(ready_process)
-    op_done = _process(op_done_process)
-    r.schedule, r.ready, r.take_thread, r.start = schedule, ready, take_thread, start
-    r.op_done = op_done
+    r.op_done = _process(op_done_process)
     return bind
 
 
@@ -238,7 +255,6 @@ def _dispatch_handlers(r: RunState):
     transfer_src, transfer_dst, pending = r.transfer_src, r.transfer_dst, r.pending
     sole_consumer, consumer_ptr, consumers = r.sole_consumer, r.consumer_ptr, r.consumers
     control_crossings, take_work, take_burst = r.control_crossings, r.take_work, r.take_burst
-    control_cores = r.control_cores
     # when each task's receiver last finishes taking a crossing in, and whether that
     # one is part of a burst (RuntimeModel.crossing_work; see take)
     taking_until = [0.0] * len(dispatch_free)
@@ -309,14 +325,9 @@ def _dispatch_handlers(r: RunState):
             schedule(dispatch_free[t] + wakeup[t], lock_given, (t, dispatch_free[t]))
 
     def send_control(i, d):
-        """Op ``i`` ended: the messages of its control edges to other tasks go (with
-        RuntimeModel.crossing_cores, those whose route holds cores: by send_held)."""
+        """Op ``i`` ended: the messages of its control edges to other tasks go."""
         now, t = env._now, task_of[d]
-        held = control_cores.get(i) if control_cores is not None else None
-        for e, (latency, sent, taken, burst, dst_task, js) in enumerate(control_crossings[i]):
-            if held is not None and held[e] is not None:
-                r.send_held(held[e], (taken, burst, dst_task, js))
-                continue
+        for latency, sent, taken, burst, dst_task, js in control_crossings[i]:
             arrival = now + latency
             if serial:  # the sender's dispatcher sends it; the receiver's takes it in
                 # (control_done)
@@ -614,7 +625,8 @@ def _link_handlers(sim, r: RunState):
 
 
 def _crossing_core_handlers(r: RunState, start_on_links):
-    """RuntimeModel.crossing_cores: ``(start_transfer, release_cores, got_cores)``.
+    """RuntimeModel.crossing_cores: ``(start_transfer, release_cores, got_cores)``, and
+    ``r.send_control`` wrapped to send the control messages that hold cores.
     ``start_transfer(k)`` takes the host cores transfer ``k`` holds
     (``r.crossing_cores[k]``, fewer if fewer are free) and starts it on its links
     (``start_on_links``), or queues it with the host's kernels that wait for cores (as
@@ -693,7 +705,16 @@ def _crossing_core_handlers(r: RunState, start_on_links):
         give_back(host, cores)
         r.control_done(message)
 
-    r.send_held = send_held
+    held_messages, send_plain = r.control_cores, r.send_control
+    if held_messages is not None:
+        def send_control(i, d):
+            """Op ``i`` ended: its control messages that hold cores go by send_held,
+            the others as without them."""
+            for spec, message in held_messages.get(i, ()):
+                send_held(spec, message)
+            send_plain(i, d)
+
+        r.send_control = send_control
     return start_transfer, release_cores, got_cores
 
 

@@ -26,6 +26,9 @@ def test_quick_calibration_writes_a_loadable_cluster(tmp_path):
     assert loaded.links["network:host0"] == base.links["network:host0"]  # kept
     # The memory rate by working set, and (two cores here) what kernels at once share.
     assert len(cpu.bandwidth_curve) >= 2 and cpu.mem_bandwidth == cpu.bandwidth_curve[-1][1]
+    # The convolutions' window gathering: a tap's loop, and its elements.
+    per_tap, per_element = cpu.window_copy_costs
+    assert 0 < per_tap < 1e-6 and 0 <= per_element < per_tap
     if usable_cpu_cores() >= 2:
         assert len(loaded.hosts[0].shared_bandwidth) == len(cpu.bandwidth_curve)
     # An in-process step's own cost, before its first op; how late a waiting thread

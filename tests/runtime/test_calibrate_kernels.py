@@ -156,3 +156,39 @@ def test_the_small_graph_s_kernels_are_timed_in_the_session_its_dispatch_is(monk
     assert len({session for session, _ in mine}) == 1  # one session, traced and not
     timed = [trace for _, trace in mine][-6:]
     assert timed == [True, False] * 3  # the traced and untraced steps take turns
+
+
+def test_the_fit_leaves_the_window_copies_to_their_own_figure():
+    """A convolution's traced time holds its window gathering, which the cost model adds
+    on its own (``window_copy_costs``): the fit takes it out first, so kernels timed as
+    fixed + copies + factor x roofline (the tiny ones as fixed + copies) give back that
+    fixed cost and factor, and the model predicts them."""
+    from dataclasses import replace as dc_replace
+
+    from core.costs import window_copy_time
+    from core.trace import OpRecord, Trace
+    from runtime.calibrate_kernels import kernel_costs_from_traces
+    cpu = dc_replace(Cluster.single_host().devices[0], intra_op_speedup=1.0,
+                     window_copy_costs=(5e-9, 1e-10))
+    bare = dc_replace(cpu, op_overhead=0.0, window_copy_costs=())
+    model = StaticCostModel()
+    runs = {}
+    for n in (8, 64, 128):
+        graph, _, _ = kernel_calibration_graph(n)
+        convs = [op for op in graph.get_operations() if op.type == "Conv2D"]
+        records = []
+        for op in convs:
+            copies = window_copy_time(op.op_def, [t.spec for t in op.inputs],
+                                      [t.spec for t in op.outputs], op.attrs, cpu)
+            assert copies > 0
+            roofline = model.op_time(op, bare) if n > 8 else 0.0  # (fixed: the tiny one)
+            t = 7e-6 + copies + 1.5 * roofline
+            records.append(OpRecord(op.name, op.type, cpu.name, 0, 0.0, t))
+        runs[n] = (graph, [Trace(ops=records)])
+    costs = kernel_costs_from_traces(cpu, runs, small=8)
+    assert costs["Conv2D"] == pytest.approx((7e-6, 1.5))
+    fitted = cpu.replace_kernel_costs(costs)
+    graph, traces = runs[128]
+    for rec in traces[0].ops:
+        op = graph.get_operation_by_name(rec.op)
+        assert model.op_time(op, fitted) - fitted.op_overhead == pytest.approx(rec.end)
