@@ -56,6 +56,14 @@ this calibration (04:00-04:08, ``busy_cores`` 1.5 to 2 measured, so 2 held) 16.2
 13.7%, 17.0% -> 14.6%, 20.4% -> 19.1%, worst 41.2/59.6/44.6% -> 37.8/55.7/40.4%,
 ranking 20/20 in all.  Every row it moves is a distributed placement's, and all but
 one moved toward its measurement; the round-robin-variables rows stay 20-29% short.
+With control edges holding cores too (``docs/probes/tf_control_crossings_probe.py``),
+after merging main, over all 19 runs (3 more with this calibration, 04:16-04:23):
+median error over runs 18.4% -> 15.7%, the runs' worst rows (median) 46.5% -> 40.4%,
+lower in 11 runs, higher in 5 (by 0.1 to 2.9 points; the runs themselves reported
+13.8, 14.6, 19.1, 16.0, 25.2 and 13.2%: their measurements scattered, a mixed_random
+simple step was predicted at 1.5 times its measurement in two); the median bias of
+the round-robin rows -11.8% -> -7.9%, of the round-robin-variables rows -26.6% ->
+-23.2%.
 """
 
 import os
