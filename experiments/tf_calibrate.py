@@ -683,7 +683,9 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
     devices': the traced gap between kernels), ``untraced_dispatch`` and
     ``chain_op_overhead`` (the two other measures, to compare), ``crossing_cpu`` (the
     servers' CPU time per crossing, :func:`measure_crossing_cpu`; with two tasks or
-    more), ``split_products`` and ``kernel_costs_all_sizes`` (the products TensorFlow
+    more), ``crossing_cores``, ``crossing_cores_cpu`` and ``crossing_cores_seconds``
+    (the host's cores a large crossing keeps busy, its CPU and its time:
+    :func:`measure_crossing_cores`; with two tasks or more), ``split_products`` and ``kernel_costs_all_sizes`` (the products TensorFlow
     split over the intra-op threads, per size, left out of the kernels' fit, and the
     fit with them: :func:`measure_tf_kernel_costs`) and ``other_cores``, the cores
     other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
