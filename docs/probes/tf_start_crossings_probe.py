@@ -68,6 +68,14 @@ against 0.35: each crossing of a small group costs about 0.1 ms more, where the
 model holds the host for the CPU of one crossing in a large burst over the cores
 (about 60 us).  Both ends of a step are where the round-robin-variables placements'
 few crossings are, and those rows stay 15 to 40% under their measurements.
+
+Predicted again with the runtime model ``tensorflow`` (crossings and control edges
+holding the host's cores, ``docs/probes/tf_crossing_cores_probe.py``) on the cluster
+of a ``sim_vs_real --backend tensorflow`` run at 04:21 (helper tf-7; ms added, against
+``ideal`` on the same cluster): ps1 0.00 (0.00), ps5 0.14 (0.14), ps1w1 0.18 (0.18),
+ps256k 0.01 (0.01), mlp 0.62 (0.50), end_ps1 0.36 (0.36), end_mlp 0.66 (0.44).  The
+step's end comes closer to what was measured (0.88); the start does not move: the
+reads at a part's start are still 0.3 to 0.5 ms short, the next mechanism to find.
 """
 import os
 import sys
