@@ -76,6 +76,16 @@ of a ``sim_vs_real --backend tensorflow`` run at 04:21 (helper tf-7; ms added, a
 ps256k 0.01 (0.01), mlp 0.62 (0.50), end_ps1 0.36 (0.36), end_mlp 0.66 (0.44).  The
 step's end comes closer to what was measured (0.88); the start does not move: the
 reads at a part's start are still 0.3 to 0.5 ms short, the next mechanism to find.
+A lead, tried only in the paired harness on the measured rows of 19 runs (tf-7,
+04:28; not kept, not calibrated): ``step_start_times`` with the master's own part at
+its ``step_overhead`` (an in-process call) and each remote part one route latency
+after the master called it (the RunGraph RPC's message) moved the
+round-robin-variables rows' median bias from -23.2% to -17.6% and the median error
+over runs from 15.7% to 14.8% (lower in 13 runs, higher in 2); the remote parts
+alone later (master last, as now) -19.3% and 15.3%; the master first alone -20.6%
+and 15.5%.  Done properly it needs ``part_overhead`` fitted to the same model (the
+tiny parts' steps would otherwise count the latency twice), so runs that keep their
+``step_samples``.
 """
 import os
 import sys
