@@ -83,9 +83,10 @@ after the master called it (the RunGraph RPC's message) moved the
 round-robin-variables rows' median bias from -23.2% to -17.6% and the median error
 over runs from 15.7% to 14.8% (lower in 13 runs, higher in 2); the remote parts
 alone later (master last, as now) -19.3% and 15.3%; the master first alone -20.6%
-and 15.5%.  Done properly it needs ``part_overhead`` fitted to the same model (the
-tiny parts' steps would otherwise count the latency twice), so runs that keep their
-``step_samples``.
+and 15.5%.  But ``part_overhead`` must then be fitted to the same model (else the
+tiny parts' steps count the latency twice): with it refitted (the calibration's
+slope less 0.6 latencies, its k = 1, 2 other tasks), 15.4% and -20.6% (lower in 9
+runs, higher in 5): too small a step to keep on this evidence.
 """
 import os
 import sys
