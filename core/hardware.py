@@ -367,6 +367,13 @@ class Link:
     [(2e-05, 4e-05), (2.5e-05, 4.5e-05), (3.1e-05, 5e-05)]
     >>> Link("memcpy:h", "memcpy", 1e9, 1e-4).crossing_cpu(10) is None
     True
+
+    ``busy_cores`` (0 by default: none) is how many of its host's cores a crossing
+    keeps busy while it holds the link: its ends' CPU over its time, where a runtime
+    copies, encodes and decodes each tensor with the host's cores at both ends at once
+    (TensorFlow's servers: :func:`experiments.tf_calibrate.measure_crossing_cores`).  A
+    runtime model with ``crossing_cores`` makes such a crossing hold them, queued with
+    the host's kernels (:meth:`core.runtime_model.RuntimeModel.crossing_cores_of`).
     """
 
     name: str
@@ -376,6 +383,7 @@ class Link:
     size_costs: tuple = ()
     wait: float = 0.0
     cpu_costs: tuple = ()
+    busy_cores: float = 0.0
 
     def __post_init__(self):
         try:
@@ -396,6 +404,9 @@ class Link:
         if len({n for n, _, _ in cpu}) != len(cpu):
             raise InvalidCluster(f"cpu_costs has two points for one size: {cpu}", self.name)
         object.__setattr__(self, "cpu_costs", cpu)
+        if not 0 <= self.busy_cores < math.inf:
+            raise InvalidCluster(f"busy_cores must be a non-negative finite number, not "
+                                 f"{self.busy_cores!r}", self.name)
         if not 0 <= self.wait <= self.latency:
             raise InvalidCluster(f"wait must be between 0 and the latency ({self.latency} s), "
                                  f"not {self.wait}", self.name)
@@ -550,7 +561,7 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
                  "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
                  "window_copy_costs",
-                 "shared_bandwidth", "wait", "cpu_costs"}
+                 "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

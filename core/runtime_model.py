@@ -12,8 +12,8 @@ when it is made, rather than loose flags that are silently ignored alone.  A cal
 (``Cluster.runtime_model``), so ``sim.simulate(graph, placement, cluster)`` predicts
 that runtime with nothing else set.
 
->>> INTERPRETER.serial_dispatch, IDEAL.serial_dispatch
-(True, False)
+>>> INTERPRETER.serial_dispatch, IDEAL.serial_dispatch, TENSORFLOW.crossing_cores
+(True, False, True)
 >>> get_runtime_model("interpreter") is INTERPRETER
 True
 >>> RuntimeModel(dispatch_cores=True)
@@ -32,8 +32,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
 
-__all__ = ["RuntimeModel", "IDEAL", "INTERPRETER", "RUNTIME_MODELS", "get_runtime_model",
-           "CHEAP_ELEMENTS", "forwarded_reads"]
+__all__ = ["RuntimeModel", "IDEAL", "INTERPRETER", "TENSORFLOW", "RUNTIME_MODELS",
+           "get_runtime_model", "CHEAP_ELEMENTS", "forwarded_reads"]
 
 #: The interpreter runtime's cheap-op limit: a CPU kernel whose every input and output
 #: has at most this many elements (a 64x64 matmul at most) runs serially, below the
@@ -74,9 +74,18 @@ class RuntimeModel:
     inline_elements : the thread that finished an op goes on with the cheap ops it made
         ready on its device (see :meth:`is_cheap`) and one other, as the runtime's
         executor does; None: every ready op queues for the pool.
+    crossing_cores : a crossing over links that measured ``Link.busy_cores`` (two tasks
+        of one host) holds that many of its host's cores while it holds the links,
+        queued with the host's kernels for them (:meth:`crossing_cores_of`): the
+        runtime's threads copy, encode and decode the tensor at both ends at once, and
+        kernels and crossings take turns on the cores.  A control edge between two such
+        tasks too (the runtime sends it as an empty tensor): it holds them for its
+        route's latency less the links' ``wait``.  A runtime without serial
+        dispatch only: with it, ``copies_on_cores`` books a copy as its ends' work.
 
-    Every part but ``serial_dispatch`` refines a serial dispatcher, so each needs it;
-    a model that sets one without it raises ValueError.  See :mod:`sim.engine` for how
+    Every part but ``serial_dispatch`` and ``crossing_cores`` refines a serial
+    dispatcher, so each needs it; a model that sets one without it, or
+    ``crossing_cores`` with it, raises ValueError.  See :mod:`sim.engine` for how
     the simulator carries each part out.
     """
 
@@ -86,6 +95,7 @@ class RuntimeModel:
     copies_on_cores: bool = False
     step_costs_on_cores: bool = False
     inline_elements: int | None = None
+    crossing_cores: bool = False
 
     def __post_init__(self):
         if self.inline_elements is not None and (
@@ -98,6 +108,28 @@ class RuntimeModel:
                 value = getattr(self, part)
                 if value not in (False, None):
                     raise ValueError(f"RuntimeModel: {part} needs serial_dispatch ({why})")
+        elif self.crossing_cores:
+            raise ValueError("RuntimeModel: crossing_cores excludes serial_dispatch (a serial "
+                             "dispatcher's copies are its work: copies_on_cores)")
+
+    def crossing_cores_of(self, links, host_cores: int) -> int:
+        """The cores of its host a crossing over the route ``links`` holds while on it:
+        with ``crossing_cores``, the links' measured ``busy_cores`` (the largest),
+        rounded, at least one and at most ``host_cores``, where every link of the route
+        is a host's ``memcpy`` link that measured it; else 0.
+
+        >>> from core.hardware import Link
+        >>> link = Link("memcpy:h", "memcpy", 1e9, 1e-4, busy_cores=1.8)
+        >>> TENSORFLOW.crossing_cores_of([link], 2), TENSORFLOW.crossing_cores_of([link], 1)
+        (2, 1)
+        >>> IDEAL.crossing_cores_of([link], 2), TENSORFLOW.crossing_cores_of([], 2)
+        (0, 0)
+        """
+        if not self.crossing_cores or not links or host_cores < 1:
+            return 0
+        if not all(link.kind == "memcpy" and link.busy_cores > 0 for link in links):
+            return 0
+        return min(host_cores, max(1, round(max(link.busy_cores for link in links))))
 
     def is_cheap(self, op_type: str, shapes: Iterable, on_cpu: bool) -> bool:
         """Whether the runtime counts an op cheap enough to run inline: a ``Variable``
@@ -183,8 +215,13 @@ INTERPRETER = RuntimeModel("interpreter", serial_dispatch=True, dispatch_cores=T
                            copies_on_cores=True, step_costs_on_cores=True,
                            inline_elements=CHEAP_ELEMENTS)
 
+#: TensorFlow's runtime: :data:`IDEAL`'s dispatch, and its crossings between the server
+#: processes of a host keep the host's cores busy at both ends while they cross
+#: (``docs/probes/tf_crossing_cores_probe.py``), taking turns with the kernels.
+TENSORFLOW = RuntimeModel("tensorflow", crossing_cores=True)
+
 #: The named models, by name.
-RUNTIME_MODELS: dict[str, RuntimeModel] = {m.name: m for m in (IDEAL, INTERPRETER)}
+RUNTIME_MODELS: dict[str, RuntimeModel] = {m.name: m for m in (IDEAL, INTERPRETER, TENSORFLOW)}
 
 
 def get_runtime_model(model: "str | RuntimeModel | None") -> RuntimeModel:

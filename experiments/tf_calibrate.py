@@ -49,6 +49,9 @@ crossing figures              :func:`runtime.calibrate.calibrate_distributed` on
 ``Link.wait`` of ``memcpy``   the crossing's latency less the servers' CPU time per
                               crossing (:func:`measure_crossing_cpu`) over the host's
                               cores: the part of a crossing that overlaps others
+``Link.busy_cores`` of        the servers' CPU per crossing of a 4 MiB tensor over the time
+``memcpy``                    it adds to a step, along a chain of them
+                              (:func:`measure_crossing_cores`)
 ============================  ==============================================================
 
 Why between the kernels of the calibration graph and not along a chain: TensorFlow's executor runs an op
@@ -73,9 +76,19 @@ crossing holds the host's ``memcpy`` link for its share of that CPU time (its CP
 over the host's cores, :func:`_with_crossing_waits`) and its bytes, and waits out the
 rest of its latency.
 
-The result records :data:`core.runtime_model.IDEAL` as its runtime model: TensorFlow's
-executor is C++, dispatches ops from every inter-op thread at once, and no interpreter
-lock serialises them; the per-op work it does is in ``op_overhead``.
+Why a crossing's cores: a crossing keeps both its ends' threads busy while it crosses
+(encoding and writing, reading and decoding), on the cores the kernels run on: a 4 MiB
+one used 3.3 to 3.8 ms of the servers' CPU per 1.6 to 2.4 ms it added to a step
+(``docs/probes/tf_fan_in_probe.py``, ``docs/probes/tf_crossing_cores_probe.py``: about
+two cores at every size from 64 KiB to 4 MiB), and tiny ones beside a chain of MatMuls
+took 80-95% of the two apart (``docs/probes/tf_core_contention_probe.py``).  So while a
+crossing holds the host's link it also holds ``busy_cores`` of its cores, queued with
+the kernels for them (:data:`core.runtime_model.TENSORFLOW`'s ``crossing_cores``).
+
+The result records :data:`core.runtime_model.TENSORFLOW` as its runtime model:
+TensorFlow's executor is C++, dispatches ops from every inter-op thread at once, and no
+interpreter lock serialises them (:data:`core.runtime_model.IDEAL`'s dispatch; the
+per-op work it does is in ``op_overhead``), and its crossings hold cores as above.
 
 Needs ``tensorflow``; importing this module does not import it.
 """
@@ -93,15 +106,15 @@ from core.cluster import Cluster, ClusterSpec
 from core.hardware import memcpy_link_name
 from core.graph import Graph
 from core.placement import Placement
-from core.runtime_model import IDEAL
+from core.runtime_model import TENSORFLOW
 from experiments.machine_load import OtherLoad
 from experiments.tf_backend import (TFLocalCluster, import_tensorflow, placed_graph_def,
                                     session_config, trace_from_step_stats)
 
 __all__ = ["calibrate_tensorflow", "tensorflow_session", "traced_tensorflow_steps",
            "measure_tf_matmul_rate", "measure_tf_bandwidth_curve", "measure_tf_kernel_costs",
-           "measure_crossing_cpu", "crossings_graph", "split_products", "SPLIT_SPEEDUP",
-           "TF_RUNTIME_MODEL"]
+           "measure_crossing_cpu", "crossings_graph", "crossing_chain_graph",
+           "measure_crossing_cores", "with_crossing_cores", "split_products", "SPLIT_SPEEDUP", "TF_RUNTIME_MODEL"]
 
 _log = logging.getLogger(__name__)
 
@@ -111,7 +124,7 @@ _log = logging.getLogger(__name__)
 _CONTAINERS = itertools.count()
 
 #: The runtime model a TensorFlow calibration records (see the module's docstring).
-TF_RUNTIME_MODEL = IDEAL
+TF_RUNTIME_MODEL = TENSORFLOW
 
 
 def _tf_graph(tf, graph: Graph, placement: Placement | None, container: str | None):
@@ -461,6 +474,65 @@ def measure_crossing_cpu(servers: TFLocalCluster, master=None, crossings: int = 
     return max(0.0, (used[0] - used[1]) / (steps * crossings))
 
 
+def crossing_chain_graph(src: str, dst: str, nbytes: int, hops: int, crossing: bool = True):
+    """``(graph, fetches)``: a float32 tensor of ``nbytes`` made on ``src`` and passed
+    on by ``hops`` Identity ops alternating between ``dst`` and ``src`` (each hop a
+    crossing, one after another), or with ``crossing`` False all on ``dst``; a tiny
+    op on ``src`` in both (both graphs involve both tasks)."""
+    import core as ctf
+    graph = Graph()
+    with graph.as_default():
+        with ctf.device(src if crossing else dst):
+            x = ctf.constant(np.ones(max(1, nbytes // 4), np.float32), name="a")
+        for i in range(hops):
+            with ctf.device((dst if i % 2 == 0 else src) if crossing else dst):
+                x = ctf.identity(x, name=f"hop{i}")
+        with ctf.device(src):
+            tiny = ctf.identity(ctf.constant(np.float32(1.0), name="t"), name="tiny")
+    return graph, [x.op, tiny.op]
+
+
+def measure_crossing_cores(servers: TFLocalCluster, master=None, src=None,
+                           nbytes: int = 4 << 20, hops: int = 8, steps: int = 30
+                           ) -> tuple[float, float, float]:
+    """``(cores, cpu, seconds)``: how many of the host's cores one crossing of a large
+    tensor (``nbytes``) between two of TensorFlow's servers keeps busy while it
+    crosses: the servers' CPU seconds per crossing (``cpu``) over the time each adds
+    to a step (``seconds``), along a chain of ``hops`` crossings one after another
+    between ``src`` (default: the first task that is not the master) and ``master``
+    (default the first task; :func:`crossing_chain_graph`), less the same chain on the
+    master alone; ``steps`` steps of each, the two graphs taking turns step by step
+    (the CPU seconds over all of them, the time the fastest step of each).
+
+    Why a large tensor: its crossing's own work (encoding, copying, decoding it at both
+    ends) is most of its time, so CPU over time says how many cores it holds; a tiny
+    crossing's time is mostly a wait (``docs/probes/tf_crossing_cores_probe.py``)."""
+    from time import perf_counter
+    master = tuple(master or servers.tasks[0])
+    src = tuple(src or next(t for t in servers.tasks if tuple(t) != master))
+    names = {t: f"/job:{t[0]}/replica:0/task:{t[1]}/device:CPU:0" for t in (master, src)}
+    cpu = {True: 0.0, False: 0.0}
+    fastest = {True: float("inf"), False: float("inf")}
+    with contextlib.ExitStack() as stack:
+        runs = {}
+        for crossing in (True, False):
+            graph, fetches = crossing_chain_graph(names[src], names[master], nbytes, hops,
+                                                  crossing)
+            runs[crossing] = stack.enter_context(
+                tensorflow_session(servers.target(*master), graph, fetches))
+            for _ in range(3):
+                runs[crossing]()
+        for _ in range(steps):
+            for crossing, run in runs.items():
+                before, t0 = servers.cpu_seconds(), perf_counter()
+                run()
+                fastest[crossing] = min(fastest[crossing], perf_counter() - t0)
+                cpu[crossing] += servers.cpu_seconds() - before
+    used = max(0.0, (cpu[True] - cpu[False]) / (steps * hops))
+    seconds = max(1e-9, (fastest[True] - fastest[False]) / hops)
+    return used / seconds, used, seconds
+
+
 def _with_op_fetch_overheads(cluster: Cluster, servers: TFLocalCluster, figures: dict
                              ) -> Cluster:
     """``cluster`` with every task's ``step_overhead`` and ``part_overhead`` measured
@@ -501,6 +573,23 @@ def _with_crossing_waits(cluster: Cluster, cpu: float) -> Cluster:
         if link.kind == "memcpy":
             share = cpu / hosts.get(name, 1)
             cluster = cluster.replace_link(name, wait=max(0.0, link.latency - share))
+    return cluster
+
+
+def with_crossing_cores(cluster: Cluster, cores: float) -> Cluster:
+    """``cluster`` with every ``memcpy`` link's ``busy_cores`` set to ``cores`` (the
+    host's cores one crossing keeps busy, :func:`measure_crossing_cores`), which a
+    runtime model with ``crossing_cores`` makes each crossing of the host hold while
+    on the link, queued with the kernels.
+
+    >>> from core.cluster import Cluster
+    >>> c = with_crossing_cores(Cluster.single_host(), 1.7)
+    >>> sorted((l.kind, l.busy_cores) for l in c.links.values())
+    [('memcpy', 1.7), ('network', 0.0)]
+    """
+    for name, link in cluster.links.items():
+        if link.kind == "memcpy":
+            cluster = cluster.replace_link(name, busy_cores=max(0.0, float(cores)))
     return cluster
 
 
@@ -594,7 +683,9 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
     devices': the traced gap between kernels), ``untraced_dispatch`` and
     ``chain_op_overhead`` (the two other measures, to compare), ``crossing_cpu`` (the
     servers' CPU time per crossing, :func:`measure_crossing_cpu`; with two tasks or
-    more), ``split_products`` and ``kernel_costs_all_sizes`` (the products TensorFlow
+    more), ``crossing_cores``, ``crossing_cores_cpu`` and ``crossing_cores_seconds``
+    (the host's cores a large crossing keeps busy, its CPU and its time:
+    :func:`measure_crossing_cores`; with two tasks or more), ``split_products`` and ``kernel_costs_all_sizes`` (the products TensorFlow
     split over the intra-op threads, per size, left out of the kernels' fit, and the
     fit with them: :func:`measure_tf_kernel_costs`) and ``other_cores``, the cores
     other programs kept busy).  ``quick``: small sizes and few repeats (for tests)."""
@@ -622,6 +713,10 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
             cluster = _with_op_fetch_overheads(cluster, servers, figures)
             figures["crossing_cpu"] = measure_crossing_cpu(servers, cluster.master)
             cluster = _with_crossing_waits(cluster, figures["crossing_cpu"])
+            cores, cpu, seconds = measure_crossing_cores(servers, cluster.master)
+            figures.update(crossing_cores=cores, crossing_cores_cpu=cpu,
+                           crossing_cores_seconds=seconds)
+            cluster = with_crossing_cores(cluster, cores)
     cluster = with_kernel_costs(cluster, costs, dispatch=device["op_overhead"])
     figures.update(device, kernel_costs=costs, fused=fused, shared_bandwidth=shared,
                    dispatch_gap=device["op_overhead"], untraced_dispatch=untraced,

@@ -35,6 +35,13 @@ of servers"):
 - A data edge between devices is one transfer per (tensor, destination device), sent
   when the producer ends (with serial dispatch, once its task's dispatcher sent it),
   over the links of ``cluster.route`` (see :mod:`sim.links`).
+- With ``RuntimeModel.crossing_cores`` a transfer over links that measured
+  ``Link.busy_cores`` (two tasks of one host) also holds that many of its host's cores
+  (fewer if fewer are free) while on its links, queued with the kernels for them:
+  the runtime's threads copy the tensor at both ends, and kernels and crossings take
+  turns on the cores (:mod:`sim.crossing_cores`); a control edge's message
+  over such a route holds them for the latency less the links' ``wait``, after that
+  wait.
 - Memory: :mod:`sim.memory`.
 - Fixed costs of a distributed step (:func:`step_start_times`): no op of a task starts
   before that task's part of the step started (the client's call to the master, then
@@ -84,6 +91,7 @@ from core.graph import Tensor
 from core.runtime_model import forwarded_reads
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
+from sim.crossing_cores import control_cores, transfer_cores
 from sim.durations import (memory_traffic, op_durations, same_signature, splitting,
                            transfer_durations)
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
@@ -414,6 +422,7 @@ class _Simulation:
             self.transfer_wait = None
         else:
             self.transfer_wait = self._latency_waits(routes, keys, pair_of)
+        self.crossing_cores = transfer_cores(self, routes, keys, pair_of)
         self.static = self.config.link_order == "static"
         n_links = len(self.link_names)
         # The static order (see sim.links): what each transfer waits for before it
@@ -593,7 +602,15 @@ class _Simulation:
             r.sole_send, r.send_ptr, r.sends = _sole(*plan.array("csr_op_sends"), none=m)
         else:
             r.sole_send, (r.send_ptr, r.sends) = None, plan.csr_op_sends
-        r.control_crossings = self.control_crossings
+        # RuntimeModel.crossing_cores: transfers that hold host cores queue with the
+        # kernels for them, as index n + k in the hosts' waiting heaps and want_cores;
+        # so do the control messages that hold them (send_held in sim.handlers).
+        r.crossing_cores = cores = self.crossing_cores
+        r.control_crossings, r.control_cores = control_cores(self)
+        if cores is not None or r.control_cores is not None:
+            r.crossing_cores = cores or [0] * m
+            r.crossing_host = [self.host_of[d] for d in plan.transfer_dst]
+            r.want_cores = list(r.want_cores) + r.crossing_cores
         return r
 
     def _crossing_work(self, routes, keys, pair_of) -> tuple[list, list, list | None]:

@@ -61,6 +61,7 @@ def _op_handlers(r: RunState):
     slowdown, host_of, pool_free, pool_waiting = r.slowdown, r.host_of, r.pool_free, r.pool_waiting
     start_at, late, serial = r.start_at, r.late, r.serial
     memory_of, moved, moving = r.memory_of, r.moved, r.moving  # (None: no shared bandwidth)
+    n_ops = r.n
     # Handlers of the other groups (bound below, before the first event).
     dispatched = op_done = None
 
@@ -133,7 +134,11 @@ def _op_handlers(r: RunState):
 
     def start(i, slot, cores):
         """Op ``i`` starts on thread ``slot`` with ``cores`` (see ready, where most
-        ops start)."""
+        ops start); ``i >= n``: transfer ``i - n`` got the cores it waited for
+        (RuntimeModel.crossing_cores)."""
+        if i >= n_ops:
+            r.transfer_got_cores(i - n_ops, cores)
+            return
         duration = durations[i]
         if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
             duration *= slowdown[op_device[i]][cores]
@@ -393,6 +398,7 @@ def _dispatch_handlers(r: RunState):
 
     r.dispatched, r.send_control, r.dispatch_send, r.take_in = (
         dispatched, send_control, dispatch_send, take_in)
+    r.control_done = control_done
     return bind
 
 
@@ -531,10 +537,18 @@ def _link_handlers(sim, r: RunState):
         x_start[k] = now
         heappush(queue, (now + transfer_time[k], next(ids), transfer_done, k))
 
+    # RuntimeModel.crossing_cores: a transfer takes its host cores (or queues for them)
+    # before it starts on its links, and gives them back at its end.
+    crossing_cores = r.crossing_cores
+    if crossing_cores is not None:
+        start_transfer, release_cores, r.transfer_got_cores = _crossing_core_handlers(
+            r, start_transfer)
     if static:
         put_on_links, release_links = _static_link_order(r, start_transfer)
     else:
         put_on_links, release_links = _ready_link_order(sim, r, start_transfer)
+    if crossing_cores is not None:
+        hand_on = _static_hand_on(r, start_transfer, release_links) if static else release_links
 
     def transfer_done_process():
         """Transfer ``k`` ended (each value sent)."""
@@ -544,6 +558,8 @@ def _link_handlers(sim, r: RunState):
             # its end), consumers' counts (the buffer is freed before any consumer
             # starts, as StepState reports it).
             log.append(n + k)
+            if crossing_cores is not None:  # freed cores go out before consumers queue
+                release_cores(k)
             if serial:  # the receiver's dispatcher takes it in first
                 take_in(k)
             else:  # taken_in, written out (one call fewer per transfer on the hot path)
@@ -560,6 +576,9 @@ def _link_handlers(sim, r: RunState):
                         pending[j] = left
                         if not left:
                             ready(j)
+            if crossing_cores is not None:  # its links handed on (its cores: above)
+                hand_on(k)
+                continue
             if static:
                 j = next_first[k]
                 if j >= 0:
@@ -603,6 +622,120 @@ def _link_handlers(sim, r: RunState):
 
     r.start_transfer, r.put_on_links, r.wait_then_put = start_transfer, put_on_links, wait_then_put
     return bind
+
+
+def _crossing_core_handlers(r: RunState, start_on_links):
+    """RuntimeModel.crossing_cores: ``(start_transfer, release_cores, got_cores)``, and
+    ``r.send_control`` wrapped to send the control messages that hold cores.
+    ``start_transfer(k)`` takes the host cores transfer ``k`` holds
+    (``r.crossing_cores[k]``, fewer if fewer are free) and starts it on its links
+    (``start_on_links``), or queues it with the host's kernels that wait for cores (as
+    ``(time, n + k, -1)``: the op handlers' ``start`` hands it to ``got_cores``);
+    ``release_cores(k)`` gives its cores back at its end, to the waiting kernels and
+    transfers first (:mod:`sim.pools`)."""
+    env, n, m, cores_of, host_of = r.env, r.n, r.m, r.crossing_cores, r.crossing_host
+    want_cores, queue, ids = r.want_cores, r.queue, r.ids
+    held: dict[int, int] = {}
+    messages: dict[int, tuple] = {}  # control messages waiting for cores, by n + m + c
+
+    def start_transfer(k):
+        cores = cores_of[k]
+        if cores:
+            host = host_of[k]
+            free = host.free
+            if not free or host.waiting:
+                heappush(host.waiting, (env._now, n + k, -1))
+                return
+            if cores > free:
+                cores = free
+            host.free = free - cores
+            held[k] = cores
+        start_on_links(k)
+
+    def got_cores(k, cores):
+        if k >= m:  # a control message (send_held)
+            hold, host, message = messages.pop(k)
+            heappush(queue, (env._now + hold, next(ids), control_held,
+                             (cores, host, message)))
+            return
+        held[k] = cores
+        start_on_links(k)
+
+    def give_back(host, cores):
+        free, waiting, start = host.free + cores, host.waiting, r.start
+        while free and waiting:
+            _, j, slot = heappop(waiting)
+            got = want_cores[j]
+            if got > free:
+                got = free
+            free -= got
+            start(j, slot, got)
+        host.free = free
+
+    def release_cores(k):
+        cores = held.pop(k, 0)
+        if cores:
+            give_back(host_of[k], cores)
+
+    def send_held(spec, message):
+        """A control edge's message over a route that holds cores (TensorFlow sends a
+        control edge as an empty tensor): after the route's ``wait`` it takes the
+        cores (or queues for them with the kernels), holds them for the rest of the
+        latency, then arrives (control_done)."""
+        wait, hold, cores, host = spec
+        heappush(queue, (env._now + wait, next(ids), take_for_message,
+                         (hold, cores, host, message)))
+
+    def take_for_message(value):
+        hold, cores, host, message = value
+        free = host.free
+        if not free or host.waiting:
+            j = len(want_cores)
+            want_cores.append(cores)
+            messages[j - n] = (hold, host, message)
+            heappush(host.waiting, (env._now, j, -1))
+            return
+        if cores > free:
+            cores = free
+        host.free = free - cores
+        heappush(queue, (env._now + hold, next(ids), control_held, (cores, host, message)))
+
+    def control_held(value):
+        cores, host, message = value
+        give_back(host, cores)
+        r.control_done(message)
+
+    held_messages, send_plain = r.control_cores, r.send_control
+    if held_messages is not None:
+        def send_control(i, d):
+            """Op ``i`` ended: its control messages that hold cores go by send_held,
+            the others as without them."""
+            for spec, message in held_messages.get(i, ()):
+                send_held(spec, message)
+            send_plain(i, d)
+
+        r.send_control = send_control
+    return start_transfer, release_cores, got_cores
+
+
+def _static_hand_on(r: RunState, start_transfer, release_links):
+    """The static link order's hand-on of the links of a transfer that ended, by
+    ``start_transfer`` (transfer_done writes it out for runs where no transfer holds
+    cores)."""
+    need, next_first, next_second = r.need, r.next_first, r.next_second
+
+    def hand_on(k):
+        j = next_first[k]
+        if j < 0:
+            release_links(k)
+            return
+        for j in (j, next_second[k]):
+            left = need[j] - 1
+            need[j] = left
+            if not left:
+                start_transfer(j)
+
+    return hand_on
 
 
 def _static_link_order(r: RunState, start_transfer):

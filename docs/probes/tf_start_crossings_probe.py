@@ -68,6 +68,25 @@ against 0.35: each crossing of a small group costs about 0.1 ms more, where the
 model holds the host for the CPU of one crossing in a large burst over the cores
 (about 60 us).  Both ends of a step are where the round-robin-variables placements'
 few crossings are, and those rows stay 15 to 40% under their measurements.
+
+Predicted again with the runtime model ``tensorflow`` (crossings and control edges
+holding the host's cores, ``docs/probes/tf_crossing_cores_probe.py``) on the cluster
+of a ``sim_vs_real --backend tensorflow`` run at 04:21 (helper tf-7; ms added, against
+``ideal`` on the same cluster): ps1 0.00 (0.00), ps5 0.14 (0.14), ps1w1 0.18 (0.18),
+ps256k 0.01 (0.01), mlp 0.62 (0.50), end_ps1 0.36 (0.36), end_mlp 0.66 (0.44).  The
+step's end comes closer to what was measured (0.88); the start does not move: the
+reads at a part's start are still 0.3 to 0.5 ms short, the next mechanism to find.
+A lead, tried only in the paired harness on the measured rows of 19 runs (tf-7,
+04:28; not kept, not calibrated): ``step_start_times`` with the master's own part at
+its ``step_overhead`` (an in-process call) and each remote part one route latency
+after the master called it (the RunGraph RPC's message) moved the
+round-robin-variables rows' median bias from -23.2% to -17.6% and the median error
+over runs from 15.7% to 14.8% (lower in 13 runs, higher in 2); the remote parts
+alone later (master last, as now) -19.3% and 15.3%; the master first alone -20.6%
+and 15.5%.  But ``part_overhead`` must then be fitted to the same model (else the
+tiny parts' steps count the latency twice): with it refitted (the calibration's
+slope less 0.6 latencies, its k = 1, 2 other tasks), 15.4% and -20.6% (lower in 9
+runs, higher in 5): too small a step to keep on this evidence.
 """
 import os
 import sys

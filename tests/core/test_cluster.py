@@ -563,6 +563,25 @@ def test_a_links_cpu_costs_round_trip_interpolate_and_are_checked():
             c.replace_link(name, cpu_costs=bad)
 
 
+def test_a_links_busy_cores_round_trip_and_are_checked():
+    import json
+
+    from core.cluster import InvalidCluster
+    c = Cluster.single_host()
+    name = next(n for n in c.links if n.startswith("memcpy:"))
+    assert all(link.busy_cores == 0.0 for link in c.links.values())
+    c2 = c.replace_link(name, busy_cores=1.8)
+    back = Cluster.from_dict(json.loads(json.dumps(c2.to_dict())))
+    assert back == c2 and back.links[name].busy_cores == 1.8
+    old = c.to_dict()  # a file written before busy_cores existed still loads
+    for item in old["links"]:
+        del item["busy_cores"]
+    assert Cluster.from_dict(old) == c
+    for bad in (-0.5, float("inf")):
+        with pytest.raises(InvalidCluster, match="busy_cores must be a non-negative finite"):
+            c.replace_link(name, busy_cores=bad)
+
+
 def test_link_size_costs_round_trip_interpolate_and_are_checked():
     import json
 

@@ -8,7 +8,8 @@ import core as tf
 import placers
 import sim
 from core.cluster import Cluster, InvalidCluster
-from core.runtime_model import IDEAL, INTERPRETER, RuntimeModel, get_runtime_model
+from core.hardware import Link
+from core.runtime_model import IDEAL, INTERPRETER, TENSORFLOW, RuntimeModel, get_runtime_model
 
 
 @pytest.mark.parametrize("part", ["dispatch_cores", "copies_on_cores", "step_costs_on_cores"])
@@ -22,10 +23,32 @@ def test_a_part_that_refines_serial_dispatch_is_refused_without_it(part):
 
 def test_named_models_and_unknown_names():
     assert get_runtime_model(None) is IDEAL and get_runtime_model("interpreter") is INTERPRETER
-    with pytest.raises(ValueError, match=r"unknown runtime model 'cpp'; known: \['ideal', 'interpreter'\]"):
+    assert get_runtime_model("tensorflow") is TENSORFLOW
+    with pytest.raises(ValueError, match=r"unknown runtime model 'cpp'; known: "
+                                         r"\['ideal', 'interpreter', 'tensorflow'\]"):
         get_runtime_model("cpp")
     with pytest.raises(ValueError, match="unknown runtime model"):
         sim.SimConfig(runtime="cpp")
+
+
+def test_crossing_cores_is_for_a_runtime_without_serial_dispatch():
+    with pytest.raises(ValueError, match="crossing_cores excludes serial_dispatch"):
+        RuntimeModel(serial_dispatch=True, crossing_cores=True)
+    assert TENSORFLOW.crossing_cores and not TENSORFLOW.serial_dispatch
+    assert RuntimeModel.from_dict(TENSORFLOW.to_dict()) == TENSORFLOW
+
+
+def test_a_crossing_holds_the_cores_its_links_measured_at_most_its_hosts():
+    busy = Link("memcpy:h", "memcpy", 1e9, 1e-4, busy_cores=2.4)
+    unmeasured = Link("memcpy:h", "memcpy", 1e9, 1e-4)
+    network = Link("network:h", "network", 1e9, 1e-4, busy_cores=2.0)
+    assert TENSORFLOW.crossing_cores_of([busy], 8) == 2      # rounded
+    assert TENSORFLOW.crossing_cores_of([busy], 1) == 1      # at most the host's
+    assert TENSORFLOW.crossing_cores_of([busy.__class__("memcpy:h", "memcpy", 1e9, 1e-4,
+                                                        busy_cores=0.2)], 4) == 1  # at least one
+    assert TENSORFLOW.crossing_cores_of([unmeasured], 2) == 0  # not measured: none
+    assert TENSORFLOW.crossing_cores_of([busy, network], 2) == 0  # between hosts: none
+    assert IDEAL.crossing_cores_of([busy], 2) == 0 and INTERPRETER.crossing_cores_of([busy], 2) == 0
 
 
 def test_the_cheap_op_rule():

@@ -8,7 +8,7 @@ import pytest
 
 import core as tf
 from core.cluster import Cluster, ClusterSpec
-from core.runtime_model import IDEAL
+from core.runtime_model import TENSORFLOW
 from experiments.tf_calibrate import TF_RUNTIME_MODEL, calibrate_tensorflow, tensorflow_session
 
 
@@ -27,7 +27,7 @@ def _one_core_task() -> Cluster:
 def test_a_quick_calibration_of_tensorflow_fills_every_figure(tensorflow):
     from runtime.calibrate_kernels import kernel_calibration_graph
     cluster, figures = calibrate_tensorflow(_one_core_task(), quick=True)
-    assert cluster.runtime_model is TF_RUNTIME_MODEL is IDEAL
+    assert cluster.runtime_model is TF_RUNTIME_MODEL is TENSORFLOW
     cpu = cluster.devices[0]
     assert cpu.peak_flops > 1e8 and cpu.mem_bandwidth > 1e8 and cpu.intra_op_speedup == 1.0
     assert len(cpu.bandwidth_curve) >= 2 and cpu.mem_bandwidth == cpu.bandwidth_curve[-1][1]
@@ -48,7 +48,7 @@ def test_a_quick_calibration_of_tensorflow_fills_every_figure(tensorflow):
     assert all(fixed >= 0 and factor >= 0.1 for fixed, factor in costs.values())
     assert costs == figures["kernel_costs"]
     again = Cluster.from_dict(cluster.to_dict())  # the model survives the JSON
-    assert again.runtime_model == IDEAL
+    assert again.runtime_model == TENSORFLOW
 
 
 def test_tensorflow_session_runs_a_built_graph_in_this_process(tensorflow):
@@ -74,6 +74,21 @@ def test_a_crossings_cpu_time_leaves_the_rest_of_its_latency_a_wait(tensorflow):
     assert waited.links["memcpy:h"].wait == pytest.approx(1e-4)
     assert _with_crossing_waits(memcpy, 1.0).links["memcpy:h"].wait == 0.0
     assert waited.links["network:h"].wait == 0.0  # only the crossings within a host
+
+
+def test_a_crossing_of_a_large_tensor_keeps_cores_busy(tensorflow):
+    from experiments.tf_backend import TFLocalCluster
+    from experiments.tf_calibrate import measure_crossing_cores, with_crossing_cores
+    cluster = Cluster.from_spec(ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0"]}),
+                                hosts={("ps", 0): "h", ("worker", 0): "h"}, cpu_cores=1,
+                                cpu_inter_op_threads=1, cpu_intra_op_threads=1)
+    with TFLocalCluster(cluster, one_process=True) as servers:
+        cores, cpu, seconds = measure_crossing_cores(servers, ("worker", 0), nbytes=256 << 10,
+                                                     hops=2, steps=3)
+    assert cores == pytest.approx(cpu / seconds) and cpu >= 0 and 0 < seconds < 0.1
+    busy = with_crossing_cores(cluster, cores)
+    assert busy.links["memcpy:h"].busy_cores == pytest.approx(cores)
+    assert busy.links["network:h"].busy_cores == 0.0  # only the crossings within a host
 
 
 def test_a_crossings_cpu_time_is_shared_over_its_hosts_cores():
