@@ -33,7 +33,7 @@ import pandas as pd
 from experiments import cli
 from experiments.report import RECORD_NAME, load_record, runs
 
-__all__ = ["latest_runs", "headlines", "markdown_table", "results_page", "update_readme",
+__all__ = ["latest_runs", "run_key", "headlines", "markdown_table", "results_page", "update_readme",
            "copy_pictures", "PICTURES", "main"]
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -41,13 +41,29 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 MAX_ROWS = 40
 
 
+#: Scripts whose runs on different backends are different findings (sim_vs_real on this
+#: lab's runtime and on TensorFlow's): the latest run of each backend is kept.
+BY_BACKEND = {"sim_vs_real"}
+
+
+def run_key(record: dict) -> str:
+    """What a run is the latest of: its script, and for the scripts of
+    :data:`BY_BACKEND` the backend it ran on other than the default runtime
+    (``"sim_vs_real:tensorflow"``)."""
+    backend = (record.get("arguments") or {}).get("backend", "runtime")
+    if record["script"] in BY_BACKEND and backend != "runtime":
+        return f"{record['script']}:{backend}"
+    return record["script"]
+
+
 def latest_runs(out: Path | str) -> dict[str, Path]:
-    """The folder of each script's latest run under ``out`` that ended well."""
+    """The folder of each script's latest run under ``out`` that ended well (per backend
+    for the scripts of :data:`BY_BACKEND`; :func:`run_key`)."""
     latest: dict[str, Path] = {}
     for folder in runs(out):  # oldest first
         record = load_record(folder)
         if record.get("status") == "ok":
-            latest[record["script"]] = folder
+            latest[run_key(record)] = folder
     return latest
 
 
@@ -171,8 +187,8 @@ def headlines(latest: dict[str, Path]) -> list[dict]:
     """One row per finding of the latest runs (scripts in :data:`HEADLINES` order)."""
     rows = []
     for script, summarise in HEADLINES.items():
-        if script in latest:
-            rows += summarise(latest[script], load_record(latest[script]))
+        for key in sorted(k for k in latest if k.split(":")[0] == script):
+            rows += summarise(latest[key], load_record(latest[key]))
     return rows
 
 

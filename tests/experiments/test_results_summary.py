@@ -64,3 +64,22 @@ def test_the_in_process_accuracy_headline_gives_the_error_beside_the_spreads(tmp
     (row,) = results_summary.headlines(results_summary.latest_runs(tmp_path))
     assert row["figure"] == ("median |error| 6%, max 30% (gnmt) over 3 graphs; "
                              "median spreads: repeat 1%, calibration 2%")
+
+
+def _sim_vs_real_run(out, backend: str, error: float):
+    frame = pd.DataFrame({"cost_model": ["static"], "rows": [4], "median_abs_error": [error],
+                          "ranked_pairs": [6], "ranked_same": [6]})
+    with Run("sim_vs_real", {"backend": backend}, out=out, argv=["--backend", backend]) as run:
+        run.save_table(frame, "sim_vs_real_summary")
+    return run.folder
+
+
+def test_sim_vs_real_keeps_the_latest_run_of_each_backend(tmp_path):
+    """The runtime's and TensorFlow's predictions are two findings: a TensorFlow run
+    does not hide the runtime's latest."""
+    runtime_run = _sim_vs_real_run(tmp_path, "runtime", 0.08)
+    tf_run = _sim_vs_real_run(tmp_path, "tensorflow", 0.12)
+    latest = results_summary.latest_runs(tmp_path)
+    assert latest == {"sim_vs_real": runtime_run, "sim_vs_real:tensorflow": tf_run}
+    whats = [row["what"] for row in results_summary.headlines(latest)]
+    assert any("on runtime" in w for w in whats) and any("on tensorflow" in w for w in whats)
