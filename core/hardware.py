@@ -560,8 +560,7 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 # Record fields a cluster file may leave out (added after the format's first version).
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
                  "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
-                 "window_copy_costs",
-                 "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
+                 "window_copy_costs", "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

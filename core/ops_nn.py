@@ -479,7 +479,8 @@ def _kernels(dtypes):
 
 NN_OPS: dict[str, OpDef] = table(
     OpDef("Conv2D", infer_conv2d, flops_conv2d, kernels=_kernels(FLOAT),
-          multithreaded=True, window_copies=window_copies_conv2d, gradient=_grad("conv2d_grad"), min_inputs=2, max_inputs=2),
+          multithreaded=True, window_copies=window_copies_conv2d, gradient=_grad("conv2d_grad"),
+          min_inputs=2, max_inputs=2),
     OpDef("Conv2DBackpropInput", infer_conv2d_backprop_input, flops_conv2d_backprop_input,
           kernels=_kernels(FLOAT), multithreaded=True,
           window_copies=window_copies_conv2d_backprop_input,

@@ -132,8 +132,8 @@ WINDOW_CHANNELS = (2, 64)
 
 def measure_window_copy_costs(repeat: int = 7, side: int = 32) -> tuple[float, float]:
     """``(seconds per tap, seconds per element)`` of the CPU convolution kernels' window
-    gathering (im2col, which Conv2D and Conv2DBackpropFilter run; col2im, Conv2DBack-
-    propInput's, is taken to cost the same): the kernel's own gathering loop timed
+    gathering (im2col, which Conv2D and Conv2DBackpropFilter run; col2im, which
+    Conv2DBackpropInput runs, is taken to cost the same): the kernels' gathering loop timed
     alone on a ``[1, side, side, C]`` input with a 3x3 window, for each ``C`` of
     :data:`WINDOW_CHANNELS` (fastest of ``repeat`` after one untimed call), the time
     per tap straight through the two channel counts.
