@@ -43,18 +43,6 @@ cores free when it starts (at least one) and runs it longer on fewer (Amdahl's l
 ``core.hardware.slowdown_table``, now shared by both).  Kept.  The shared bandwidth
 slowed no kernel of these 24 placements (no two kernels at once asked more than the
 host served), so the estimate does not model it: nothing here would show it right.
-
-Cheap ops run inline are what is left on one device: on mixed_random graphs it was not
-fitted on (seeds 1-2 with ``elements=4194304``, seed 5, seed 3 with ``elements=262144``;
-one device, the step's ops) the estimate gave 97.7, 27.8, 11.41 and 7.11 ms where the
-simulator without inline gave 97.7, 27.7, 11.41 and 7.24 and with it 70.6, 33.9, 11.86
-and 5.93: the thread that goes on with the ops it made ready runs the graph in another
-order, sometimes faster, sometimes slower.  A ready-order list schedule cannot follow
-it: letting such ops skip the queue for a thread changed nothing (cores, not threads,
-are what they wait for), and committing them depth first right after the op that made
-them ready booked the task's dispatcher far ahead of ops ready earlier (seed 2, one
-device: 11.4 ms against the simulator's 7.2).  Following it would take an event-driven
-estimate.
 """
 
 from __future__ import annotations
