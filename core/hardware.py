@@ -14,8 +14,7 @@ from typing import Iterable, Mapping
 from core.devices import DeviceSpec
 
 __all__ = ["Host", "Task", "Device", "Link", "LINK_KINDS", "InvalidCluster", "UnknownDevice",
-           "HardwareFigures", "DEFAULT_FIGURES", "bandwidth_at", "amdahl_speedup",
-           "slowdown_table", "device_sort_key",
+           "HardwareFigures", "DEFAULT_FIGURES", "bandwidth_at", "device_sort_key",
            "memcpy_link_name", "network_link_name", "pcie_link_name", "nvlink_link_name"]
 
 LINK_KINDS = ("memcpy", "pcie", "nvlink", "network")
@@ -119,37 +118,6 @@ def bandwidth_at(curve: tuple, nbytes: float) -> float:
             return r0 + (r1 - r0) * math.log(nbytes / n0) / math.log(n1 / n0)
         n0, r0 = n1, r1
     return r0
-
-
-def amdahl_speedup(cores: int, total_speedup: float, threads: int) -> float:
-    """The speed-up of a multithreaded kernel on ``cores`` cores, when on all ``threads``
-    of its intra-op pool it runs ``total_speedup`` times faster than on one.
-
-    Amdahl's law (G. Amdahl, "Validity of the single processor approach to achieving
-    large scale computing capabilities", AFIPS 1967): ``S(k) = 1 / ((1 - p) + p / k)``,
-    with the parallel fraction ``p`` chosen so that ``S(threads) = total_speedup``.  A
-    super-linear ``total_speedup >= threads`` scales linearly instead.
-    """
-    cores = max(1, min(cores, threads))
-    if threads <= 1 or total_speedup <= 1.0:
-        return 1.0
-    if total_speedup >= threads:
-        return total_speedup * cores / threads
-    p = (1.0 - 1.0 / total_speedup) / (1.0 - 1.0 / threads)
-    return 1.0 / ((1.0 - p) + p / cores)
-
-
-def slowdown_table(total_speedup: float, threads: int) -> list[float]:
-    """``table[k]`` = how many times longer a multithreaded kernel takes on ``k`` cores
-    than on its whole pool (``table[threads] == 1``; index 0 unused): a kernel that got
-    fewer cores than it wanted, because fewer were free, runs that much longer (the
-    simulator's rule, and the cost-model placer's estimate's).
-
-    >>> [round(x, 6) for x in slowdown_table(1.8, 2)]
-    [1.0, 1.8, 1.0]
-    """
-    full = amdahl_speedup(threads, total_speedup, threads)
-    return [1.0] + [full / amdahl_speedup(k, total_speedup, threads) for k in range(1, threads + 1)]
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,8 @@ need (one per tensor and destination device, charged the route's latency and slo
 bandwidth, and holding every link of its route: a link carries one transfer at a time, as
 in the simulator, so many small crossings over one slow link queue up), the device's
 inter-op threads and, for CPU ops, the host's cores (tasks on one host share them; a
-kernel that splits its work takes the cores free when it starts, up to
-``intra_op_threads``, and runs longer on fewer, as in the simulator).  The first op of
-a colocation group decides the group's device.
+multithreaded kernel holds up to ``intra_op_threads`` cores).  The first op of a
+colocation group decides the group's device.
 
 Memory: a device holds its variables for good and every other op's outputs from the op
 until its last consumer is placed; a device whose capacity the op's outputs would exceed is
@@ -43,12 +42,10 @@ estimates the placement with fewer tasks besides the master's wins.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
 from typing import Iterable, Sequence
 
 from core.costs import CostModel, StaticCostModel, tensor_bytes
 from core.graph import Graph, Operation, Tensor, ops_needed, topological_order
-from core.hardware import slowdown_table
 from core.placement import Placement, PlacementError
 from core.runtime_model import RuntimeModel, get_runtime_model
 from placers.base import BasePlacer, register
@@ -86,9 +83,6 @@ class _Model:
         self.out_bytes = [0] * n
         self.persistent = [False] * n
         self.multithreaded = [op.op_def.multithreaded for op in self.ops]
-        # How much longer a kernel that splits runs on k cores than on its whole pool.
-        self.slowdown = [slowdown_table(d.intra_op_speedup, d.intra_op_threads)
-                         for d in self.devices]
         # Host cores: CPU devices draw on their host's cores; other devices use none.
         cores = {h.name: h.cpu_cores for h in cluster.hosts}
         hosts = sorted({d.host for d in self.devices if d.device_type == "CPU"})
@@ -278,22 +272,13 @@ class _Model:
             if free > start:
                 start = free
             h = self.device_host[k]
-            duration = self.op_time(i, k)
             if h >= 0:
-                # As the simulator grants cores (sim.pools.HostCores): the op waits for
-                # one free core; a kernel that splits takes the free ones, up to its
-                # intra-op pool, and runs longer on fewer (Amdahl's law, slowdown_table).
                 cores = core_free[h]
+                need = min(intra[k], len(cores)) if self.splits(i, k) else 1
                 ordered = sorted(cores)
-                if ordered[0] > start:
-                    start = ordered[0]
-                need = 1
-                if self.splits(i, k):
-                    need = bisect_right(ordered, start)
-                    if need >= intra[k]:
-                        need = intra[k]
-                    else:
-                        duration *= self.slowdown[k][need]
+                if ordered[need - 1] > start:
+                    start = ordered[need - 1]
+            duration = self.op_time(i, k)
             begin = start
             if serial:  # the op's first part waits for its task's dispatcher
                 task = device_task[k]

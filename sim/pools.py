@@ -31,8 +31,6 @@ from __future__ import annotations
 from bisect import insort
 
 from core.cluster import bandwidth_at
-# (Amdahl's law is the placers' estimate's rule too: it lives in core, beside the devices.)
-from core.hardware import amdahl_speedup, slowdown_table
 
 __all__ = ["InterOpPool", "HostCores", "HostMemory", "DispatchCalendar", "amdahl_speedup",
            "rescale_speedup", "slowdown_table"]
@@ -122,6 +120,31 @@ class HostMemory:
             self.running -= 1
             self.asked -= held[0]
             self.working_set -= held[1]
+
+
+def amdahl_speedup(cores: int, total_speedup: float, threads: int) -> float:
+    """The speed-up of a multithreaded kernel on ``cores`` cores, when on all ``threads``
+    of its intra-op pool it runs ``total_speedup`` times faster than on one.
+
+    Amdahl's law (G. Amdahl, "Validity of the single processor approach to achieving
+    large scale computing capabilities", AFIPS 1967): ``S(k) = 1 / ((1 - p) + p / k)``,
+    with the parallel fraction ``p`` chosen so that ``S(threads) = total_speedup``.  A
+    super-linear ``total_speedup >= threads`` scales linearly instead.
+    """
+    cores = max(1, min(cores, threads))
+    if threads <= 1 or total_speedup <= 1.0:
+        return 1.0
+    if total_speedup >= threads:
+        return total_speedup * cores / threads
+    p = (1.0 - 1.0 / total_speedup) / (1.0 - 1.0 / threads)
+    return 1.0 / ((1.0 - p) + p / cores)
+
+
+def slowdown_table(total_speedup: float, threads: int) -> list[float]:
+    """``table[k]`` = how many times longer a multithreaded kernel takes on ``k`` cores
+    than on its whole pool (``table[threads] == 1``; index 0 unused)."""
+    full = amdahl_speedup(threads, total_speedup, threads)
+    return [1.0] + [full / amdahl_speedup(k, total_speedup, threads) for k in range(1, threads + 1)]
 
 
 def rescale_speedup(total_speedup: float, threads: int, new_threads: int) -> float:

@@ -203,34 +203,6 @@ def test_the_estimate_gives_a_kernel_the_cores_the_executor_gives_it():
     assert step(512, 2) == pytest.approx(2 * step(512, 1), rel=0.01)
 
 
-def test_a_kernel_that_splits_takes_the_free_cores_and_runs_longer_as_in_the_simulator():
-    # On a CPU of two cores, a one-core Transpose (3 ms) and a MatMul that splits (2 ms
-    # on both cores, 1.8 times faster than on one) are ready at once.  The simulator
-    # gives the MatMul the one core left and runs it 1.8 times longer (sim.pools.
-    # HostCores, slowdown_table): 3.6 ms, beside the Transpose.  (Waiting for both
-    # cores, it would end at 5 ms.)
-    import sim
-    from core.costs import StaticCostModel
-
-    class Times(StaticCostModel):
-        def op_time(self, op, device):
-            return {"t": 3e-3, "m": 2e-3}.get(op.name, 0.0)
-
-    cluster = Cluster.single_host(cpu_cores=2)
-    cpu = cluster.devices[0].name
-    cluster = cluster.replace_device(cpu, inter_op_threads=2, intra_op_threads=2,
-                                     intra_op_speedup=1.8, parallel_min_elements=0)
-    g = tf.Graph()
-    with g.as_default():
-        x = tf.constant(np.ones((64, 64), np.float32), name="x")
-        tf.transpose(x, name="t")
-        tf.matmul(x, x, name="m")
-    p = placers.Placement({op.name: cpu for op in g.get_operations()})
-    simulated = sim.simulate(g, p, cluster, cost_model=Times()).step_time
-    assert simulated == pytest.approx(3.6e-3)
-    assert estimate_step_time(g, p, cluster, Times()) == pytest.approx(simulated)
-
-
 def test_a_split_needs_to_beat_one_device_by_the_margin():
     # Two independent chains of 1 ms ops on two one-core tasks: split, the step takes
     # half as long (crossings free); with a margin above that gain one device wins.
