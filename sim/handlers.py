@@ -196,7 +196,8 @@ def _op_end_handlers(r: RunState):
             free_slots = pool_free[d]
             if cheap is None:
                 cores = op_cores[i]
-                if cores:  # its cores go to the ops waiting for them (sim.pools)
+                if cores:  # its cores to the waiting (HostCores.hand_out, written out:
+                    # every op with cores ends here)
                     host = host_of[d]
                     free_cores = host.free + cores
                     waiting = host.waiting
@@ -457,27 +458,13 @@ def _inline_handlers(r: RunState):
                 cores = total - got  # what is left goes to the waiting ops below
             start(after, own, got)
         if cores:
-            _hand_out_cores(host_of[d], cores)
+            host_of[d].hand_out(cores, want_cores, start)
         if after is None:
             heappush(pool_free[d], own)
             if caller:
                 cheap_only.discard((d, own))
         for j in queued:
             ready(j)
-
-    def _hand_out_cores(host, cores):
-        """Freed ``cores`` of ``host`` go to the ops waiting for them, first come
-        first served, each taking what it wants of what is free."""
-        free_cores = host.free + cores
-        waiting = host.waiting
-        while free_cores and waiting:
-            _, j, slot = heappop(waiting)
-            got = want_cores[j]
-            if got > free_cores:
-                got = free_cores
-            free_cores -= got
-            start(j, slot, got)
-        host.free = free_cores
 
     def begin_on_device(ops):
         """RuntimeModel.inline_elements: a device's ops ready at its part's start, as
@@ -662,15 +649,7 @@ def _crossing_core_handlers(r: RunState, start_on_links):
         start_on_links(k)
 
     def give_back(host, cores):
-        free, waiting, start = host.free + cores, host.waiting, r.start
-        while free and waiting:
-            _, j, slot = heappop(waiting)
-            got = want_cores[j]
-            if got > free:
-                got = free
-            free -= got
-            start(j, slot, got)
-        host.free = free
+        host.hand_out(cores, want_cores, r.start)
 
     def release_cores(k):
         cores = held.pop(k, 0)

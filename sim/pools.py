@@ -29,6 +29,7 @@ cycles a second, the whole simulator has to beat that per op).
 from __future__ import annotations
 
 from bisect import insort
+from heapq import heappop
 
 from core.cluster import bandwidth_at
 
@@ -61,6 +62,20 @@ class HostCores:
         self.cores = cores
         self.free = cores
         self.waiting: list = []
+
+    def hand_out(self, cores: int, want_cores, start) -> None:
+        """Freed ``cores`` go to the work waiting for them, first come first served,
+        each taking what it wants (``want_cores[j]``) of what is free and starting
+        (``start(j, thread, got)``)."""
+        free, waiting = self.free + cores, self.waiting
+        while free and waiting:
+            _, j, slot = heappop(waiting)
+            got = want_cores[j]
+            if got > free:
+                got = free
+            free -= got
+            start(j, slot, got)
+        self.free = free
 
 
 class HostMemory:
