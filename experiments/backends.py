@@ -153,6 +153,15 @@ def relative_spread(a: float, b: float) -> float:
     return abs(a - b) / min(a, b)
 
 
+def pinned_step(make, cluster, **options) -> float:
+    """The simulated step (seconds) of the graph that ``make()`` builds, as
+    ``(graph, fetches)``, with every op on the device the graph pins it to: the probes'
+    hand-placed graphs.  ``options`` go to :func:`sim.simulate`."""
+    graph, fetches = make()
+    placement = Placement({op.name: op.device for op in graph.get_operations()})
+    return sim.simulate(graph, placement, cluster, fetches=fetches, **options).step_time
+
+
 def pinned_graph(graph: Graph, placement: Placement) -> Graph:
     """A copy of ``graph`` with each op's requested device set to its placed device."""
     nodes = graph_to_nodes(graph.get_operations())

@@ -71,9 +71,8 @@ import psutil  # noqa: E402
 
 import core as ctf  # noqa: E402
 import runtime  # noqa: E402
-import sim  # noqa: E402
-from core.placement import Placement  # noqa: E402
-from experiments.backends import runtime_cluster_spec, server_env, this_host_cluster  # noqa: E402
+from experiments.backends import (pinned_step, runtime_cluster_spec, server_env,  # noqa: E402
+                                  this_host_cluster)
 from runtime.calibrate import (_interleaved_step_times, calibrate_distributed,  # noqa: E402
                                runtime_session)
 
@@ -120,11 +119,6 @@ def chain(hops: int, nbytes: int, crossing: bool):
         return g, [x.op, d.op]
     return make
 
-
-def predicted(cluster, make) -> float:
-    g, outs = make()
-    placement = Placement({op.name: op.device for op in g.get_operations()})
-    return sim.simulate(g, placement, cluster, fetches=outs).step_time
 
 
 def cpu_times(local) -> dict:
@@ -177,7 +171,7 @@ def main():
                   f"simulated extra (ms): as calibrated, without cpu_costs")
             for k in KS:
                 extra = min(times[(k, "cross")]) - min(times[(k, "local")])
-                sims = [predicted(c, builds[(k, "cross")]) - predicted(c, builds[(k, "local")])
+                sims = [pinned_step(builds[(k, "cross")], c) - pinned_step(builds[(k, "local")], c)
                         for c in (cluster, whole)]
                 print(f"  {k:3d} {extra * 1e3:8.3f} {extra / k * 1e6:8.1f} "
                       f"{sims[0] * 1e3:8.3f} {sims[1] * 1e3:8.3f}")

@@ -46,9 +46,7 @@ import numpy as np  # noqa: E402
 
 import core as ctf  # noqa: E402
 import runtime  # noqa: E402
-import sim  # noqa: E402
-from core.placement import Placement  # noqa: E402
-from experiments.backends import (RUNTIME_SIM, calibrate_this_host,  # noqa: E402
+from experiments.backends import (RUNTIME_SIM, calibrate_this_host, pinned_step,  # noqa: E402
                                   runtime_cluster_spec, server_env, this_host_cluster)
 from runtime.calibrate import _cpu, _interleaved_step_times  # noqa: E402
 
@@ -93,12 +91,8 @@ def main():
     print(f"calibrated latency {figures['transfer_latency'] * 1e6:.1f} us")
     with runtime.LocalCluster(runtime_cluster_spec(base), env=server_env()) as local:
         times = _interleaved_step_times(local, variants, W0, 40)
-    predicted = {}
-    for key, make in variants.items():
-        g, outs = make()
-        placement = Placement({op.name: op.device for op in g.get_operations()})
-        predicted[key] = sim.simulate(g, placement, cluster, fetches=outs,
-                                      config=RUNTIME_SIM).step_time
+    predicted = {key: pinned_step(make, cluster, config=RUNTIME_SIM)
+                 for key, make in variants.items()}
     for key in variants:
         if key[0] == "local":
             continue

@@ -48,11 +48,9 @@ sys.path.insert(0, os.getcwd())
 import numpy as np  # noqa: E402
 
 import core as ctf  # noqa: E402
-import sim  # noqa: E402
 from core.cluster import Cluster  # noqa: E402
 from core.graph import Graph  # noqa: E402
-from core.placement import Placement  # noqa: E402
-from experiments.backends import server_env  # noqa: E402
+from experiments.backends import pinned_step, server_env  # noqa: E402
 from experiments.tf_backend import TFLocalCluster  # noqa: E402
 from experiments.tf_calibrate import tensorflow_session  # noqa: E402
 from runtime.calibrate import _interleaved_step_times  # noqa: E402
@@ -85,11 +83,6 @@ def build(kind: str, k: int):
     return make
 
 
-def predict(cluster: Cluster, make) -> float:
-    g, fetches = make()
-    placement = Placement({op.name: op.device for op in g.get_operations()})
-    return sim.simulate(g, placement, cluster, fetches=fetches).step_time
-
 
 def main(cluster_json: str, repeats: int = 40):
     cluster = Cluster.load(cluster_json)
@@ -100,7 +93,7 @@ def main(cluster_json: str, repeats: int = 40):
     print("graph    fastest (+ over none)   median (+)   predicted (+)")
     for (kind, k), ts in times.items():
         ref = times[("none", k)]
-        p, pref = predict(cluster, builds[(kind, k)]), predict(cluster, builds[("none", k)])
+        p, pref = pinned_step(builds[(kind, k)], cluster), pinned_step(builds[("none", k)], cluster)
         print(f"{kind}{k:<3d} {min(ts) * 1e3:7.3f} (+{(min(ts) - min(ref)) * 1e3:6.3f})  "
               f"{np.median(ts) * 1e3:7.3f} (+{(np.median(ts) - np.median(ref)) * 1e3:6.3f})  "
               f"{p * 1e3:7.3f} (+{(p - pref) * 1e3:6.3f})", flush=True)

@@ -75,12 +75,10 @@ sys.path.insert(0, os.getcwd())
 import numpy as np  # noqa: E402
 
 import core as ctf  # noqa: E402
-import sim  # noqa: E402
 from core.cluster import Cluster  # noqa: E402
 from core.graph import Graph  # noqa: E402
-from core.placement import Placement  # noqa: E402
 from core.runtime_model import IDEAL, TENSORFLOW  # noqa: E402
-from experiments.backends import server_env  # noqa: E402
+from experiments.backends import pinned_step, server_env  # noqa: E402
 from experiments.tf_backend import TFLocalCluster  # noqa: E402
 from experiments.tf_calibrate import (measure_crossing_cores, tensorflow_session,  # noqa: E402
                                       with_crossing_cores)
@@ -120,11 +118,6 @@ def build(kind: str):
     return make
 
 
-def predict(cluster: Cluster, make) -> float:
-    g, fetches = make()
-    placement = Placement({op.name: op.device for op in g.get_operations()})
-    return sim.simulate(g, placement, cluster, fetches=fetches).step_time
-
 
 def main(cluster_json: str, repeats: int = 40):
     cluster = Cluster.load(cluster_json)
@@ -143,7 +136,8 @@ def main(cluster_json: str, repeats: int = 40):
     print("\ngraph  fastest  median   predicted: no cores  holding cores (ms)")
     for k, ts in times.items():
         print(f"{k:5s} {min(ts) * 1e3:7.3f} {np.median(ts) * 1e3:7.3f}   "
-              f"{predict(ideal, builds[k]) * 1e3:7.3f}  {predict(held, builds[k]) * 1e3:7.3f}",
+              f"{pinned_step(builds[k], ideal) * 1e3:7.3f}  "
+              f"{pinned_step(builds[k], held) * 1e3:7.3f}",
               flush=True)
 
 

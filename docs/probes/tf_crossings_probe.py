@@ -61,9 +61,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 import core as ctf  # noqa: E402
-import sim  # noqa: E402
-from core.placement import Placement  # noqa: E402
-from experiments.backends import server_env, this_host_cluster  # noqa: E402
+from experiments.backends import pinned_step, server_env, this_host_cluster  # noqa: E402
 from experiments.tf_backend import TFLocalCluster  # noqa: E402
 from experiments.tf_calibrate import TF_RUNTIME_MODEL, tensorflow_session  # noqa: E402
 from runtime.calibrate import _interleaved_step_times, calibrate_distributed  # noqa: E402
@@ -120,11 +118,6 @@ def fan(k: int, nbytes: int, reader: str):
     return make
 
 
-def predicted(cluster, make) -> float:
-    g, outs = make()
-    placement = Placement({op.name: op.device for op in g.get_operations()})
-    return sim.simulate(g, placement, cluster, fetches=outs).step_time
-
 
 def server_cpu(servers) -> float:
     """CPU seconds the server processes have used so far."""
@@ -173,8 +166,8 @@ with TFLocalCluster(base, env=server_env(1, "passive")) as servers:
               f"simulated extra (ms)")
         for k in KS:
             extra = min(times[(k, "cross")]) - min(times[(k, "local")])
-            sim_extra = (predicted(cluster, builds[(k, "cross")])
-                         - predicted(cluster, builds[(k, "local")]))
+            sim_extra = (pinned_step(builds[(k, "cross")], cluster)
+                         - pinned_step(builds[(k, "local")], cluster))
             print(f"  {k:3d} {extra * 1e3:8.3f} {extra / k * 1e6:8.1f} {sim_extra * 1e3:8.3f}")
         k = KS[-1]
         print(f"  server CPU per crossing, {k} at once: "

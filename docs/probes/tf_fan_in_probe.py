@@ -55,11 +55,9 @@ sys.path.insert(0, os.getcwd())
 import numpy as np  # noqa: E402
 
 import core as ctf  # noqa: E402
-import sim  # noqa: E402
 from core.cluster import Cluster  # noqa: E402
 from core.graph import Graph  # noqa: E402
-from core.placement import Placement  # noqa: E402
-from experiments.backends import server_env  # noqa: E402
+from experiments.backends import pinned_step, server_env  # noqa: E402
 from experiments.tf_backend import TFLocalCluster  # noqa: E402
 from experiments.tf_calibrate import tensorflow_session  # noqa: E402
 from runtime.calibrate import _interleaved_step_times  # noqa: E402
@@ -92,11 +90,6 @@ def build(kind: str, nbytes: int):
     return make
 
 
-def predict(cluster: Cluster, make) -> float:
-    g, fetches = make()
-    placement = Placement({op.name: op.device for op in g.get_operations()})
-    return sim.simulate(g, placement, cluster, fetches=fetches).step_time
-
 
 def cpu_per_step(servers, make, steps: int = 40) -> float:
     g, fetches = make()
@@ -118,11 +111,11 @@ def main(cluster_json: str, repeats: int = 40):
                                             open_session=tensorflow_session)
             cpu = {k: cpu_per_step(servers, make) for k, make in builds.items()}
             base, base_med = min(times["none"]), float(np.median(times["none"]))
-            pbase = predict(cluster, builds["none"])
+            pbase = pinned_step(builds["none"], cluster)
             print(f"\n{nbytes} bytes: fastest (+ over none), median (+), CPU ms/step (+), "
                   "predicted (+)")
             for k, ts in times.items():
-                p = predict(cluster, builds[k])
+                p = pinned_step(builds[k], cluster)
                 print(f"{k:6s} {min(ts) * 1e3:6.3f} (+{(min(ts) - base) * 1e3:6.3f})  "
                       f"{np.median(ts) * 1e3:6.3f} (+{(np.median(ts) - base_med) * 1e3:6.3f})  "
                       f"cpu {cpu[k] * 1e3:6.3f} (+{(cpu[k] - cpu['none']) * 1e3:6.3f})   "
