@@ -322,7 +322,7 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     total = int(ends[-1]) if len(ends) else 0
     return np.repeat(starts - ends + lengths, lengths) + np.arange(total)
 
-_VIEW = "core.dataflow"  # (the name kept) the name of the graph's arrays (Graph.cached_view)
+_VIEW = "core.step_ops"  # the name of the graph's arrays (Graph.cached_view)
 
 def _graph_arrays(graph: Graph) -> OpArrays:
     """The arrays of all of ``graph``'s ops, kept with it until its next change."""
@@ -360,7 +360,7 @@ def step_ops(ops: list, targets: list | None) -> tuple[list, "OpArrays"]:
     ops = _topological(ops)
     return ops, op_arrays(ops)
 
-_STEP_VIEW = "core.dataflow.step:"  # + the fetched ops' names (Graph.cached_view)
+_STEP_VIEW = "core.step_ops.step:"  # + the fetched ops' names (Graph.cached_view)
 
 def _needed_in_order(targets: list) -> tuple[list, "OpArrays"]:
     needed = _topological(ops_needed(targets))
