@@ -13,16 +13,18 @@ as an argument; none is global.
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 from typing import Iterable, Mapping, Sequence
 
 from core.graph import Operation, Tensor
+from core.hardware import alloc_time_at
 from core.opdef import UnknownDimension
 from core.ops import TensorSpec, nbytes
 from core.shapes import ShapeHints
 
 __all__ = ["CostModel", "StaticCostModel", "MeasuredCostModel", "MissingCost", "tensor_bytes",
-           "planning_bytes", "dispatch_gaps", "window_copy_time", "ShapeHints",
+           "planning_bytes", "dispatch_gaps", "window_copy_time", "allocation_time", "ShapeHints",
            "UnknownDimension"]
 
 
@@ -158,7 +160,8 @@ class StaticCostModel(CostModel):
     ``parallel_min_elements`` (a second regime: waking the kernel's thread team costs
     what a serial loop does not).  A kernel that gathers windows one tap at a time (a
     convolution's im2col) also pays its device's price of the copies, beside the
-    roofline (:func:`window_copy_time`).  Ops with neither flops nor bytes (``NoOp``,
+    roofline (:func:`window_copy_time`), and a kernel on a device that prices its
+    outputs' allocation pays that (:func:`allocation_time`).  Ops with neither flops nor bytes (``NoOp``,
     ``Variable``) cost the overheads alone, and so do ops that forward their input's
     buffer as their output (``OpDef.forwards_input``: ``Identity``, ``Reshape``, a
     variable's read), which move no bytes.
@@ -197,6 +200,7 @@ class StaticCostModel(CostModel):
         memory = moved / device.bandwidth_at(moved)
         roofline = flops / (peak * speedup) + memory
         copies = window_copy_time(op_def, ins, outs, op.attrs, device) / speedup
+        copies += allocation_time(op_def, outs, device)
         if device.kernel_costs:
             parallel = (op_def.multithreaded and device.parallel_min_elements > 0
                         and device.intra_op_threads > 1
@@ -233,6 +237,30 @@ def window_copy_time(op_def, ins, outs, attrs, device) -> float:
         return 0.0
     taps, elements = op_def.window_copies(ins, outs, attrs)
     return taps * costs[0] + elements * costs[1]
+
+
+def allocation_time(op_def, outs, device) -> float:
+    """Seconds a kernel spends allocating its outputs beyond what tiny outputs cost
+    (``device.alloc_costs`` at each output's bytes; 0 for devices without them and for
+    ops that forward their input's buffer).  Beside the roofline, not scaled by the
+    kernel's factor: on a GPU an output of 4 MiB cost about 100 us more to allocate
+    than a small one, whatever the kernel did with it.
+
+    >>> from dataclasses import replace
+    >>> from core.cluster import Cluster
+    >>> from core.ops import get_op_def
+    >>> from core.dtypes import float32
+    >>> dev = replace(Cluster.single_host(gpus=1).devices[1],
+    ...               alloc_costs=((1 << 12, 0.0), (1 << 16, 1e-4)))
+    >>> out = TensorSpec(float32, (128, 128))              # 64 KiB
+    >>> allocation_time(get_op_def("Add"), [out], dev), allocation_time(get_op_def("Identity"), [out], dev)
+    (0.0001, 0.0)
+    """
+    costs = device.alloc_costs
+    if not costs or op_def.forwards_input:
+        return 0.0
+    return sum(alloc_time_at(costs, spec.dtype.itemsize * math.prod(
+        1 if d is None else d for d in spec.shape)) for spec in outs)
 
 
 def _largest(*specs) -> int:

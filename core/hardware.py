@@ -14,7 +14,7 @@ from typing import Iterable, Mapping
 from core.devices import DeviceSpec
 
 __all__ = ["Host", "Task", "Device", "Link", "LINK_KINDS", "InvalidCluster", "UnknownDevice",
-           "HardwareFigures", "DEFAULT_FIGURES", "bandwidth_at", "device_sort_key",
+           "HardwareFigures", "DEFAULT_FIGURES", "bandwidth_at", "alloc_time_at", "device_sort_key",
            "memcpy_link_name", "network_link_name", "pcie_link_name", "nvlink_link_name"]
 
 LINK_KINDS = ("memcpy", "pcie", "nvlink", "network")
@@ -110,6 +110,23 @@ def bandwidth_at(curve: tuple, nbytes: float) -> float:
     >>> [bandwidth_at(curve, n) / 1e9 for n in (1, 1 << 15, 1 << 25, 1 << 40)]
     [60.0, 70.0, 50.0, 20.0]
     """
+    return _on_log_sizes(curve, nbytes)
+
+
+def alloc_time_at(costs: tuple, nbytes: float) -> float:
+    """The seconds of ``costs`` (sorted ``(bytes, seconds)`` points, a device's
+    ``alloc_costs``) to allocate a buffer of ``nbytes``, read as :func:`bandwidth_at`
+    reads a curve.
+
+    >>> alloc_time_at(((1 << 12, 0.0), (1 << 16, 80e-6)), 1 << 14) * 1e6
+    40.0
+    """
+    return _on_log_sizes(costs, nbytes)
+
+
+def _on_log_sizes(curve: tuple, nbytes: float) -> float:
+    """The value of sorted ``(bytes, value)`` points at ``nbytes``: straight between
+    two points on a logarithmic axis of sizes, the first's below and the last's beyond."""
     n0, r0 = curve[0]
     if nbytes <= n0:
         return r0
@@ -118,6 +135,23 @@ def bandwidth_at(curve: tuple, nbytes: float) -> float:
             return r0 + (r1 - r0) * math.log(nbytes / n0) / math.log(n1 / n0)
         n0, r0 = n1, r1
     return r0
+
+
+def _alloc_costs(points, owner: str) -> tuple:
+    """``points`` as a sorted tuple of ``(bytes, seconds)`` pairs, checked."""
+    try:
+        costs = tuple(sorted((int(n), float(t)) for n, t in points))
+    except (TypeError, ValueError):
+        raise InvalidCluster(f"alloc_costs must be (bytes, seconds) pairs, not {points!r}",
+                             owner) from None
+    sizes = [n for n, _ in costs]
+    if len(set(sizes)) != len(sizes):
+        raise InvalidCluster(f"alloc_costs has two points for one size: {sizes}", owner)
+    for n, t in costs:
+        if n <= 0 or not 0 <= t < math.inf:
+            raise InvalidCluster(f"alloc_costs: ({n}, {t}) must be positive bytes and "
+                                 "finite, non-negative seconds", owner)
+    return costs
 
 
 @dataclass(frozen=True)
@@ -183,6 +217,12 @@ class Device:
     ``window_copy_costs`` is ``(seconds per tap, seconds per element)`` of the kernels
     that gather windows one tap at a time (``OpDef.window_copies``: a convolution's
     im2col), or ``()`` where they cost nothing beyond their roofline (the default).
+    ``alloc_costs`` holds measured ``(bytes, seconds)`` points of what allocating a
+    kernel's output buffer of that size costs beyond a tiny one's (a GPU's: each output
+    is a fresh device allocation, whose cost steps up with its size; measured by
+    :func:`runtime.calibrate_gpu.measure_gpu_alloc_costs`), read by
+    :func:`alloc_time_at`; ``()``: allocation costs nothing beyond the kernel's fixed
+    cost (the default; a CPU's heap keeps freed buffers, :mod:`runtime.allocator`).
 
     >>> from core.cluster import Cluster
     >>> d = Cluster.single_host().devices[0].replace_kernel_costs({"Add": (2e-6, 1.5)})
@@ -214,6 +254,7 @@ class Device:
     dtype_flops: tuple = ()
     bandwidth_curve: tuple = ()
     window_copy_costs: tuple = ()
+    alloc_costs: tuple = ()
 
     def __post_init__(self):
         if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
@@ -246,6 +287,7 @@ class Device:
                                  f"per element), both finite and non-negative, not "
                                  f"{self.window_copy_costs!r}", self.name)
         object.__setattr__(self, "window_copy_costs", tuple(float(c) for c in copies))
+        object.__setattr__(self, "alloc_costs", _alloc_costs(self.alloc_costs, self.name))
 
     def bandwidth_at(self, working_set: float) -> float:
         """The memory rate (bytes/s) of a kernel here that moves ``working_set`` bytes:
@@ -528,7 +570,7 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 # Record fields a cluster file may leave out (added after the format's first version).
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
                  "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
-                 "window_copy_costs", "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
+                 "window_copy_costs", "alloc_costs", "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

@@ -81,7 +81,8 @@ def _device_classes(model, feasible: list[list[int]]) -> list[int]:
                               for o in range(len(model.devices)) if o != k))
         return (d.job, d.task, d.device_type, d.peak_flops, d.mem_bandwidth, d.memory_bytes,
                 d.inter_op_threads, d.intra_op_threads, d.intra_op_speedup, d.op_overhead,
-                d.kernel_costs, routes, tuple(k in fs for fs in sets))
+                d.kernel_costs, d.bandwidth_curve, d.window_copy_costs, d.alloc_costs, routes,
+                tuple(k in fs for fs in sets))
     first: dict = {}
     return [first.setdefault(figures(k), k) for k in range(len(model.devices))]
 

@@ -31,6 +31,9 @@ figure                        measured by
 ``parallel_min_elements``     the kernels' own threshold for their parallel path
 memcpy link (bandwidth,       :func:`measure_memcpy`: a large array copy in host memory
 latency)                      (tasks on one host exchange tensors through it), and a tiny one
+GPU figures                   :func:`runtime.calibrate_gpu.measure_gpu_figures` (rates,
+                              allocation costs, kernel costs and dispatch through the
+                              GPU's kernels), only with a real GPU
 pcie link                     :func:`measure_pcie`: ``to_device`` / ``copy_to_host``, only
                               with a real GPU; otherwise the cluster's figure is kept
 network link                  kept (a gRPC measurement may be added by the gRPC backend)
@@ -378,7 +381,8 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
             cluster = cluster.replace_device(d.name, **cpu_figures)
         elif _real_gpu():
             if d.index not in gpu_figures:
-                gpu_figures[d.index] = _measure_gpu(d.index, quick)
+                from runtime.calibrate_gpu import measure_gpu_figures
+                gpu_figures[d.index] = measure_gpu_figures(d, quick)
             cluster = cluster.replace_device(d.name, **gpu_figures[d.index])
             pcie = measure_pcie(d.index, mem, repeat)
             link = f"pcie:{d.name}"
@@ -541,34 +545,6 @@ def _real_gpu() -> bool:
         return False
     from runtime.kernels import cuda_available
     return cuda_available()
-
-
-def _measure_gpu(index: int, quick: bool) -> dict:
-    """peak_flops and mem_bandwidth of GPU ``index`` through its kernels."""
-    from numba import cuda
-
-    from runtime.kernels import KernelContext, get_kernel
-    n = 512 if quick else 2048
-    ctx = KernelContext("GPU", 1)
-    with cuda.gpus[index]:
-        a = cuda.to_device(np.ones((n, n), np.float32))
-        mm = get_kernel("MatMul", "GPU")
-        mm(ctx, (a, a), {})
-        cuda.synchronize()
-
-        def run_mm():
-            mm(ctx, (a, a), {})
-            cuda.synchronize()
-        flops = 2.0 * n ** 3 / _best(run_mm, 3)
-        add = get_kernel("Add", "GPU")
-        x = cuda.to_device(np.ones(n * n * 4, np.float32))
-
-        def run_add():
-            add(ctx, (x, x), {})
-            cuda.synchronize()
-        run_add()
-        bandwidth = 3.0 * x.size * 4 / _best(run_add, 3)
-    return {"peak_flops": flops, "mem_bandwidth": bandwidth}
 
 
 def _timed_runs(run, repeats: int, warmup: int = 3) -> float:

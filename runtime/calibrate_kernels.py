@@ -144,14 +144,16 @@ def _model_ops(h, n: int, rng):
     return loss, [kernel, bias, scale, table]
 
 
-def _traced_steps(n: int, steps: int, config):
+def _traced_steps(n: int, steps: int, config, device: str | None = None):
     """``(graph, traces)``: ``steps`` traced steps of the graph on ``n x n`` tensors."""
-    return _interleaved_traced_steps((n,), steps, config)[n]
+    return _interleaved_traced_steps((n,), steps, config, device)[n]
 
 
-def _interleaved_traced_steps(sizes, steps: int, config) -> dict[int, tuple]:
+def _interleaved_traced_steps(sizes, steps: int, config, device: str | None = None
+                              ) -> dict[int, tuple]:
     """Per size ``n``: ``(graph, traces)`` of ``steps`` traced steps of the graph on
-    ``n x n`` tensors, the sizes taking turns step by step (one session each).
+    ``n x n`` tensors, the sizes taking turns step by step (one session each), every op
+    on ``device`` (None: the session's choice).
 
     Why in turns: this machine's speed flips between two states about 1.7x apart
     within seconds.  Twenty steps of the small graph in one burst (a tenth of a second)
@@ -167,7 +169,7 @@ def _interleaved_traced_steps(sizes, steps: int, config) -> dict[int, tuple]:
     runs = {}
     with contextlib.ExitStack() as stack:
         for n in sizes:
-            graph, init, fetches = kernel_calibration_graph(n)
+            graph, init, fetches = kernel_calibration_graph(n, device=device)
             session = stack.enter_context(runtime.Session(graph=graph, config=config))
             session.run(init)
             for _ in range(2):
@@ -247,8 +249,9 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     """``(kernel_costs, dispatch)`` of this machine's CPU kernels for ``device`` (a
     :class:`core.cluster.Device` whose rates are already calibrated).
 
-    :func:`kernel_calibration_graph` runs ``steps`` traced steps in an in-process
-    session on ``small`` square tensors, taking turns with its untraced steps
+    :func:`kernel_calibration_graph`, every op pinned to ``device`` (a session on a
+    machine with a GPU would place them there), runs ``steps`` traced steps in an
+    in-process session on ``small`` square tensors, taking turns with its untraced steps
     (:func:`warm_small_steps`), and on each size of ``large``, the sizes taking turns
     step by step (:func:`_interleaved_traced_steps`); each op's fastest kernel time
     over its steps counts (other load on a shared machine only adds time).  Per op
@@ -273,22 +276,26 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     from dataclasses import replace
 
     from core.costs import StaticCostModel
-    bare = replace(device, op_overhead=0.0, kernel_costs=(), window_copy_costs=())
+    bare = replace(device, op_overhead=0.0, kernel_costs=(), window_copy_costs=(),
+                   alloc_costs=())
     roofline = StaticCostModel()
     sizes = (large,) if isinstance(large, int) else tuple(large)
-    graph, traces, dispatch = warm_small_steps(small, steps, config)
-    runs = {small: (graph, traces), **_interleaved_traced_steps(sizes, steps, config)}
+    # This process's device of that type and index (``device`` may describe a device
+    # of another task of its cluster, whose figures this machine's stand for).
+    here = f"/device:{device.device_type}:{device.index}"
+    graph, traces, dispatch = warm_small_steps(small, steps, config, device=here)
+    runs = {small: (graph, traces), **_interleaved_traced_steps(sizes, steps, config, here)}
     costs = kernel_costs_from_traces(device, runs, small)
     default = costs["*"]
     if parallel_min_elements and device.intra_op_threads > 1:
         n = math.isqrt(parallel_min_elements - 1) + 1  # n * n reaches the threshold
-        graph, traces = _traced_steps(n, max(3, steps // 4), config)
+        graph, traces = _traced_steps(n, max(3, steps // 4), config, here)
 
         def launch(op, t):
             if not op.op_def.multithreaded or _largest(op) < parallel_min_elements:
                 return None
             factor = costs.get(op.type, default)[1]
-            t = _less_window_copies(op, t, device)
+            t = _less_side_costs(op, t, device)
             return max(0.0, t - factor * roofline.op_time(op, bare))
 
         for t, extra in _median_by_type(graph, _fastest_kernels(traces), launch).items():
@@ -306,11 +313,12 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
     from dataclasses import replace
 
     from core.costs import StaticCostModel
-    bare = replace(device, op_overhead=0.0, kernel_costs=(), window_copy_costs=())
+    bare = replace(device, op_overhead=0.0, kernel_costs=(), window_copy_costs=(),
+                   alloc_costs=())
     roofline = StaticCostModel()
     graph, traces = runs[small]
     fixed = _median_by_type(graph, _fastest_kernels(traces),
-                            lambda op, t: _less_window_copies(op, t, device))
+                            lambda op, t: _less_side_costs(op, t, device))
     samples: dict[str, list[tuple[float, float]]] = {}
     for n, (graph, traces) in runs.items():
         if n == small:
@@ -318,7 +326,7 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
         for name, t in _fastest_kernels(traces).items():
             op = graph.get_operation_by_name(name)
             samples.setdefault(op.type, []).append(
-                (roofline.op_time(op, bare), _less_window_copies(op, t, device)))
+                (roofline.op_time(op, bare), _less_side_costs(op, t, device)))
     factors = fit_factors(samples, fixed)
     default = (statistics.median(fixed.values()),
                statistics.median(factors.values()) if factors else 1.0)
@@ -327,17 +335,19 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
     return costs
 
 
-def _less_window_copies(op, seconds: float, device) -> float:
-    """A kernel's measured ``seconds`` less what the cost model adds for its window
-    gathering on ``device`` (:func:`core.costs.window_copy_time`, over the device's
-    ``intra_op_speedup`` for a multithreaded kernel, as
-    :class:`core.costs.StaticCostModel` counts it): the fixed cost and the factor
-    describe the rest."""
-    from core.costs import window_copy_time
+def _less_side_costs(op, seconds: float, device) -> float:
+    """A kernel's measured ``seconds`` less what the cost model adds beside its roofline
+    on ``device``: its window gathering (:func:`core.costs.window_copy_time`, over the
+    device's ``intra_op_speedup`` for a multithreaded kernel, as
+    :class:`core.costs.StaticCostModel` counts it) and its outputs' allocation
+    (:func:`core.costs.allocation_time`): the fixed cost and the factor describe the
+    rest."""
+    from core.costs import allocation_time, window_copy_time
     op_def = op.op_def
-    copies = window_copy_time(op_def, [t.spec for t in op.inputs],
-                              [t.spec for t in op.outputs], op.attrs, device)
-    return seconds - copies / (device.intra_op_speedup if op_def.multithreaded else 1.0)
+    outs = [t.spec for t in op.outputs]
+    copies = window_copy_time(op_def, [t.spec for t in op.inputs], outs, op.attrs, device)
+    return (seconds - copies / (device.intra_op_speedup if op_def.multithreaded else 1.0)
+            - allocation_time(op_def, outs, device))
 
 
 def session_step_times(runs, steps: int) -> list[float]:

@@ -333,10 +333,10 @@ def _random(ctx, attrs, kind: int):
     if n == 0:
         return (out,)
     seed, seed2 = int(attrs.get("seed", 0)), int(attrs.get("seed2", 0))
-    if seed == 0 and seed2 == 0:  # TF's "no seed": fresh entropy
-        key = int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
-    else:
-        key = int(np.random.SeedSequence([seed, seed2]).generate_state(1, np.uint64)[0])
+    # An unsigned 64-bit key, kept so: as a Python int above 2**63 it overflows the
+    # int64 argument numba's compiled state initialiser types it as (on a real GPU).
+    entropy = None if seed == 0 and seed2 == 0 else [seed, seed2]  # 0, 0: TF's "no seed"
+    key = np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]
     threads = min(256, 32 * math.ceil(n / 32))
     blocks = min(_STATES_MAX // threads, math.ceil(n / threads))
     from numba.cuda.random import create_xoroshiro128p_states

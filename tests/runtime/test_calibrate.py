@@ -58,6 +58,35 @@ def test_the_cpu_figures_come_from_the_block_of_the_median_dispatch(monkeypatch)
         calibrate(Cluster.single_host(cpu_cores=1), quick=True, blocks=0)
 
 
+def test_each_gpu_gets_the_figures_measured_on_the_gpu_of_its_index(monkeypatch):
+    """With a real GPU (faked here) every GPU device of the cluster gets the figures
+    measured on this process's GPU of its index, once per index, and the CPU keeps
+    its own."""
+    import sys
+
+    import runtime.calibrate_gpu as calibrate_gpu
+    calibration = sys.modules["runtime.calibrate"]
+    asked = []
+
+    def gpu_figures(device, quick):
+        asked.append((device.index, quick))
+        return {"peak_flops": 1e13 + device.index, "op_overhead": 2e-5,
+                "alloc_costs": ((1024, 0.0), (1 << 16, 1e-4)),
+                "kernel_costs": {"Add": (1.5e-4, 1.0), "*": (1.6e-4, 1.0)}}
+    monkeypatch.setattr(calibration, "_real_gpu", lambda: True)
+    monkeypatch.setattr(calibration, "measure_pcie", lambda *args: (2e10, 1e-5))
+    monkeypatch.setattr(calibration, "measure_cpu_figures",
+                        lambda device, quick, kernel_costs: {"op_overhead": 3e-6})
+    monkeypatch.setattr(calibrate_gpu, "measure_gpu_figures", gpu_figures)
+    cluster = calibrate(Cluster.single_host(gpus=2, cpu_cores=1), quick=True)
+    cpu, gpu0, gpu1 = cluster.devices
+    assert asked == [(0, True), (1, True)]
+    assert (gpu0.peak_flops, gpu1.peak_flops) == (1e13, 1e13 + 1)
+    assert gpu1.kernel_cost("Add") == (1.5e-4, 1.0) and gpu1.alloc_costs[1] == (1 << 16, 1e-4)
+    assert cpu.op_overhead == 3e-6 and gpu0.op_overhead == 2e-5
+    assert cluster.links[f"pcie:{gpu1.name}"].bandwidth == 2e10
+
+
 def test_the_dispatch_per_op_is_measured_untraced_between_the_kernels():
     from runtime.calibrate_kernels import _fastest_kernels, _traced_steps, untraced_dispatch
     graph, traces = _traced_steps(4, 3, None)

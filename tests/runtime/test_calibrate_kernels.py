@@ -192,3 +192,54 @@ def test_the_fit_leaves_the_window_copies_to_their_own_figure():
     for rec in traces[0].ops:
         op = graph.get_operation_by_name(rec.op)
         assert model.op_time(op, fitted) - fitted.op_overhead == pytest.approx(rec.end)
+
+
+def test_every_calibration_graph_is_pinned_to_the_calibrated_device(monkeypatch):
+    """On a machine with a GPU a session places an unpinned graph's ops there: the CPU
+    kernels' calibration graphs name the type and index of the device they calibrate."""
+    from dataclasses import replace
+
+    import runtime.calibrate_kernels as ck
+    from core.cluster import Cluster
+    asked = []
+    build = ck.kernel_calibration_graph
+
+    def recording(n, *args, device=None, **kwargs):
+        asked.append(device)
+        return build(n, *args, device=device, **kwargs)
+
+    monkeypatch.setattr(ck, "kernel_calibration_graph", recording)
+    cpu = replace(Cluster.single_host(cpu_cores=2).devices[0], intra_op_threads=2)
+    ck.measure_kernel_costs(cpu, steps=1, large=(16,), parallel_min_elements=400)
+    assert asked == ["/device:CPU:0"] * 3
+
+
+def test_the_fit_leaves_the_outputs_allocation_to_its_own_figure():
+    """On a GPU an op's traced time holds its outputs' allocation, which the cost model
+    adds on its own (``alloc_costs``): the fit takes it out first, so kernels timed as
+    fixed + allocation + factor x roofline give back that fixed cost and factor."""
+    from dataclasses import replace as dc_replace
+
+    from core.costs import allocation_time
+    from core.trace import OpRecord, Trace
+    from runtime.calibrate_kernels import kernel_costs_from_traces
+    gpu = dc_replace(Cluster.single_host(gpus=1).devices[1], peak_flops=1e9,
+                     mem_bandwidth=1e9, alloc_costs=((1 << 10, 0.0), (1 << 16, 1e-4)))
+    bare = dc_replace(gpu, op_overhead=0.0, alloc_costs=())
+    model = StaticCostModel()
+    runs = {}
+    for n in (8, 64, 128):
+        graph, _, _ = kernel_calibration_graph(n)
+        records, allocated = [], []
+        for op in graph.get_operations():
+            if op.type != "Mul":
+                continue
+            alloc = allocation_time(op.op_def, [t.spec for t in op.outputs], gpu)
+            roofline = model.op_time(op, bare) if n > 8 else 0.0
+            records.append(OpRecord(op.name, op.type, gpu.name, 0, 0.0,
+                                    2e-5 + alloc + 3.0 * roofline))
+            allocated.append(alloc)
+        assert (max(allocated) > 1e-5) == (n > 8)
+        runs[n] = (graph, [Trace(ops=records)])
+    costs = kernel_costs_from_traces(gpu, runs, small=8)
+    assert costs["Mul"] == pytest.approx((2e-5, 3.0))

@@ -234,3 +234,9 @@ else:
     def test_warmup_runs_every_gpu_kernel_family():
         from runtime.kernels import warmup
         warmup(dtypes=("float32", "int32"), device_types=("GPU",))
+
+    def test_gpu_allocation_costs_are_measured_per_size_beyond_the_smallest():
+        from runtime.calibrate_gpu import measure_gpu_alloc_costs
+        costs = measure_gpu_alloc_costs((4096, 1024, 1 << 16), count=3, repeat=1)
+        assert [n for n, _ in costs] == [1024, 4096, 1 << 16]
+        assert costs[0] == (1024, 0.0) and all(0.0 <= t < 0.1 for _, t in costs)

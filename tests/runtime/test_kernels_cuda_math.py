@@ -148,6 +148,24 @@ else:
         ref = np.matmul(np.swapaxes(x, -1, -2) if adj_x else x, np.swapaxes(y, -1, -2) if adj_y else y)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
+    def test_random_ops_key_numba_s_generator_with_an_unsigned_64_bit_seed(monkeypatch):
+        """The key drawn from ``(seed, seed2)`` spans 64 bits: as a Python int above
+        2**63 it overflowed the compiled state initialiser's int64 argument on a real
+        GPU (the simulator runs it uncompiled)."""
+        import numba.cuda.random as curand
+        seeds = []
+        create = curand.create_xoroshiro128p_states
+
+        def recording(n, seed, *args, **kwargs):
+            seeds.append(seed)
+            return create(n, seed, *args, **kwargs)
+
+        monkeypatch.setattr(curand, "create_xoroshiro128p_states", recording)
+        for pair in ((3, 9), (0, 0)):
+            gpu("RandomUniform", (), {"shape": (4,), "dtype": "float32", "seed": pair[0],
+                                      "seed2": pair[1]})
+        assert len(seeds) == 2 and all(isinstance(s, np.uint64) for s in seeds), seeds
+
     @pytest.mark.parametrize("op", ["RandomStandardNormal", "TruncatedNormal", "RandomUniform"])
     def test_random_ops_are_deterministic_per_seed_pair(op):
         attrs = {"shape": (8, 8), "dtype": "float32", "seed": 3, "seed2": 9}
