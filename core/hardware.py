@@ -84,20 +84,23 @@ class Host:
                            _curve(self.shared_bandwidth, "shared_bandwidth", self.name))
 
 
-def _curve(points, what: str, owner: str) -> tuple:
-    """``points`` as a sorted tuple of ``(bytes, bytes/s)`` pairs, checked."""
+def _curve(points, what: str, owner: str, unit: str = "bytes/s",
+           zero_ok: bool = False) -> tuple:
+    """``points`` as a sorted tuple of ``(bytes, value)`` pairs, checked: one point per
+    positive size, each value finite and positive (non-negative with ``zero_ok``)."""
     try:
-        curve = tuple(sorted((int(n), float(rate)) for n, rate in points))
+        curve = tuple(sorted((int(n), float(value)) for n, value in points))
     except (TypeError, ValueError):
-        raise InvalidCluster(f"{what} must be (bytes, bytes/s) pairs, not {points!r}",
+        raise InvalidCluster(f"{what} must be (bytes, {unit}) pairs, not {points!r}",
                              owner) from None
     sizes = [n for n, _ in curve]
     if len(set(sizes)) != len(sizes):
         raise InvalidCluster(f"{what} has two points for one size: {sizes}", owner)
-    for n, rate in curve:
-        if n <= 0 or not rate > 0 or rate == math.inf:
-            raise InvalidCluster(f"{what}: ({n}, {rate}) must be positive bytes and a "
-                                 "positive finite rate", owner)
+    for n, value in curve:
+        if n <= 0 or not (value >= 0 if zero_ok else value > 0) or value == math.inf:
+            raise InvalidCluster(f"{what}: ({n}, {value}) must be positive bytes and a "
+                                 f"{'non-negative' if zero_ok else 'positive'} finite "
+                                 f"{unit}", owner)
     return curve
 
 
@@ -135,23 +138,6 @@ def _on_log_sizes(curve: tuple, nbytes: float) -> float:
             return r0 + (r1 - r0) * math.log(nbytes / n0) / math.log(n1 / n0)
         n0, r0 = n1, r1
     return r0
-
-
-def _alloc_costs(points, owner: str) -> tuple:
-    """``points`` as a sorted tuple of ``(bytes, seconds)`` pairs, checked."""
-    try:
-        costs = tuple(sorted((int(n), float(t)) for n, t in points))
-    except (TypeError, ValueError):
-        raise InvalidCluster(f"alloc_costs must be (bytes, seconds) pairs, not {points!r}",
-                             owner) from None
-    sizes = [n for n, _ in costs]
-    if len(set(sizes)) != len(sizes):
-        raise InvalidCluster(f"alloc_costs has two points for one size: {sizes}", owner)
-    for n, t in costs:
-        if n <= 0 or not 0 <= t < math.inf:
-            raise InvalidCluster(f"alloc_costs: ({n}, {t}) must be positive bytes and "
-                                 "finite, non-negative seconds", owner)
-    return costs
 
 
 @dataclass(frozen=True)
@@ -287,7 +273,8 @@ class Device:
                                  f"per element), both finite and non-negative, not "
                                  f"{self.window_copy_costs!r}", self.name)
         object.__setattr__(self, "window_copy_costs", tuple(float(c) for c in copies))
-        object.__setattr__(self, "alloc_costs", _alloc_costs(self.alloc_costs, self.name))
+        object.__setattr__(self, "alloc_costs", _curve(self.alloc_costs, "alloc_costs", self.name,
+                                                       "seconds", zero_ok=True))
 
     def bandwidth_at(self, working_set: float) -> float:
         """The memory rate (bytes/s) of a kernel here that moves ``working_set`` bytes:

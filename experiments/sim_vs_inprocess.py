@@ -22,6 +22,11 @@ few steps a turn, all of them in order (:func:`experiments.backends.in_process_s
 this machine's speed changes for seconds at a time, and a workload whose steps all ran
 in one slow spell measured up to twice its step of a minute later.
 
+On a machine with a CUDA GPU the sessions place every op with a GPU kernel there, as
+TensorFlow does, and the calibration measures the GPU through its own kernels
+(:mod:`runtime.calibrate_gpu`): the report then checks the simulator against the CUDA
+executor.  ``CUDA_VISIBLE_DEVICES=`` (empty) hides the GPU and checks the CPU path.
+
 An error well above both spreads is the model's.  The summary gives the median and the
 largest error beside the median spreads.  ``--inter-op-threads N`` runs the sessions on
 ``N`` inter-op threads and predicts the calibrated cluster with its CPUs set to as many

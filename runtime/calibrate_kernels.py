@@ -246,8 +246,8 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
                          large: int | tuple[int, ...] = FIT_SIZES, config=None,
                          parallel_min_elements: int = 0
                          ) -> tuple[dict[str, tuple[float, float]], float]:
-    """``(kernel_costs, dispatch)`` of this machine's CPU kernels for ``device`` (a
-    :class:`core.cluster.Device` whose rates are already calibrated).
+    """``(kernel_costs, dispatch)`` of this machine's kernels for ``device`` (a
+    :class:`core.cluster.Device`, a CPU or a GPU, whose rates are already calibrated).
 
     :func:`kernel_calibration_graph`, every op pinned to ``device`` (a session on a
     machine with a GPU would place them there), runs ``steps`` traced steps in an
