@@ -45,15 +45,27 @@ MAX_ROWS = 40
 #: lab's runtime and on TensorFlow's): the latest run of each backend is kept.
 BY_BACKEND = {"sim_vs_real"}
 
+#: Scripts whose runs on a machine with a GPU measure another executor (the sessions put
+#: the ops on the GPU: sim_vs_inprocess checks the CUDA path there): the latest run with
+#: a GPU and the latest without are each kept.
+BY_GPU = {"sim_vs_inprocess"}
+
 
 def run_key(record: dict) -> str:
     """What a run is the latest of: its script, and for the scripts of
     :data:`BY_BACKEND` the backend it ran on other than the default runtime
-    (``"sim_vs_real:tensorflow"``)."""
+    (``"sim_vs_real:tensorflow"``), for those of :data:`BY_GPU` whether its machine had
+    a GPU (``"sim_vs_inprocess:gpu"``)."""
     backend = (record.get("arguments") or {}).get("backend", "runtime")
     if record["script"] in BY_BACKEND and backend != "runtime":
         return f"{record['script']}:{backend}"
+    if record["script"] in BY_GPU and _gpus(record):
+        return f"{record['script']}:gpu"
     return record["script"]
+
+
+def _gpus(record: dict) -> list:
+    return (record.get("machine") or {}).get("gpus") or []
 
 
 def latest_runs(out: Path | str) -> dict[str, Path]:
@@ -90,7 +102,8 @@ def _when(record: dict) -> str:
 
 def _machine(record: dict) -> str:
     m = record.get("machine", {})
-    return f"{m.get('cpu_model', '?')}, {m.get('usable_cores', '?')} cores"
+    gpus = "".join(f", {gpu}" for gpu in _gpus(record))
+    return f"{m.get('cpu_model', '?')}, {m.get('usable_cores', '?')} cores{gpus}"
 
 
 def _run_label(record: dict) -> str:
@@ -126,7 +139,8 @@ def _sim_vs_real(folder: Path, record: dict) -> list[dict]:
 
 def _sim_vs_inprocess(folder: Path, record: dict) -> list[dict]:
     row = pd.read_csv(folder / "sim_vs_inprocess_summary.csv").iloc[0]
-    return [{"what": "sim_vs_inprocess, calibrate() then simulate()",
+    where = ", every op on the GPU" if _gpus(record) else ""
+    return [{"what": f"sim_vs_inprocess, calibrate() then simulate(){where}",
              "figure": f"median |error| {row.median_abs_error:.0%}, max {row.max_abs_error:.0%} "
                        f"({row.worst}) over {row.rows} graphs; median spreads: repeat "
                        f"{row.median_repeat_spread:.0%}, calibration "

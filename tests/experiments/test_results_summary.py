@@ -83,3 +83,25 @@ def test_sim_vs_real_keeps_the_latest_run_of_each_backend(tmp_path):
     assert latest == {"sim_vs_real": runtime_run, "sim_vs_real:tensorflow": tf_run}
     whats = [row["what"] for row in results_summary.headlines(latest)]
     assert any("on runtime" in w for w in whats) and any("on tensorflow" in w for w in whats)
+
+
+def test_sim_vs_inprocess_keeps_the_latest_run_with_a_gpu_and_without(tmp_path):
+    """On a machine with a GPU the report checks the CUDA executor: a finding of its
+    own, which a later run on a CPU machine does not hide (nor the other way)."""
+    import json
+    summary = pd.DataFrame([{"rows": 3, "median_abs_error": 0.1, "max_abs_error": 0.3,
+                             "worst": "gnmt", "median_repeat_spread": 0.01,
+                             "median_calibration_spread": 0.02}])
+    folders = []
+    for gpus in (["NVIDIA H200, 143771 MiB"], []):
+        with Run("sim_vs_inprocess", {}, out=tmp_path, argv=[]) as run:
+            run.save_table(summary, "sim_vs_inprocess_summary")
+        record = json.loads((run.folder / "run.json").read_text())
+        record["machine"]["gpus"] = gpus
+        (run.folder / "run.json").write_text(json.dumps(record))
+        folders.append(run.folder)
+    latest = results_summary.latest_runs(tmp_path)
+    assert latest == {"sim_vs_inprocess:gpu": folders[0], "sim_vs_inprocess": folders[1]}
+    gpu_row = next(row for row in results_summary.headlines(latest)
+                   if row["what"].endswith("every op on the GPU"))
+    assert "NVIDIA H200" in gpu_row["run"]
