@@ -146,13 +146,14 @@ def simulate(graph, placement, cluster, *, fetches=None, cost_model: CostModel |
             gc.enable()
 
 
-def step_start_times(cluster, devices) -> list[float]:
+def step_start_times(cluster, devices, together: bool = False) -> list[float]:
     """When each device's task starts its part of the step (seconds after the client
     asked), from the tasks' fixed costs (:class:`core.cluster.Task`): the master pays its
     ``step_overhead`` first, then starts the parts of the other involved tasks one after
     another (each remote task ``k`` in ``(job, index)`` order pays its ``part_overhead``,
-    and starts when its call is made), then runs its own part.  All zero on clusters
-    without these figures.
+    and starts when its call is made), then runs its own part.  ``together``
+    (``RuntimeModel.parts_together``): every part starts when the last call is made.
+    All zero on clusters without these figures.
 
     >>> from core.cluster import Cluster
     >>> step_start_times(Cluster.single_host(), Cluster.single_host().devices)
@@ -168,6 +169,8 @@ def step_start_times(cluster, devices) -> list[float]:
         t += cluster.task(*key).part_overhead
         start[key] = t
     start[cluster.master] = t  # the master's own part runs after it called the others
+    if together:
+        return [float(t)] * len(devices)
     return [float(start[(dev.job, dev.task)]) for dev in devices]
 
 
@@ -277,7 +280,7 @@ class _Simulation:
         self.slowdown = [slowdown_table(dev.intra_op_speedup, dev.intra_op_threads)
                          for dev in devices]
         self.capacity = [device_capacity(dev, config) for dev in devices]
-        self.start_at = step_start_times(cluster, devices)
+        self.start_at = step_start_times(cluster, devices, self.runtime.parts_together)
         tasks = {}
         self.task_of = [tasks.setdefault((dev.job, dev.task), len(tasks)) for dev in devices]
         self.task_keys = list(tasks)
