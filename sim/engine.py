@@ -46,7 +46,8 @@ of servers"):
 - Fixed costs of a distributed step (:func:`step_start_times`): no op of a task starts
   before that task's part of the step started (the client's call to the master, then
   the master's calls to the other tasks, from the tasks' ``step_overhead`` and
-  ``part_overhead``; zero unless calibrated).
+  ``part_overhead``; zero unless calibrated); with ``RuntimeModel.parts_together``
+  every part starts once the master has made all its calls.
 - A control edge between tasks is a message, as in the runtime (its ``^op``
   announcement): one per (op, destination device), arriving after the route's latency
   (:meth:`_Simulation._setup_control_crossings`); with serial dispatch the latency is
