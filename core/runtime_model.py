@@ -14,6 +14,8 @@ that runtime with nothing else set.
 
 >>> INTERPRETER.serial_dispatch, IDEAL.serial_dispatch, TENSORFLOW.crossing_cores
 (True, False, True)
+>>> TENSORFLOW.parts_together, IDEAL.parts_together
+(True, False)
 >>> get_runtime_model("interpreter") is INTERPRETER
 True
 >>> RuntimeModel(dispatch_cores=True)
@@ -82,10 +84,20 @@ class RuntimeModel:
         tasks too (the runtime sends it as an empty tensor): it holds them for its
         route's latency less the links' ``wait``.  A runtime without serial
         dispatch only: with it, ``copies_on_cores`` books a copy as its ends' work.
+    parts_together : every task of a step starts its part at once, when the master has
+        made all its calls (its ``step_overhead`` and each other involved task's
+        ``part_overhead``), instead of each task as its call is made, the master's own
+        part last: TensorFlow's master sends its RunGraph calls without waiting for one
+        to be taken: in traced steps the ps's and worker 1's parts started within about
+        0.15 ms of each other (medians), both 0.3 to 0.5 ms after the master's own
+        (``docs/probes/tf_part_ends_probe.py``; the master's part is not moved before
+        them, as ``part_overhead`` is calibrated with it after the calls).  A runtime without
+        serial dispatch only: with it, ``step_costs_on_cores`` books each call as the
+        dispatchers' work when it is made.
 
-    Every part but ``serial_dispatch`` and ``crossing_cores`` refines a serial
-    dispatcher, so each needs it; a model that sets one without it, or
-    ``crossing_cores`` with it, raises ValueError.  See :mod:`sim.engine` for how
+    Every part but ``serial_dispatch``, ``crossing_cores`` and ``parts_together``
+    refines a serial dispatcher, so each needs it; a model that sets one without it,
+    or ``crossing_cores`` or ``parts_together`` with it, raises ValueError.  See :mod:`sim.engine` for how
     the simulator carries each part out.
     """
 
@@ -96,6 +108,7 @@ class RuntimeModel:
     step_costs_on_cores: bool = False
     inline_elements: int | None = None
     crossing_cores: bool = False
+    parts_together: bool = False
 
     def __post_init__(self):
         if self.inline_elements is not None and (
@@ -111,6 +124,9 @@ class RuntimeModel:
         elif self.crossing_cores:
             raise ValueError("RuntimeModel: crossing_cores excludes serial_dispatch (a serial "
                              "dispatcher's copies are its work: copies_on_cores)")
+        elif self.parts_together:
+            raise ValueError("RuntimeModel: parts_together excludes serial_dispatch (a serial "
+                             "dispatcher takes each call as it is made: step_costs_on_cores)")
 
     def crossing_cores_of(self, links, host_cores: int) -> int:
         """The cores of its host a crossing over the route ``links`` holds while on it:
@@ -217,8 +233,9 @@ INTERPRETER = RuntimeModel("interpreter", serial_dispatch=True, dispatch_cores=T
 
 #: TensorFlow's runtime: :data:`IDEAL`'s dispatch, and its crossings between the server
 #: processes of a host keep the host's cores busy at both ends while they cross
-#: (``docs/probes/tf_crossing_cores_probe.py``), taking turns with the kernels.
-TENSORFLOW = RuntimeModel("tensorflow", crossing_cores=True)
+#: (``docs/probes/tf_crossing_cores_probe.py``), taking turns with the kernels; the
+#: tasks' parts of a step start together (``docs/probes/tf_part_ends_probe.py``).
+TENSORFLOW = RuntimeModel("tensorflow", crossing_cores=True, parts_together=True)
 
 #: The named models, by name.
 RUNTIME_MODELS: dict[str, RuntimeModel] = {m.name: m for m in (IDEAL, INTERPRETER, TENSORFLOW)}

@@ -46,7 +46,8 @@ of servers"):
 - Fixed costs of a distributed step (:func:`step_start_times`): no op of a task starts
   before that task's part of the step started (the client's call to the master, then
   the master's calls to the other tasks, from the tasks' ``step_overhead`` and
-  ``part_overhead``; zero unless calibrated).
+  ``part_overhead``; zero unless calibrated); with ``RuntimeModel.parts_together``
+  every part starts once the master has made all its calls.
 - A control edge between tasks is a message, as in the runtime (its ``^op``
   announcement): one per (op, destination device), arriving after the route's latency
   (:meth:`_Simulation._setup_control_crossings`); with serial dispatch the latency is
@@ -146,13 +147,14 @@ def simulate(graph, placement, cluster, *, fetches=None, cost_model: CostModel |
             gc.enable()
 
 
-def step_start_times(cluster, devices) -> list[float]:
+def step_start_times(cluster, devices, together: bool = False) -> list[float]:
     """When each device's task starts its part of the step (seconds after the client
     asked), from the tasks' fixed costs (:class:`core.cluster.Task`): the master pays its
     ``step_overhead`` first, then starts the parts of the other involved tasks one after
     another (each remote task ``k`` in ``(job, index)`` order pays its ``part_overhead``,
-    and starts when its call is made), then runs its own part.  All zero on clusters
-    without these figures.
+    and starts when its call is made), then runs its own part.  ``together``
+    (``RuntimeModel.parts_together``): every part starts when the last call is made.
+    All zero on clusters without these figures.
 
     >>> from core.cluster import Cluster
     >>> step_start_times(Cluster.single_host(), Cluster.single_host().devices)
@@ -168,6 +170,8 @@ def step_start_times(cluster, devices) -> list[float]:
         t += cluster.task(*key).part_overhead
         start[key] = t
     start[cluster.master] = t  # the master's own part runs after it called the others
+    if together:
+        return [float(t)] * len(devices)
     return [float(start[(dev.job, dev.task)]) for dev in devices]
 
 
@@ -277,7 +281,7 @@ class _Simulation:
         self.slowdown = [slowdown_table(dev.intra_op_speedup, dev.intra_op_threads)
                          for dev in devices]
         self.capacity = [device_capacity(dev, config) for dev in devices]
-        self.start_at = step_start_times(cluster, devices)
+        self.start_at = step_start_times(cluster, devices, self.runtime.parts_together)
         tasks = {}
         self.task_of = [tasks.setdefault((dev.job, dev.task), len(tasks)) for dev in devices]
         self.task_keys = list(tasks)

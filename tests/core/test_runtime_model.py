@@ -38,6 +38,14 @@ def test_crossing_cores_is_for_a_runtime_without_serial_dispatch():
     assert RuntimeModel.from_dict(TENSORFLOW.to_dict()) == TENSORFLOW
 
 
+def test_parts_together_is_for_a_runtime_without_serial_dispatch():
+    with pytest.raises(ValueError, match="parts_together excludes serial_dispatch"):
+        RuntimeModel(serial_dispatch=True, parts_together=True)
+    assert TENSORFLOW.parts_together and not IDEAL.parts_together
+    assert not INTERPRETER.parts_together
+    assert RuntimeModel.from_dict({**TENSORFLOW.to_dict(), "parts_together": False}) != TENSORFLOW
+
+
 def test_a_crossing_holds_the_cores_its_links_measured_at_most_its_hosts():
     busy = Link("memcpy:h", "memcpy", 1e9, 1e-4, busy_cores=2.4)
     unmeasured = Link("memcpy:h", "memcpy", 1e9, 1e-4)

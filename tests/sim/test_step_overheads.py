@@ -11,7 +11,8 @@ import pytest
 import core as tf
 from core.cluster import Cluster, ClusterSpec
 from core.placement import Placement
-from sim import simulate
+from core.runtime_model import RuntimeModel
+from sim import SimConfig, simulate
 from sim.engine import step_start_times
 
 SPEC = ClusterSpec({"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0", "127.0.0.1:0"]})
@@ -61,6 +62,31 @@ def test_each_other_task_pays_its_rungraph_call():
     assert by_op["a"].start == pytest.approx(1.2e-3)
     assert by_op["b"].start >= 1.2e-3 - 1e-12  # not before the master started its part
     trace.validate(g, c)
+
+
+def test_parts_together_start_when_the_master_has_made_every_call():
+    c = cluster(step=1e-3, part=2e-4, latency=1e-4)
+    devices = [c.device(PS), c.device(W0), c.device(W1)]
+    assert step_start_times(c, devices, together=True) == [pytest.approx(1.4e-3)] * 3
+    assert step_start_times(c, devices[1:2], together=True) == [pytest.approx(1e-3)]
+    # The ps's tensor, made at the step's start, no longer crosses while the master
+    # calls worker 1: the master's op waits the crossing out after its part starts.
+    g3, p3 = two_ops(PS, W0)
+    with g3.as_default(), tf.device(W1):
+        tf.identity(tf.constant(np.float32(2.0), name="c"), name="d")
+    p3 = Placement({**dict(p3), "c": W1, "d": W1})
+    seq = simulate(g3, p3, c)
+    tog = simulate(g3, p3, c, config=SimConfig(runtime=RuntimeModel(parts_together=True)))
+    seq_b = next(r for r in seq.ops if r.op == "b")
+    tog_b = next(r for r in tog.ops if r.op == "b")
+    assert seq_b.start == pytest.approx(1.4e-3)            # the crossing hidden (1.2 + 0.1 ms)
+    assert tog_b.start >= 1.5e-3 and tog_b.start == pytest.approx(1.5e-3, abs=1e-5)  # waits
+    assert tog.step_time > seq.step_time
+    tog.validate(g3, c)
+    # One task alone: no calls, the same step either way.
+    g1, p1 = two_ops(W0, W0)
+    assert simulate(g1, p1, c, config=SimConfig(runtime=RuntimeModel(parts_together=True))
+                    ).step_time == pytest.approx(simulate(g1, p1, c).step_time)
 
 
 def test_a_crossing_pays_the_link_latency():
