@@ -97,8 +97,8 @@ class RuntimeModel:
 
     Every part but ``serial_dispatch``, ``crossing_cores`` and ``parts_together``
     refines a serial dispatcher, so each needs it; a model that sets one without it,
-    or ``crossing_cores`` or ``parts_together`` with it, raises ValueError.  See :mod:`sim.engine` for how
-    the simulator carries each part out.
+    or ``crossing_cores`` or ``parts_together`` with it, raises ValueError.  See
+    :mod:`sim.engine` for how the simulator carries each part out.
     """
 
     name: str = "custom"
