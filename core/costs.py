@@ -24,7 +24,8 @@ from core.ops import TensorSpec, nbytes
 from core.shapes import ShapeHints
 
 __all__ = ["CostModel", "StaticCostModel", "MeasuredCostModel", "MissingCost", "tensor_bytes",
-           "planning_bytes", "dispatch_gaps", "window_copy_time", "allocation_time", "ShapeHints",
+           "planning_bytes", "dispatch_gaps", "window_copy_time", "allocation_time",
+           "beside_roofline", "ShapeHints",
            "UnknownDimension"]
 
 
@@ -199,16 +200,27 @@ class StaticCostModel(CostModel):
         speedup = device.intra_op_speedup if op_def.multithreaded else 1.0
         memory = moved / device.bandwidth_at(moved)
         roofline = flops / (peak * speedup) + memory
-        copies = window_copy_time(op_def, ins, outs, op.attrs, device) / speedup
-        copies += allocation_time(op_def, outs, device)
+        beside = beside_roofline(op_def, ins, outs, op.attrs, device)
         if device.kernel_costs:
             parallel = (op_def.multithreaded and device.parallel_min_elements > 0
                         and device.intra_op_threads > 1
                         and _largest(ins, outs) >= device.parallel_min_elements)
             fixed, factor = device.kernel_cost(op.type, parallel)
-            return (device.op_overhead + fixed + copies + factor * roofline, factor * memory,
+            return (device.op_overhead + fixed + beside + factor * roofline, factor * memory,
                     moved)
-        return device.op_overhead + copies + roofline, memory, moved
+        return device.op_overhead + beside + roofline, memory, moved
+
+
+def beside_roofline(op_def, ins, outs, attrs, device) -> float:
+    """Seconds :class:`StaticCostModel` adds to a kernel's time beside its roofline,
+    unscaled by the kernel's calibrated factor: its window gathering
+    (:func:`window_copy_time`, over the device's ``intra_op_speedup`` for a
+    multithreaded kernel) and its outputs' allocation (:func:`allocation_time`).  The
+    kernel calibration takes the same out of a measured time before it fits the fixed
+    cost and the factor (:func:`runtime.calibrate_kernels.kernel_costs_from_traces`)."""
+    speedup = device.intra_op_speedup if op_def.multithreaded else 1.0
+    return (window_copy_time(op_def, ins, outs, attrs, device) / speedup
+            + allocation_time(op_def, outs, device))
 
 
 def window_copy_time(op_def, ins, outs, attrs, device) -> float:

@@ -337,17 +337,11 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
 
 def _less_side_costs(op, seconds: float, device) -> float:
     """A kernel's measured ``seconds`` less what the cost model adds beside its roofline
-    on ``device``: its window gathering (:func:`core.costs.window_copy_time`, over the
-    device's ``intra_op_speedup`` for a multithreaded kernel, as
-    :class:`core.costs.StaticCostModel` counts it) and its outputs' allocation
-    (:func:`core.costs.allocation_time`): the fixed cost and the factor describe the
-    rest."""
-    from core.costs import allocation_time, window_copy_time
-    op_def = op.op_def
-    outs = [t.spec for t in op.outputs]
-    copies = window_copy_time(op_def, [t.spec for t in op.inputs], outs, op.attrs, device)
-    return (seconds - copies / (device.intra_op_speedup if op_def.multithreaded else 1.0)
-            - allocation_time(op_def, outs, device))
+    on ``device`` (:func:`core.costs.beside_roofline`: window gathering, outputs'
+    allocation): the fixed cost and the factor describe the rest."""
+    from core.costs import beside_roofline
+    return seconds - beside_roofline(op.op_def, [t.spec for t in op.inputs],
+                                     [t.spec for t in op.outputs], op.attrs, device)
 
 
 def session_step_times(runs, steps: int) -> list[float]:

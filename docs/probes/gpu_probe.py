@@ -126,6 +126,21 @@ def fastest_steps(session, fetches, steps: int, trace: bool):
     return best, best_trace
 
 
+def warmed_session(graph, init, fetches):
+    """An in-process session of ``graph``, ``init`` run and three untimed steps of
+    ``fetches`` taken (they compile the kernels); the caller closes it."""
+    import runtime
+    session = runtime.Session(graph=graph)
+    try:
+        session.run(init)
+        for _ in range(3):
+            session.run(fetches)
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
 def op_records(trace):
     t0 = min((r.start for r in trace.ops), default=0.0)
     ops = [[r.op, r.type, r.device, r.thread, r.start - t0, r.end - t0] for r in trace.ops]
@@ -135,7 +150,6 @@ def op_records(trace):
 
 
 def probe_chains(out: Out, device: str, small: bool) -> None:
-    import runtime
     sizes = [1, 4096] if small else [1, 4096, 1 << 18, 1 << 20, 1 << 22, 1 << 24]
     counts = [4] if small else [50, 200]
     for elements in sizes:
@@ -148,10 +162,7 @@ def probe_chains(out: Out, device: str, small: bool) -> None:
                     y = tf.add(y, x, name=f"add{i}")
                 fetch = tf.reduce_sum(y, name="out")
                 init = tf.variables_initializer([x])
-            with runtime.Session(graph=g) as s:
-                s.run(init)
-                for _ in range(3):
-                    s.run(fetch)
+            with warmed_session(g, init, fetch) as s:
                 steps = 3 if small else 15
                 untraced, _ = fastest_steps(s, fetch, steps, trace=False)
                 traced, trace = fastest_steps(s, fetch, steps, trace=True)
@@ -163,27 +174,19 @@ def probe_chains(out: Out, device: str, small: bool) -> None:
 def probe_kernels(out: Out, cal, device: str, small: bool) -> None:
     from dataclasses import replace
 
-    import runtime
     from core.costs import StaticCostModel
-    from runtime.calibrate_kernels import kernel_calibration_graph
+    from runtime.calibrate_kernels import _fastest_kernels, kernel_calibration_graph
     gpu = cal.device(device)
     bare = replace(gpu, op_overhead=0.0, kernel_costs=(), alloc_costs=())
     roofline = StaticCostModel()
     for n in ([8] if small else [8, 128, 256, 512, 1024]):
         graph, init, fetches = kernel_calibration_graph(n, device=device)
-        with runtime.Session(graph=graph) as s:
-            s.run(init)
-            for _ in range(3):
-                s.run(fetches)
+        with warmed_session(graph, init, fetches) as s:
             steps = 2 if small else 12
             untraced, _ = fastest_steps(s, fetches, steps, trace=False)
-            best: dict[str, float] = {}
-            devices = {}
-            for _ in range(steps):
-                trace = s.run(fetches, trace=True)[1]
-                for r in trace.ops:
-                    best[r.op] = min(best.get(r.op, math.inf), r.end - r.start)
-                    devices[r.op] = r.device
+            traces = [s.run(fetches, trace=True)[1] for _ in range(steps)]
+        best = _fastest_kernels(traces)
+        devices = {r.op: r.device for trace in traces for r in trace.ops}
         ops = []
         for name, t in best.items():
             op = graph.get_operation_by_name(name)
