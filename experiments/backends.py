@@ -9,12 +9,13 @@ placed device, so the master's simple placer keeps the placement exactly.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import statistics
 import time
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 import runtime
 import sim
@@ -32,7 +33,7 @@ from runtime.calibrate import calibrate, calibrate_distributed
 _log = logging.getLogger(__name__)
 
 __all__ = ["Measurement", "relative_spread", "pinned_graph", "predict", "measure", "measure_placements",
-           "in_process_step", "in_process_steps",
+           "in_process_step", "in_process_steps", "timed_rounds",
            "prepared_session",
            "runtime_cluster_spec", "server_env", "this_host_cluster", "calibrate_this_host",
            "describe_calibration", "RUNTIME_SIM", "DISTRIBUTED_BLOCKS"]
@@ -123,6 +124,9 @@ class Measurement:
     #: The cores other programs kept busy while the steps were timed
     #: (:class:`experiments.machine_load.OtherLoad`; NaN where unknown).
     other_cores: float = math.nan
+    #: The steps timed right after another placement's step (:func:`timed_rounds`'s
+    #: settling steps), beside ``steps``, each timed after a step of its own.
+    after_other: list = field(default_factory=list)
 
     @property
     def trace(self) -> Trace:
@@ -288,16 +292,18 @@ def prepared_session(workload: Workload, placement: Placement, local_cluster, *,
 
 def measure_placements(workload: Workload, placements: Mapping[str, Placement], local_cluster,
                        *, repeats: int = 5, warmup: int = 2, traced: int = 1,
-                       master=("worker", 0), config: runtime.SessionConfig | None = None
-                       ) -> dict[str, Measurement]:
+                       master=("worker", 0), config: runtime.SessionConfig | None = None,
+                       settle: bool = True) -> dict[str, Measurement]:
     """Time several placements of ``workload`` side by side on ``local_cluster``.
 
     One session per placement opens at ``master``; each initialises the variables and
     runs ``warmup`` untimed steps (they also compile or load the kernels).  Then
-    ``repeats`` rounds each time one step of every placement, the order rotating from
-    round to round, so that a change in the machine's load hits every placement alike;
-    then ``traced`` traced steps each.  Returns a :class:`Measurement` per name, each
-    with the cores other programs kept busy during the timed rounds.
+    ``repeats`` rounds each time a step of every placement, the order rotating from
+    round to round, so that a change in the machine's load hits every placement alike,
+    each timed step right after a step of its own placement (``settle``; see
+    :func:`timed_rounds`); then ``traced`` traced steps each.  Returns a
+    :class:`Measurement` per name, each with the cores other programs kept busy during
+    the timed rounds.
     """
     names = list(placements)
     _log.info("timing %d placement(s) of %s side by side: %d rounds", len(names),
@@ -307,18 +313,47 @@ def measure_placements(workload: Workload, placements: Mapping[str, Placement], 
                     workload, placements[name], local_cluster, warmup=warmup, master=master,
                     config=config))
                 for name in names}
-        steps: dict[str, list] = {name: [] for name in names}
+        feeds = workload.feeds or None
+        steps = {name: functools.partial(runs[name][0].run, runs[name][1], feed_dict=feeds)
+                 for name in names}
         with OtherLoad() as load:
-            for r in range(repeats):
-                for name in names[r % len(names):] + names[:r % len(names)]:
-                    session, fetches = runs[name]
-                    t0 = time.perf_counter()
-                    session.run(fetches, feed_dict=workload.feeds or None)
-                    steps[name].append(time.perf_counter() - t0)
+            timed, after_other = timed_rounds(steps, repeats, settle)
         out = {}
         for name in names:
             session, fetches = runs[name]
-            traces = [session.run(fetches, feed_dict=workload.feeds or None, trace=True)[1]
+            traces = [session.run(fetches, feed_dict=feeds, trace=True)[1]
                       for _ in range(max(1, traced))]
-            out[name] = Measurement(min(steps[name]), steps[name], traces, load.other_cores)
+            out[name] = Measurement(min(timed[name]), timed[name], traces, load.other_cores,
+                                    after_other[name])
     return out
+
+
+def timed_rounds(steps: Mapping[str, Callable[[], object]], repeats: int, settle: bool = True
+                 ) -> tuple[dict[str, list], dict[str, list]]:
+    """``(timed, after_other)``: per name, the seconds of ``repeats`` steps of
+    ``steps[name]()`` (one step of a placement), timed side by side in rounds, the
+    order rotating from round to round, so that a change in the machine's load hits
+    every placement alike.
+
+    With ``settle`` (default) each placement runs two steps in its turn and the second
+    is the timed one: a step of a training loop follows a step of its own graph, and
+    that is the step the simulator predicts, while a step right after another
+    placement's runs slower (its servers' threads and caches were doing other work:
+    on TensorFlow's runtime a one-task step took 20-75% longer after a step over three
+    tasks, ``docs/probes/tf_step_order_probe.py``).  The first step of each turn is
+    timed too, into ``after_other``.  Without ``settle``, one step per turn, timed
+    (``after_other`` is then empty)."""
+    names = list(steps)
+    timed: dict[str, list] = {name: [] for name in names}
+    after_other: dict[str, list] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            run = steps[name]
+            if settle:
+                t0 = time.perf_counter()
+                run()
+                after_other[name].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            run()
+            timed[name].append(time.perf_counter() - t0)
+    return timed, after_other

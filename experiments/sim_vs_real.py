@@ -19,6 +19,10 @@ hits every placement alike.
 ``measured_ms`` is the fastest of the timed steps (``median_ms`` beside it): the
 simulator predicts a step on a machine that runs nothing else, and on a shared machine
 other processes only ever add time, so the undisturbed step is the least of the repeats.
+Each timed step follows a step of its own placement, as a step of a training loop does
+(:func:`experiments.backends.timed_rounds`); ``after_other_ms`` is the fastest of the
+steps that each followed another placement's step instead (the rounds' first step of
+each turn), which the servers run slower.
 Three columns say how far the measurement itself can be trusted: ``halves_spread``, how
 far apart the fastest steps of the first and the second half of the rounds are
 (relative; :attr:`experiments.backends.Measurement.halves_spread`); ``repeat_spread``,
@@ -130,7 +134,7 @@ __all__ = ["main", "run", "summarise", "ranking_agreement", "keeps_proposal",
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
-           "median_ms", "halves_spread", "remeasured_ms", "repeat_spread", "calibration_spread",
+           "median_ms", "after_other_ms", "halves_spread", "remeasured_ms", "repeat_spread", "calibration_spread",
            "other_cores", "replay", "same_as", "calibration"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "proposal_kept", "static_under_measured_ms",
@@ -320,7 +324,9 @@ def _measure_all(wname, w, cluster, local, repeats, placer_names, config,
         value = predicted(p, cluster, StaticCostModel())
         rows.append({"workload": wname, "placer": pname, "cost_model": "static",
                      "predicted_ms": value * 1e3, "measured_ms": m.step_time * 1e3,
-                     "median_ms": m.median * 1e3, "halves_spread": m.halves_spread,
+                     "median_ms": m.median * 1e3,
+                     "after_other_ms": min(m.after_other, default=math.nan) * 1e3,
+                     "halves_spread": m.halves_spread,
                      "remeasured_ms": m2.step_time * 1e3,
                      "repeat_spread": relative_spread(m.step_time, m2.step_time),
                      "calibration_spread": spread(p, value, StaticCostModel()),

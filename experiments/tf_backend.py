@@ -19,6 +19,7 @@ not import it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import subprocess
@@ -34,7 +35,7 @@ from core.cluster import Cluster
 from core.graph import Graph
 from core.placement import Placement
 from core.trace import OpRecord, Trace, TransferRecord
-from experiments.backends import Measurement, pinned_graph
+from experiments.backends import Measurement, pinned_graph, timed_rounds
 from experiments.machine_load import OtherLoad
 from experiments.workloads.mlp import Workload
 from runtime.launcher import free_ports
@@ -299,9 +300,12 @@ def _tf_session(tf, workload: Workload, placement: Placement, target: str, confi
 def measure_on_tensorflow(workload: Workload, placements: Mapping[str, Placement],
                           cluster: Cluster, tf_cluster: TFLocalCluster | None = None, *,
                           repeats: int = 5, warmup: int = 2, traced: int = 1,
-                          master=("worker", 0)) -> dict[str, Measurement]:
+                          master=("worker", 0), settle: bool = True
+                          ) -> dict[str, Measurement]:
     """Time several placements of ``workload`` on TensorFlow's runtime, side by side in
-    rounds as :func:`experiments.backends.measure_placements` does ours.
+    rounds as :func:`experiments.backends.measure_placements` does ours (each timed step
+    right after a step of its own placement with ``settle``:
+    :func:`experiments.backends.timed_rounds`).
 
     Without ``tf_cluster`` the session runs in this process (``cluster`` must be a single
     task, whose devices are TensorFlow's local ones); with it, on its servers, opened at
@@ -325,13 +329,10 @@ def measure_on_tensorflow(workload: Workload, placements: Mapping[str, Placement
         for sess in sessions.values():
             for _ in range(warmup):
                 sess.run(fetches, feeds)
-        steps: dict[str, list] = {n: [] for n in names}
         with OtherLoad() as load:
-            for r in range(repeats):
-                for n in names[r % len(names):] + names[:r % len(names)]:
-                    t0 = time.perf_counter()
-                    sessions[n].run(fetches, feeds)
-                    steps[n].append(time.perf_counter() - t0)
+            steps, after_other = timed_rounds(
+                {n: functools.partial(sessions[n].run, fetches, feeds) for n in names},
+                repeats, settle)
         out = {}
         for n in names:
             traces = []
@@ -342,5 +343,6 @@ def measure_on_tensorflow(workload: Workload, placements: Mapping[str, Placement
                 traces.append(trace_from_step_stats(
                     meta.step_stats, workload.graph, placements[n], fed,
                     {"tensorflow": tf.__version__, "target": target or "in-process"}))
-            out[n] = Measurement(min(steps[n]), steps[n], traces, load.other_cores)
+            out[n] = Measurement(min(steps[n]), steps[n], traces, load.other_cores,
+                                 after_other[n])
     return out

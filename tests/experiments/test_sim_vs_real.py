@@ -17,6 +17,7 @@ def test_quick_run_writes_the_table(tmp_path, capsys):
     assert list(saved.columns) == sim_vs_real.COLUMNS
     assert len(saved) == len(frame) == 4  # 2 placements x 2 cost models
     assert (saved.predicted_ms > 0).all() and (saved.measured_ms > 0).all()
+    assert (saved.after_other_ms > 0).all()  # each turn's first step, timed too
     assert set(saved.cost_model) == {"static", "measured(simple)"}
     assert saved.replay.sum() == 1
     out = capsys.readouterr().out
@@ -225,3 +226,17 @@ def test_a_full_calibration_of_this_host_takes_the_distributed_figures_in_blocks
         backends.calibrate_this_host(backends.this_host_cluster(), quick=quick)
     assert asked == [(False, backends.DISTRIBUTED_BLOCKS), (True, 1)]
     assert backends.DISTRIBUTED_BLOCKS > 1
+
+
+def test_each_timed_step_follows_a_step_of_its_own_placement():
+    from experiments.backends import timed_rounds
+    calls = []
+    steps = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    timed, after_other = timed_rounds(steps, 3)
+    # Two steps per turn, the order rotating from round to round.
+    assert "".join(calls) == "aabbcc" "bbccaa" "ccaabb"
+    assert all(len(timed[n]) == len(after_other[n]) == 3 for n in "abc")
+    calls.clear()
+    timed, after_other = timed_rounds(steps, 2, settle=False)
+    assert "".join(calls) == "abc" "bca"
+    assert all(len(timed[n]) == 2 and not after_other[n] for n in "abc")
