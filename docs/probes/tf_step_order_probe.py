@@ -41,6 +41,14 @@ it moves every row's measurement by more than the 5% the issue aims at.  Not cha
 here: timing each placement after a step of its own would also need the calibration's
 step figures taken the same way (they are the fastest steps of tiny graphs taking
 turns, :func:`runtime.calibrate_distributed._interleaved_step_times`).
+
+Since changed (2026-11-28 08:30): the step overheads are the fastest of a burst of
+steps of one tiny graph (:func:`runtime.calibrate_distributed.measure_step_overheads`
+through ``_step_time``), each after a step of its own; only the crossing figures come
+from tiny graphs taking turns, as differences of two graphs timed alike.  So the
+experiments now time each placement's step after a step of its own
+(:func:`experiments.backends.timed_rounds`), the step after another placement's kept
+beside it.
 """
 
 import contextlib
