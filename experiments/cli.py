@@ -213,7 +213,7 @@ BENCHMARKS = {
 
 
 #: ``placement-lab <command>``: tools over the runs' records (not experiments).
-TOOLS = {"summary": "results_summary"}
+TOOLS = {"summary": "results_summary", "repredict": "repredict"}
 
 
 #: Scripts that time kernels in their own process, and set its BLAS threads and OpenMP

@@ -1,0 +1,170 @@
+"""Predict saved sim_vs_real runs again with today's simulator, against their measurements.
+
+A change to the simulator's model is kept only if it predicts better on graphs it was
+not fitted on; a new run of :mod:`experiments.sim_vs_real` answers that with new
+measurements, whose own noise (a repeat spread of several percent, a calibration that
+moves with the machine's speed) is as large as most changes.  Every run saves what it
+measured (``sim_vs_real.csv``) and the clusters its rows were predicted on
+(``sim_vs_real_cluster*.json``), so the same measured steps can be predicted again
+with the code as it is now: a paired comparison, with nothing measured twice.
+
+For each static-cost row of each run (the measured-cost rows need the run's traces,
+which are not saved), the workload is built again, the row's placer places it on the
+row's calibrated cluster (the placers are deterministic), and the simulator predicts
+it as :mod:`experiments.sim_vs_real` did: with :data:`experiments.backends.RUNTIME_SIM`
+for our runtime, with the runtime model the cluster records for TensorFlow's.  The
+table gives the saved and the new prediction and error per row; the summary, per run
+and over all runs, the median and largest |error| of both, how many rows moved and
+how many moved closer to their measurement, and the placement pairs ranked as measured
+(:func:`experiments.sim_vs_real.ranking_agreement`).
+
+    python -m experiments.repredict results/sim_vs_real            # every run below
+    python -m experiments.repredict results/sim_vs_real/20261128T070059Z
+
+A row whose new prediction equals the saved one was not moved by whatever changed since
+(``moved`` is False); the placers and the workloads must be those of the run for the
+comparison to mean anything, so a run whose placement of a row changed since shows
+as moved too: read the commit of each run (its ``run.json``) beside the table.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from core.cluster import Cluster, InvalidCluster
+from core.costs import StaticCostModel
+from experiments import cli
+from experiments.backends import RUNTIME_SIM, predict
+from experiments.compare_placers import placers_to_compare
+from experiments.report import Run, finish, print_table
+from experiments.sim_vs_real import build_workload, ranking_agreement
+
+__all__ = ["main", "run_folders", "repredict_run", "summarise"]
+
+COLUMNS = ["run", "backend", "workload", "placer", "measured_ms", "saved_predicted_ms",
+           "predicted_ms", "saved_rel_error", "rel_error", "moved", "closer"]
+
+
+def run_folders(paths) -> list[Path]:
+    """The sim_vs_real run folders at or below each of ``paths`` (a folder holding
+    ``sim_vs_real.csv`` and ``run.json``), sorted by path; a path with none raises
+    FileNotFoundError naming it."""
+    found = []
+    for path in map(Path, paths):
+        here = sorted({p.parent for p in path.rglob("sim_vs_real.csv")
+                       if (p.parent / "run.json").exists()})
+        if not here:
+            raise FileNotFoundError(f"no sim_vs_real run (sim_vs_real.csv and run.json) "
+                                    f"at or below {path}")
+        found += here
+    return sorted(set(found))
+
+
+def _arguments(record: dict) -> dict:
+    """A run record's arguments (older records hold them as a dict's repr)."""
+    args = record.get("arguments") or {}
+    return ast.literal_eval(args) if isinstance(args, str) else dict(args)
+
+
+def _cluster(folder: Path, calibration) -> Cluster:
+    """The calibrated cluster of a run's rows of ``calibration`` (one file when the run
+    calibrated once, else one per index)."""
+    single = folder / "sim_vs_real_cluster.json"
+    if single.exists():
+        return Cluster.load(single)
+    return Cluster.load(folder / f"sim_vs_real_cluster_{int(calibration)}.json")
+
+
+def repredict_run(folder: Path | str) -> pd.DataFrame:
+    """The static-cost rows of the sim_vs_real run in ``folder``, each predicted again
+    (:data:`COLUMNS`)."""
+    folder = Path(folder)
+    record = json.loads((folder / "run.json").read_text())
+    backend = _arguments(record).get("backend", "runtime")
+    config = RUNTIME_SIM if backend == "runtime" else None
+    saved = pd.read_csv(folder / "sim_vs_real.csv")
+    saved = saved[saved.cost_model == "static"]
+    if "calibration" not in saved:
+        saved = saved.assign(calibration=0)
+    rows = []
+    for (wname, calibration), group in saved.groupby(["workload", "calibration"], sort=False):
+        cluster = _cluster(folder, calibration)
+        w = build_workload(wname)
+        chosen = placers_to_compare(list(group.placer), w)
+        for row in group.itertuples():
+            placement = chosen[row.placer].place(w.graph, cluster)
+            new = predict(w, placement, cluster, StaticCostModel(), config).step_time * 1e3
+            old_error = (row.predicted_ms - row.measured_ms) / row.measured_ms
+            error = (new - row.measured_ms) / row.measured_ms
+            moved = not math.isclose(new, row.predicted_ms, rel_tol=1e-6)
+            rows.append({"run": folder.name, "backend": backend, "workload": wname,
+                         "placer": row.placer, "measured_ms": row.measured_ms,
+                         "saved_predicted_ms": row.predicted_ms, "predicted_ms": new,
+                         "saved_rel_error": old_error, "rel_error": error, "moved": moved,
+                         "closer": moved and abs(error) < abs(old_error)})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def summarise(table: pd.DataFrame) -> pd.DataFrame:
+    """Per run and over all (``run`` "all"): rows, the median and largest |error| saved
+    and now, the rows moved and moved closer, and the pairs of placements whose
+    measured steps differ by more than 10% ranked as measured, saved and now."""
+    def one(name, group):
+        pairs, saved_same = ranking_agreement(group.assign(predicted_ms=group.saved_predicted_ms))
+        _, same = ranking_agreement(group)
+        return {"run": name, "rows": len(group),
+                "saved_median_abs_error": group.saved_rel_error.abs().median(),
+                "median_abs_error": group.rel_error.abs().median(),
+                "saved_max_abs_error": group.saved_rel_error.abs().max(),
+                "max_abs_error": group.rel_error.abs().max(),
+                "moved": int(group.moved.sum()), "closer": int(group.closer.sum()),
+                "ranked_pairs": pairs, "saved_ranked_same": saved_same, "ranked_same": same}
+    out = [one(name, group) for name, group in table.groupby("run", sort=True)]
+    if len(out) > 1:
+        # (pairs are compared within a run: the same workload of two runs is two cases)
+        total = one("all", table)
+        total["ranked_pairs"] = sum(r["ranked_pairs"] for r in out)
+        total["saved_ranked_same"] = sum(r["saved_ranked_same"] for r in out)
+        total["ranked_same"] = sum(r["ranked_same"] for r in out)
+        out.append(total)
+    return pd.DataFrame(out)
+
+
+def main(argv=None):
+    parser = cli.make_parser("python -m experiments.repredict", __doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", metavar="RUN",
+                        help="sim_vs_real run folders, or folders to search for them")
+    args = cli.parse(parser, argv)
+    with Run("repredict", args, out=args.out, argv=argv) as report:
+        t0 = time.perf_counter()
+        folders = run_folders(args.runs)
+        tables, skipped = [], []
+        for folder in folders:
+            try:
+                tables.append(repredict_run(folder))
+            except (InvalidCluster, FileNotFoundError, KeyError, ValueError) as e:
+                # (a run saved by another version of the lab: its files do not load)
+                skipped.append(folder)
+                print(f"skipped {folder}: {type(e).__name__}: {e}")
+        if not tables:
+            raise SystemExit(f"none of the {len(folders)} run(s) could be predicted again")
+        table = pd.concat(tables, ignore_index=True)
+        summary = summarise(table)
+        print_table(table, "saved runs predicted again (ms); rel_error = (pred - meas) / meas")
+        print_table(summary, "summary: saved predictions against today's")
+        print(f"saved {report.save_table(table, 'repredict')}")
+        report.save_table(summary, "repredict_summary")
+        report.summary = {"runs": len(tables), "skipped": [str(f) for f in skipped],
+                          **summary.iloc[-1].to_dict()}
+        print(f"took {time.perf_counter() - t0:.0f} s")
+    return finish(report, table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""experiments.repredict: saved sim_vs_real runs predicted again, paired with their
+measurements."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from core.costs import StaticCostModel
+from experiments import repredict
+from experiments.backends import RUNTIME_SIM, predict, this_host_cluster
+from experiments.compare_placers import placers_to_compare
+from experiments.sim_vs_real import build_workload
+
+PLACERS = ["simple", "round_robin_vars"]
+
+
+def _saved_run(folder, shift=None):
+    """A sim_vs_real run folder as the script saves one: mlp under two placers on a
+    1-ps, 2-worker cluster, each measured 10% over its prediction; ``shift`` moves one
+    saved prediction, as an older simulator's would differ from today's."""
+    folder.mkdir(parents=True)
+    cluster = this_host_cluster(2)
+    cluster.save(folder / "sim_vs_real_cluster.json")
+    w = build_workload("mlp")
+    rows = []
+    for name, placer in placers_to_compare(PLACERS, w).items():
+        ms = predict(w, placer.place(w.graph, cluster), cluster, StaticCostModel(),
+                     RUNTIME_SIM).step_time * 1e3
+        rows.append({"workload": "mlp", "placer": name, "cost_model": "static",
+                     "predicted_ms": ms * (shift or {}).get(name, 1.0),
+                     "measured_ms": ms * 1.1, "calibration": 0})
+        # (a measured-cost row: its traces are not saved, so it is left out)
+        rows.append({**rows[-1], "cost_model": "measured(simple)"})
+    pd.DataFrame(rows).to_csv(folder / "sim_vs_real.csv", index=False)
+    (folder / "run.json").write_text(json.dumps({"script": "sim_vs_real",
+                                                 "arguments": {"backend": "runtime"}}))
+    return folder
+
+
+def test_todays_simulator_reproduces_an_unchanged_run(tmp_path):
+    table = repredict.repredict_run(_saved_run(tmp_path / "a"))
+    assert list(table.columns) == repredict.COLUMNS
+    assert list(table.placer) == PLACERS and (table.backend == "runtime").all()
+    assert not table.moved.any() and not table.closer.any()
+    assert table.rel_error.to_numpy() == pytest.approx([1 / 1.1 - 1] * 2)
+    assert table.rel_error.to_numpy() == pytest.approx(table.saved_rel_error.to_numpy())
+
+
+def test_a_moved_prediction_is_paired_with_its_measurement(tmp_path):
+    # The saved simple row was predicted 30% slower than today's simulator predicts it:
+    # today's is closer to the measurement (10% over today's prediction).
+    table = repredict.repredict_run(_saved_run(tmp_path / "a", {"simple": 1.3}))
+    simple = table.set_index("placer").loc["simple"]
+    assert simple.moved and simple.closer
+    assert simple.saved_rel_error == pytest.approx(1.3 / 1.1 - 1)
+    summary = repredict.summarise(table)
+    assert summary.loc[0, "moved"] == 1 and summary.loc[0, "closer"] == 1
+    assert summary.loc[0, "median_abs_error"] < summary.loc[0, "saved_median_abs_error"]
+
+
+def test_main_finds_the_runs_below_a_folder_and_skips_one_that_does_not_load(tmp_path,
+                                                                           capsys):
+    _saved_run(tmp_path / "runs" / "a")
+    _saved_run(tmp_path / "runs" / "b", {"round_robin_vars": 0.5})
+    broken = _saved_run(tmp_path / "runs" / "c")
+    (broken / "sim_vs_real_cluster.json").write_text('{"tasks": "not a cluster"}')
+    table = repredict.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert set(table.run) == {"a", "b"} and len(table) == 4
+    out = capsys.readouterr().out
+    assert "skipped" in out and str(broken) in out
+    summary = pd.read_csv(table.attrs["run_folder"] / "repredict_summary.csv")
+    assert list(summary.run) == ["a", "b", "all"]
+    assert summary.set_index("run").loc["all", "moved"] == 1
+
+
+def test_a_folder_without_runs_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no sim_vs_real run"):
+        repredict.run_folders([tmp_path])
