@@ -350,13 +350,14 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
     (:func:`runtime.calibrate_kernels.measure_kernel_costs`; that dispatch figure replaces
     the chain of tiny ops' ``op_overhead``).
 
-    ``blocks``: the CPU figures are measured that many times, one block after the
-    other, and the block of the median dispatch cost (``op_overhead``) gives them all
-    (default :data:`CPU_BLOCKS`, 1 when ``quick``).  This machine slows down for
-    seconds at a time: a block measured in such a spell had its dispatch and kernel
-    fixed costs 1.6-1.8x the other blocks' (its rates held), and a calibration made in
-    one put every prediction 20% or more too slow.  The figures are kept from one
-    block, not mixed, so that they describe one state of the machine.
+    ``blocks``: the CPU figures (and a real GPU's beside them) are measured that many
+    times, one block after the other, and the block of the median dispatch cost
+    (``op_overhead``) gives them all (default :data:`CPU_BLOCKS`, 1 when ``quick``;
+    :func:`_device_figures`).  This machine slows down for seconds at a time: a block
+    measured in such a spell had its dispatch and kernel fixed costs 1.6-1.8x the other
+    blocks' (its rates held), and a calibration made in one put every prediction 20% or
+    more too slow.  The figures are kept from one block, not mixed, so that they
+    describe one state of the machine.
     """
     from runtime import kernels
     from runtime.allocator import keep_freed_memory
@@ -369,20 +370,13 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
     names = set(cluster.device(d).name for d in devices) if devices is not None else {
         d.name for d in cluster.devices if d.is_cpu or _real_gpu()}
     mem, repeat = (8 << 20, 3) if quick else (128 << 20, 7)
-    cpu_figures = None
-    gpu_figures: dict[int, dict] = {}
+    cpu_figures, gpu_figures = _device_figures(cluster, names, quick, kernel_costs, blocks)
     for d in cluster.devices:
         if d.name not in names:
             continue
         if d.is_cpu:
-            if cpu_figures is None:
-                measured = [measure_cpu_figures(d, quick, kernel_costs) for _ in range(blocks)]
-                cpu_figures = sorted(measured, key=lambda f: f["op_overhead"])[(blocks - 1) // 2]
             cluster = cluster.replace_device(d.name, **cpu_figures)
-        elif _real_gpu():
-            if d.index not in gpu_figures:
-                from runtime.calibrate_gpu import measure_gpu_figures
-                gpu_figures[d.index] = measure_gpu_figures(d, quick)
+        elif d.index in gpu_figures:
             cluster = cluster.replace_device(d.name, **gpu_figures[d.index])
             pcie = measure_pcie(d.index, mem, repeat)
             link = f"pcie:{d.name}"
@@ -403,6 +397,40 @@ def calibrate(cluster: Cluster | None = None, *, devices: Iterable[str] | None =
     if path is not None:
         cluster.save(path)
     return cluster
+
+
+def _device_figures(cluster: Cluster, names, quick: bool, kernel_costs: bool, blocks: int
+                    ) -> tuple[dict | None, dict[int, dict]]:
+    """``(cpu figures, {gpu index: figures})`` of the devices of ``cluster`` named in
+    ``names`` (the CPU's from :func:`measure_cpu_figures`, once for every CPU; each GPU
+    index's from :func:`runtime.calibrate_gpu.measure_gpu_figures` when a real GPU is
+    usable), measured in ``blocks`` blocks one after the other, all from the block of
+    the median dispatch cost (the CPU's ``op_overhead``, else the first GPU's).
+
+    The GPUs' figures are measured in each block beside the CPU's and kept from the same
+    block: a GPU's fixed costs are the host's time (numba's launch from Python, the
+    output's allocation), and two GPU calibrations a minute apart differed by 1.5x in
+    them, as the host's own figures did (``docs/probes/gpu_probe.py``)."""
+    from runtime.calibrate_gpu import measure_gpu_figures
+    wanted = [d for d in cluster.devices if d.name in names]
+    cpu = next((d for d in wanted if d.is_cpu), None)
+    gpus = {}
+    if _real_gpu():
+        for d in wanted:
+            if not d.is_cpu:
+                gpus.setdefault(d.index, d)
+    measured = [({} if cpu is None else measure_cpu_figures(cpu, quick, kernel_costs),
+                 {i: measure_gpu_figures(d, quick) for i, d in gpus.items()})
+                for _ in range(blocks)]
+
+    def dispatch(block):
+        cpu_figures, gpu_figures = block
+        if cpu is not None:
+            return cpu_figures["op_overhead"]
+        return next(iter(gpu_figures.values()), {}).get("op_overhead", 0.0)
+
+    cpu_figures, gpu_figures = sorted(measured, key=dispatch)[(blocks - 1) // 2]
+    return (cpu_figures if cpu is not None else None), gpu_figures
 
 
 def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) -> dict:

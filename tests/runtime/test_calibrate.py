@@ -301,3 +301,42 @@ def test_distributed_calibration_in_blocks_takes_each_figures_median(monkeypatch
     first = distributed.with_distributed_figures(base, figures["blocks"][0])
     assert first.links["memcpy:localhost"].latency == 1.3e-4
     assert first.device(cpu.name).op_overhead == 9e-6
+
+
+def test_the_gpus_figures_come_from_the_block_of_the_cpus(monkeypatch):
+    """In blocks, a real GPU's figures are measured beside the CPU's in each block and
+    kept from the block whose CPU dispatch is the median: both are the host's time,
+    and they describe one state of the machine."""
+    import sys
+
+    import runtime.calibrate_gpu as calibrate_gpu
+    calibration = sys.modules["runtime.calibrate"]
+    block = {"cpu": 0, "gpu": 0}
+    with_cpu = [True]
+    cpu_dispatch = [5e-6, 9e-6, 3e-6]  # the median, 5 us, is the first block's
+
+    def cpu_figures(device, quick, kernel_costs):
+        block["cpu"] += 1
+        return {"op_overhead": cpu_dispatch[block["cpu"] - 1]}
+
+    def gpu_figures(device, quick):
+        if with_cpu[0]:
+            assert block["gpu"] < block["cpu"]  # measured after the CPU of its block
+        block["gpu"] += 1
+        return {"op_overhead": 1e-4 * block["gpu"], "peak_flops": 1e13 * block["gpu"]}
+    monkeypatch.setattr(calibration, "_real_gpu", lambda: True)
+    monkeypatch.setattr(calibration, "measure_pcie", lambda *args: None)
+    monkeypatch.setattr(calibration, "measure_cpu_figures", cpu_figures)
+    monkeypatch.setattr(calibrate_gpu, "measure_gpu_figures", gpu_figures)
+    cluster = calibrate(Cluster.single_host(gpus=1, cpu_cores=1), quick=True, blocks=3)
+    cpu, gpu = cluster.devices
+    assert block == {"cpu": 3, "gpu": 3}
+    assert cpu.op_overhead == 5e-6
+    assert gpu.op_overhead == 1e-4 and gpu.peak_flops == 1e13  # the first block's too
+    # Only GPUs asked for: the block of the GPU's median dispatch.
+    block.update(cpu=0, gpu=0)
+    with_cpu[0] = False
+    gpu_name = gpu.name
+    cluster = calibrate(Cluster.single_host(gpus=1, cpu_cores=1), devices=[gpu_name],
+                        quick=True, blocks=3)
+    assert block["cpu"] == 0 and cluster.device(gpu_name).op_overhead == 2e-4
