@@ -107,8 +107,14 @@ def _machine(record: dict) -> str:
 
 
 def _run_label(record: dict) -> str:
-    other = record.get("other_cores")
+    """When and where a run ran, and how much of the machine others took meanwhile: other
+    programs, and the hypervisor (``steal``) where it took a tenth of a core or more (on
+    a virtual machine whose host is busy the guest's own speed drops, which no count of
+    its own programs shows)."""
+    other, steal = record.get("other_cores"), record.get("steal_cores")
     busy = "" if other is None else f", other programs {other:.1f} cores"
+    if steal is not None and steal >= 0.1:
+        busy += f", hypervisor {steal:.1f} cores"
     return f"{_when(record)}, {_machine(record)}{busy}"
 
 

@@ -105,3 +105,13 @@ def test_sim_vs_inprocess_keeps_the_latest_run_with_a_gpu_and_without(tmp_path):
     gpu_row = next(row for row in results_summary.headlines(latest)
                    if row["what"].endswith("every op on the GPU"))
     assert "NVIDIA H200" in gpu_row["run"]
+
+
+def test_a_runs_label_names_what_the_hypervisor_took_when_it_took_much():
+    from experiments.results_summary import _run_label
+    record = {"started": "2026-11-28T08:12:00+00:00", "other_cores": 0.04,
+              "machine": {"cpu_model": "AMD EPYC", "usable_cores": 2, "gpus": []}}
+    assert _run_label({**record, "steal_cores": 0.18}).endswith(
+        "other programs 0.0 cores, hypervisor 0.2 cores")
+    assert "hypervisor" not in _run_label({**record, "steal_cores": 0.02})
+    assert "hypervisor" not in _run_label(record)  # (older records: no steal)
