@@ -134,8 +134,8 @@ __all__ = ["main", "run", "summarise", "ranking_agreement", "keeps_proposal",
 DEFAULT_WORKLOADS = ["mlp", "rnn", "transformer", "data_parallel"]
 PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
-           "median_ms", "after_other_ms", "halves_spread", "remeasured_ms", "repeat_spread", "calibration_spread",
-           "other_cores", "replay", "same_as", "calibration"]
+           "median_ms", "after_other_ms", "halves_spread", "remeasured_ms", "repeat_spread",
+           "calibration_spread", "other_cores", "replay", "same_as", "calibration"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "proposal_kept", "static_under_measured_ms",
                 "measured_cost_predicted_ms"]

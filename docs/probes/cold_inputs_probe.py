@@ -63,8 +63,9 @@ def build(n: int, big: bool, rng):
     g = tf.Graph()
     with g.as_default():
         x = tf.constant(rng.standard_normal(n).astype(np.float32) * 0.1, name="x")
-        a = tf.constant(rng.standard_normal((64, 256) if big else (8, 8)).astype(np.float32) * 0.01)
-        w = tf.constant(rng.standard_normal((256, 256) if big else (8, 8)).astype(np.float32) * 0.01)
+        a_shape, w_shape = ((64, 256), (256, 256)) if big else ((8, 8), (8, 8))
+        a = tf.constant(rng.standard_normal(a_shape).astype(np.float32) * 0.01)
+        w = tf.constant(rng.standard_normal(w_shape).astype(np.float32) * 0.01)
         y = a
         for i in range(CHAIN):
             y = tf.matmul(y, w, name=f"mm{i}")

@@ -206,7 +206,8 @@ def workload_kernels(names):
             measured += t
             now += warm0.get(op.type, 0.0) + rest
             model += warm.get(op.type, 0.0) * scale(d.get(o, 10**6)) + rest
-        print(f"{name:22s} kernels {measured * 1e3:7.3f} ms: now {(now - measured) / measured:+.2f}, "
+        print(f"{name:22s} kernels {measured * 1e3:7.3f} ms: "
+              f"now {(now - measured) / measured:+.2f}, "
               f"warmth {(model - measured) / measured:+.2f} (c={c:.1f}, D={span})", flush=True)
     calib_session.close()
 
