@@ -1,4 +1,4 @@
-"""Predict saved sim_vs_real runs again with today's simulator, against their measurements.
+"""Predict saved runs again with today's simulator, against their measurements.
 
 A change to the simulator's model is kept only if it predicts better on graphs it was
 not fitted on; a new run of :mod:`experiments.sim_vs_real` answers that with new
@@ -6,20 +6,27 @@ measurements, whose own noise (a repeat spread of several percent, a calibration
 moves with the machine's speed) is as large as most changes.  Every run saves what it
 measured (``sim_vs_real.csv``) and the clusters its rows were predicted on
 (``sim_vs_real_cluster*.json``), so the same measured steps can be predicted again
-with the code as it is now: a paired comparison, with nothing measured twice.
+with the code as it is now: a paired comparison, with nothing measured twice.  So does
+every run of :mod:`experiments.sim_vs_inprocess` (``sim_vs_inprocess.csv`` and
+``calibration_0.json``).
 
-For each static-cost row of each run (the measured-cost rows need the run's traces,
-which are not saved), the workload is built again, the row's placer places it on the
-row's calibrated cluster (the placers are deterministic), and the simulator predicts
-it as :mod:`experiments.sim_vs_real` did: with :data:`experiments.backends.RUNTIME_SIM`
-for our runtime, with the runtime model the cluster records for TensorFlow's.  The
-table gives the saved and the new prediction and error per row; the summary, per run
-and over all runs, the median and largest |error| of both, how many rows moved and
-how many moved closer to their measurement, and the placement pairs ranked as measured
+For each static-cost row of each sim_vs_real run (the measured-cost rows need the run's
+traces, which are not saved), the workload is built again, the row's placer places it
+on the row's calibrated cluster (the placers are deterministic), and the simulator
+predicts it as :mod:`experiments.sim_vs_real` did: with
+:data:`experiments.backends.RUNTIME_SIM` for our runtime, with the runtime model the
+cluster records for TensorFlow's.  Each row of a sim_vs_inprocess run is predicted on
+its first calibration with every op on the CPU, as the in-process session placed it
+on a machine without a GPU (a run made with a GPU is skipped: its session's placement
+is not saved), with the run's inter-op threads and left-out mechanism.  The table
+gives the saved and the new prediction and error per row; the summary, per run and
+over all runs, the median and largest |error| of both, how many rows moved and how
+many moved closer to their measurement, and the placement pairs ranked as measured
 (:func:`experiments.sim_vs_real.ranking_agreement`).
 
     python -m experiments.repredict results/sim_vs_real            # every run below
     python -m experiments.repredict results/sim_vs_real/20261128T070059Z
+    python -m experiments.repredict results                        # both scripts' runs
 
 A row whose new prediction equals the saved one was not moved by whatever changed since
 (``moved`` is False); the placers and the workloads must be those of the run for the
@@ -37,12 +44,15 @@ from pathlib import Path
 
 import pandas as pd
 
+import sim
 from core.cluster import Cluster, InvalidCluster
 from core.costs import StaticCostModel
+from core.placement import Placement
 from experiments import cli
 from experiments.backends import RUNTIME_SIM, predict
 from experiments.compare_placers import placers_to_compare
 from experiments.report import Run, finish, print_table
+from experiments.sim_vs_inprocess import with_inter_op_threads, without
 from experiments.sim_vs_real import build_workload, ranking_agreement
 
 __all__ = ["main", "run_folders", "repredict_run", "summarise"]
@@ -51,17 +61,21 @@ COLUMNS = ["run", "backend", "workload", "placer", "measured_ms", "saved_predict
            "predicted_ms", "saved_rel_error", "rel_error", "moved", "closer"]
 
 
+#: The scripts whose runs can be predicted again, by the table each run saves.
+TABLES = {"sim_vs_real": "sim_vs_real.csv", "sim_vs_inprocess": "sim_vs_inprocess.csv"}
+
+
 def run_folders(paths) -> list[Path]:
-    """The sim_vs_real run folders at or below each of ``paths`` (a folder holding
-    ``sim_vs_real.csv`` and ``run.json``), sorted by path; a path with none raises
-    FileNotFoundError naming it."""
+    """The sim_vs_real and sim_vs_inprocess run folders at or below each of ``paths``
+    (a folder holding the script's table and ``run.json``), sorted by path; a path with
+    none raises FileNotFoundError naming it."""
     found = []
     for path in map(Path, paths):
-        here = sorted({p.parent for p in path.rglob("sim_vs_real.csv")
+        here = sorted({p.parent for table in TABLES.values() for p in path.rglob(table)
                        if (p.parent / "run.json").exists()})
         if not here:
-            raise FileNotFoundError(f"no sim_vs_real run (sim_vs_real.csv and run.json) "
-                                    f"at or below {path}")
+            raise FileNotFoundError(f"no sim_vs_real or sim_vs_inprocess run (its table and "
+                                    f"run.json) at or below {path}")
         found += here
     return sorted(set(found))
 
@@ -81,11 +95,23 @@ def _cluster(folder: Path, calibration) -> Cluster:
     return Cluster.load(folder / f"sim_vs_real_cluster_{int(calibration)}.json")
 
 
+def _row(folder: Path, backend: str, workload: str, placer: str, measured: float,
+         saved: float, new: float) -> dict:
+    old_error, error = (saved - measured) / measured, (new - measured) / measured
+    moved = not math.isclose(new, saved, rel_tol=1e-6)
+    return {"run": folder.name, "backend": backend, "workload": workload, "placer": placer,
+            "measured_ms": measured, "saved_predicted_ms": saved, "predicted_ms": new,
+            "saved_rel_error": old_error, "rel_error": error, "moved": moved,
+            "closer": moved and abs(error) < abs(old_error)}
+
+
 def repredict_run(folder: Path | str) -> pd.DataFrame:
-    """The static-cost rows of the sim_vs_real run in ``folder``, each predicted again
-    (:data:`COLUMNS`)."""
+    """The rows of the sim_vs_real or sim_vs_inprocess run in ``folder`` (the static-cost
+    rows of a sim_vs_real run), each predicted again (:data:`COLUMNS`)."""
     folder = Path(folder)
     record = json.loads((folder / "run.json").read_text())
+    if (folder / TABLES["sim_vs_inprocess"]).exists():
+        return _repredict_inprocess(folder, record)
     backend = _arguments(record).get("backend", "runtime")
     config = RUNTIME_SIM if backend == "runtime" else None
     saved = pd.read_csv(folder / "sim_vs_real.csv")
@@ -100,14 +126,28 @@ def repredict_run(folder: Path | str) -> pd.DataFrame:
         for row in group.itertuples():
             placement = chosen[row.placer].place(w.graph, cluster)
             new = predict(w, placement, cluster, StaticCostModel(), config).step_time * 1e3
-            old_error = (row.predicted_ms - row.measured_ms) / row.measured_ms
-            error = (new - row.measured_ms) / row.measured_ms
-            moved = not math.isclose(new, row.predicted_ms, rel_tol=1e-6)
-            rows.append({"run": folder.name, "backend": backend, "workload": wname,
-                         "placer": row.placer, "measured_ms": row.measured_ms,
-                         "saved_predicted_ms": row.predicted_ms, "predicted_ms": new,
-                         "saved_rel_error": old_error, "rel_error": error, "moved": moved,
-                         "closer": moved and abs(error) < abs(old_error)})
+            rows.append(_row(folder, backend, wname, row.placer, row.measured_ms,
+                             row.predicted_ms, new))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _repredict_inprocess(folder: Path, record: dict) -> pd.DataFrame:
+    """The rows of a sim_vs_inprocess run, predicted again as
+    :func:`experiments.sim_vs_inprocess.run` predicted them (its first calibration)."""
+    if (record.get("machine") or {}).get("gpus"):
+        raise ValueError("a run on a machine with a GPU: its session's placement is not saved")
+    args = _arguments(record)
+    threads, mechanism = args.get("inter_op_threads") or 0, args.get("without")
+    cluster = with_inter_op_threads(without(Cluster.load(folder / "calibration_0.json"),
+                                            mechanism), threads)
+    cpu = next(d for d in cluster.devices if d.is_cpu).name
+    rows = []
+    for row in pd.read_csv(folder / TABLES["sim_vs_inprocess"]).itertuples():
+        w = build_workload(row.workload)
+        placement = Placement({op.name: cpu for op in w.graph.get_operations()})
+        new = sim.simulate(w.graph, placement, cluster, fetches=w.fetches).step_time * 1e3
+        rows.append(_row(folder, "in-process", row.workload, "-", row.measured_ms,
+                         row.predicted_ms, new))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -139,7 +179,8 @@ def summarise(table: pd.DataFrame) -> pd.DataFrame:
 def main(argv=None):
     parser = cli.make_parser("python -m experiments.repredict", __doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN",
-                        help="sim_vs_real run folders, or folders to search for them")
+                        help="sim_vs_real or sim_vs_inprocess run folders, or folders to "
+                             "search for them")
     args = cli.parse(parser, argv)
     with Run("repredict", args, out=args.out, argv=argv) as report:
         t0 = time.perf_counter()

@@ -75,5 +75,39 @@ def test_main_finds_the_runs_below_a_folder_and_skips_one_that_does_not_load(tmp
 
 
 def test_a_folder_without_runs_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no sim_vs_real run"):
+    with pytest.raises(FileNotFoundError, match="no sim_vs_real or sim_vs_inprocess run"):
         repredict.run_folders([tmp_path])
+
+
+def _saved_inprocess_run(folder, gpus=()):
+    """A sim_vs_inprocess run folder: two workloads, every op on the CPU, each measured
+    20% under its prediction."""
+    import sim
+    from core.cluster import Cluster
+    from core.placement import Placement
+    folder.mkdir(parents=True)
+    cluster = Cluster.single_host(cpu_cores=2)
+    cluster.save(folder / "calibration_0.json")
+    rows = []
+    for name in ("mlp", "mixed_random:seed=2"):
+        w = build_workload(name)
+        cpu = cluster.devices[0].name
+        placement = Placement({op.name: cpu for op in w.graph.get_operations()})
+        ms = sim.simulate(w.graph, placement, cluster, fetches=w.fetches).step_time * 1e3
+        rows.append({"workload": name, "predicted_ms": ms, "measured_ms": ms / 0.8})
+    pd.DataFrame(rows).to_csv(folder / "sim_vs_inprocess.csv", index=False)
+    (folder / "run.json").write_text(json.dumps({
+        "script": "sim_vs_inprocess", "arguments": {"inter_op_threads": 0, "without": None},
+        "machine": {"gpus": list(gpus)}}))
+    return folder
+
+
+def test_an_in_process_run_is_predicted_again_with_every_op_on_the_cpu(tmp_path):
+    table = repredict.repredict_run(_saved_inprocess_run(tmp_path / "a"))
+    assert list(table.workload) == ["mlp", "mixed_random:seed=2"]
+    assert (table.backend == "in-process").all() and not table.moved.any()
+    assert table.rel_error.to_numpy() == pytest.approx([-0.2, -0.2])
+    # A run on a machine with a GPU: its session's placement is not saved.
+    with pytest.raises(ValueError, match="GPU"):
+        repredict.repredict_run(_saved_inprocess_run(tmp_path / "b", gpus=["H200"]))
+    assert repredict.run_folders([tmp_path]) == [tmp_path / "a", tmp_path / "b"]
