@@ -127,6 +127,19 @@ class CostModel:
         when the model cannot tell, and then kernels at once never slow it."""
         return 0, 0.0
 
+    def copy_time(self, op: Operation, device) -> float:
+        """Seconds ``op``, one that ``OpDef.forwards_input`` marks (an Identity, a
+        Reshape), takes on ``device`` where its kernel copies its input rather than
+        handing the buffer on (:attr:`core.runtime_model.RuntimeModel.
+        copies_forwarding_ops`).  By default :meth:`op_time`: a model that measured the
+        op has its time whatever the kernel did."""
+        return self.op_time(op, device)
+
+    def copy_traffic(self, op: Operation, device) -> tuple[int, float]:
+        """:meth:`memory_traffic` of such an op where its kernel copies its input
+        (by default the same)."""
+        return self.memory_traffic(op, device)
+
     def transfer_time(self, nbytes: int, route: Sequence) -> float:
         """Seconds to move ``nbytes`` over ``route`` (a sequence of links) when alone on it."""
         if not route:
@@ -182,12 +195,32 @@ class StaticCostModel(CostModel):
         _, seconds, moved = self._parts(op, device)
         return moved, seconds
 
-    def _parts(self, op: Operation, device) -> tuple[float, float, int]:
-        """``(time, memory seconds, bytes moved)`` of ``op`` on ``device``."""
+    def copy_time(self, op: Operation, device) -> float:
+        """The op's time as a kernel that reads its input and writes it out again: its
+        bytes' roofline, as any kernel's, instead of the overheads alone.
+
+        >>> import core as tf
+        >>> from core.cluster import Cluster
+        >>> g = tf.Graph()
+        >>> with g.as_default():
+        ...     y = tf.identity(tf.zeros([1024, 1024]), name="y")
+        >>> cpu, model = Cluster.single_host().devices[0], StaticCostModel()
+        >>> model.copy_time(y.op, cpu) > model.op_time(y.op, cpu)
+        True
+        """
+        return self._parts(op, device, copies=True)[0]
+
+    def copy_traffic(self, op: Operation, device) -> tuple[int, float]:
+        _, seconds, moved = self._parts(op, device, copies=True)
+        return moved, seconds
+
+    def _parts(self, op: Operation, device, copies: bool = False) -> tuple[float, float, int]:
+        """``(time, memory seconds, bytes moved)`` of ``op`` on ``device`` (``copies``:
+        an op that forwards its input copies it instead, see :meth:`copy_time`)."""
         op_def = op.op_def
         ins, outs = self.specs(op.inputs), self.specs(op.outputs)
         try:
-            if op_def.forwards_input:  # its output is its input's buffer: nothing moves
+            if op_def.forwards_input and not copies:  # its output is its input's buffer
                 flops = moved = 0
             else:
                 flops = op_def.flops(ins, outs, op.attrs)
@@ -201,6 +234,8 @@ class StaticCostModel(CostModel):
         memory = moved / device.bandwidth_at(moved)
         roofline = flops / (peak * speedup) + memory
         beside = beside_roofline(op_def, ins, outs, op.attrs, device)
+        if copies and op_def.forwards_input:  # (a copy allocates its output)
+            beside += allocation_time(op_def, outs, device, copies=True)
         if device.kernel_costs:
             parallel = (op_def.multithreaded and device.parallel_min_elements > 0
                         and device.intra_op_threads > 1
@@ -251,10 +286,11 @@ def window_copy_time(op_def, ins, outs, attrs, device) -> float:
     return taps * costs[0] + elements * costs[1]
 
 
-def allocation_time(op_def, outs, device) -> float:
+def allocation_time(op_def, outs, device, copies: bool = False) -> float:
     """Seconds a kernel spends allocating its outputs beyond what tiny outputs cost
     (``device.alloc_costs`` at each output's bytes; 0 for devices without them and for
-    ops that forward their input's buffer).  Beside the roofline, not scaled by the
+    ops that forward their input's buffer, unless ``copies``: a runtime whose kernel
+    copies it, :meth:`StaticCostModel.copy_time`).  Beside the roofline, not scaled by the
     kernel's factor: on a GPU an output of 4 MiB cost about 100 us more to allocate
     than a small one, whatever the kernel did with it.
 
@@ -269,7 +305,7 @@ def allocation_time(op_def, outs, device) -> float:
     (0.0001, 0.0)
     """
     costs = device.alloc_costs
-    if not costs or op_def.forwards_input:
+    if not costs or (op_def.forwards_input and not copies):
         return 0.0
     return sum(alloc_time_at(costs, spec.dtype.itemsize * math.prod(
         1 if d is None else d for d in spec.shape)) for spec in outs)

@@ -95,10 +95,24 @@ class RuntimeModel:
         serial dispatch only: with it, ``step_costs_on_cores`` books each call as the
         dispatchers' work when it is made.
 
-    Every part but ``serial_dispatch``, ``crossing_cores`` and ``parts_together``
-    refines a serial dispatcher, so each needs it; a model that sets one without it,
-    or ``crossing_cores`` or ``parts_together`` with it, raises ValueError.  See
-    :mod:`sim.engine` for how the simulator carries each part out.
+    copies_forwarding_ops : the kernels of the ops that TensorFlow runs by handing their
+        input's buffer on (``OpDef.forwards_input``: Identity, Reshape, StopGradient,
+        Squeeze) copy it instead, as this lab's executor's do ("outputs never alias
+        inputs"), but for a variable's read that nothing in the step writes
+        (:func:`forwarded_reads`): each costs its bytes' time
+        (:meth:`core.costs.CostModel.copy_time`; a training step's reads of the
+        variables it updates copy them: 10-15 us for each 256 KiB weight matrix of the
+        mlp workload, where the cost model had 0.6 us:
+        ``docs/probes/copying_reads_probe.py``).
+        False: they all hand the buffer on, as TensorFlow's do.  The memory
+        the simulator books is not changed: such an op still allocates nothing there
+        (:mod:`sim.memory`).
+
+    Every part but ``serial_dispatch``, ``crossing_cores``, ``parts_together`` and
+    ``copies_forwarding_ops`` refines a serial dispatcher, so each needs it; a model
+    that sets one without it, or ``crossing_cores`` or ``parts_together`` with it,
+    raises ValueError.  See :mod:`sim.engine` for how the simulator carries each part
+    out.
     """
 
     name: str = "custom"
@@ -109,6 +123,7 @@ class RuntimeModel:
     inline_elements: int | None = None
     crossing_cores: bool = False
     parts_together: bool = False
+    copies_forwarding_ops: bool = False
 
     def __post_init__(self):
         if self.inline_elements is not None and (
@@ -127,6 +142,28 @@ class RuntimeModel:
         elif self.parts_together:
             raise ValueError("RuntimeModel: parts_together excludes serial_dispatch (a serial "
                              "dispatcher takes each call as it is made: step_costs_on_cores)")
+
+    def copying_ops(self, ops) -> set[str]:
+        """The names of the ops among ``ops`` (a step's operations) whose kernels copy
+        their input under this runtime where TensorFlow's would hand its buffer on: with
+        ``copies_forwarding_ops``, every op with an input that ``OpDef.forwards_input``
+        marks, but the variable reads that forward (:func:`forwarded_reads`); else none.
+
+        >>> import core as tf
+        >>> g = tf.Graph()
+        >>> with g.as_default():
+        ...     v = tf.Variable(tf.zeros([64, 64]), name="v")
+        ...     y = tf.reshape(tf.identity(v, name="r") * 2.0, [4096], name="y")
+        >>> step = [op for op in g.get_operations() if op.name not in ("zeros", "v/Assign")]
+        >>> sorted(INTERPRETER.copying_ops(step)), TENSORFLOW.copying_ops(step)
+        (['r', 'y'], set())
+        """
+        if not self.copies_forwarding_ops:
+            return set()
+        ops = list(ops)
+        forwarded = forwarded_reads(ops)
+        return {op.name for op in ops
+                if op.op_def.forwards_input and op.inputs and op.name not in forwarded}
 
     def crossing_cores_of(self, links, host_cores: int) -> int:
         """The cores of its host a crossing over the route ``links`` holds while on it:
@@ -229,7 +266,7 @@ IDEAL = RuntimeModel("ideal")
 #: ops run inline by the thread that made them ready.
 INTERPRETER = RuntimeModel("interpreter", serial_dispatch=True, dispatch_cores=True,
                            copies_on_cores=True, step_costs_on_cores=True,
-                           inline_elements=CHEAP_ELEMENTS)
+                           inline_elements=CHEAP_ELEMENTS, copies_forwarding_ops=True)
 
 #: TensorFlow's runtime: :data:`IDEAL`'s dispatch, and its crossings between the server
 #: processes of a host keep the host's cores busy at both ends while they cross

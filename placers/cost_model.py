@@ -108,6 +108,8 @@ class _Model:
             if not op_def.ref_inputs:  # assign ops write into the variable: no new memory
                 self.out_bytes[i] = sum(self.tensor_bytes(t) for t in op.outputs)
         self._op_time: dict = {}
+        # Ops whose kernels copy their input under this runtime (as the simulator times them).
+        self.copying = self.runtime.copying_ops(self.ops)
         self._signature: list = [None] * n
         self._transfer: dict = {}
         self._crossing: dict = {}
@@ -123,10 +125,14 @@ class _Model:
             # signature alone.
             sig = self._signature[i] = (_signature(self.ops[i]) if self.hints is None
                                         else ("op", i))
-        key = (sig, k)
+        op = self.ops[i]
+        copies = op.name in self.copying
+        key = (sig, k, copies)
         t = self._op_time.get(key)
         if t is None:
-            t = self._op_time[key] = self.cost_model.op_time(self.ops[i], self.devices[k])
+            # (a duck-typed model without copy_time times a copy as the op)
+            time_of = getattr(self.cost_model, "copy_time", None) if copies else None
+            t = self._op_time[key] = (time_of or self.cost_model.op_time)(op, self.devices[k])
         return t
 
     def serial_part(self, i: int, k: int) -> float:

@@ -36,7 +36,7 @@ from core.ops import get_op_def
 from sim.errors import InvalidCost
 
 __all__ = ["op_durations", "memory_traffic", "splitting", "same_signature",
-           "transfer_durations"]
+           "transfer_durations", "checked_time"]
 
 
 def _valid(t) -> bool:
@@ -63,7 +63,7 @@ def op_durations(plan, devices, cost_model: CostModel, same: np.ndarray | None =
     same = same_signature(plan) if same is None else same
     times = np.zeros(plan.n_ops)
     for i in first_positions(same).tolist():
-        times[i] = _checked(ops[i], devices[op_device[i]], op_time)
+        times[i] = checked_time(ops[i], devices[op_device[i]], op_time)
     return times[same].tolist()
 
 
@@ -141,7 +141,9 @@ def _output_tensors(plan) -> tuple[np.ndarray, np.ndarray]:
     return np.append(plan.array("tensor_base"), plan.n_tensors), np.arange(plan.n_tensors)
 
 
-def _checked(op, device, op_time) -> float:
+def checked_time(op, device, op_time) -> float:
+    """``op_time(op, device)`` as a float; :class:`sim.InvalidCost` for a negative,
+    infinite or non-numeric time."""
     t = op_time(op, device)
     if not _valid(t):
         raise InvalidCost(op.name, device.name, t)

@@ -93,7 +93,7 @@ from core.runtime_model import forwarded_reads
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
 from sim.crossing_cores import control_cores, transfer_cores
-from sim.durations import (memory_traffic, op_durations, same_signature, splitting,
+from sim.durations import (checked_time, memory_traffic, op_durations, same_signature, splitting,
                            transfer_durations)
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.handlers import RunState, make_handlers
@@ -310,6 +310,7 @@ class _Simulation:
                         if memories else None)
         if self.traffic is None:  # no kernel moves memory there: nothing to share
             self.memory_of = None
+        self._with_copies()
         # Bytes each op allocates when it starts: its outputs' buffers, summed per op
         # with a cumulative sum over the flat per-op lists.
         ptr, outs = plan.array("csr_op_outputs")
@@ -376,6 +377,24 @@ class _Simulation:
                 part += cost
             parts.append(min(part, 1e300))
         return parts
+
+    def _with_copies(self):
+        """RuntimeModel.copies_forwarding_ops: the ops whose kernels copy their input
+        where TensorFlow's hand its buffer on (RuntimeModel.copying_ops) take the copy's
+        time (CostModel.copy_time) and, where their host's kernels share its memory,
+        move its bytes."""
+        copying = self.runtime.copying_ops(self.plan.ops)
+        if not copying:
+            return
+        plan, cost_model, durations = self.plan, self.cost_model, self.durations
+        for i, op in enumerate(plan.ops):
+            if op.name not in copying:
+                continue
+            d = plan.op_device[i]
+            durations[i] = checked_time(op, self.devices[d], cost_model.copy_time)
+            if self.memory_of is not None and self.memory_of[d] is not None:
+                nbytes, seconds = cost_model.copy_traffic(op, self.devices[d])
+                self.traffic[0][i], self.traffic[1][i] = nbytes, seconds
 
     def inline_ops(self) -> list[bool]:
         """Per op, whether the runtime's executor counts it cheap

@@ -40,6 +40,8 @@ def test_the_cost_model_adds_each_output_s_allocation_beside_the_roofline():
     assert added == pytest.approx(alloc_time_at(COSTS, 128 * 256 * 4))
     assert 80e-6 < added < 100e-6
     assert model.op_time(reshape, priced) == model.op_time(reshape, gpu)  # no buffer of its own
+    # ... unless its runtime's kernel copies its input (RuntimeModel.copies_forwarding_ops)
+    assert model.copy_time(reshape, priced) - model.copy_time(reshape, gpu) == pytest.approx(added)
     assert model.op_time(total, priced) == model.op_time(total, gpu)      # below the first point
     # not scaled by the kernel's calibrated factor
     fitted = priced.replace_kernel_costs({"Relu": (1e-5, 4.0)})

@@ -110,3 +110,61 @@ def test_simulate_predicts_the_runtime_the_cluster_was_calibrated_for():
     # The placer's estimate follows the same rule: the cluster's model unless told.
     assert placers.estimate_step_time(g, placement, calibrated, fetches=fetch) == \
         placers.estimate_step_time(g, placement, cluster, fetches=fetch, runtime=INTERPRETER)
+
+
+def _copying_step(update: bool):
+    """A step reading a 512 x 512 variable (updating it when ``update``) and reshaping
+    the read's product: ``(graph, fetches)``."""
+    g = tf.Graph()
+    with g.as_default():
+        v = tf.Variable(np.ones((512, 512), np.float32), name="v")
+        y = tf.reshape(tf.multiply(v.value(), 2.0, name="y"), [512 * 512], name="flat")
+        fetches = [y.op]
+        if update:
+            fetches.append(tf.assign_sub(v, tf.ones([512, 512]) * 0.01, name="update").op)
+    return g, fetches
+
+
+def _step(g, fetches):
+    from core.step_ops import step_ops
+    return step_ops(g.get_operations(), fetches)[0]
+
+
+def test_the_interpreters_forwarding_kernels_copy_but_an_unwritten_variables_read():
+    g, fetches = _copying_step(update=False)
+    assert INTERPRETER.copying_ops(_step(g, fetches)) == {"flat"}  # v/read hands v on
+    g, fetches = _copying_step(update=True)
+    assert INTERPRETER.copying_ops(_step(g, fetches)) == {"v/read", "flat"}
+    assert TENSORFLOW.copying_ops(_step(g, fetches)) == IDEAL.copying_ops(_step(g, fetches)) == set()
+    # Saved before the field: an interpreter cluster of then predicts as it did.
+    old = {k: v for k, v in INTERPRETER.to_dict().items() if k != "copies_forwarding_ops"}
+    assert RuntimeModel.from_dict(old).copies_forwarding_ops is False
+    assert RuntimeModel.from_dict(INTERPRETER.to_dict()) == INTERPRETER
+
+
+def test_a_copying_read_costs_its_copy_in_the_simulator_and_the_placers_estimate():
+    from dataclasses import replace
+    from core.costs import StaticCostModel
+    g, fetches = _copying_step(update=True)
+    cluster = Cluster.single_host(cpu_cores=1)
+    cpu = cluster.devices[0]
+    placement = placers.SimplePlacer().place(g, cluster)
+    handed_on = replace(INTERPRETER, copies_forwarding_ops=False)
+    model = StaticCostModel()
+    read, flat = g.get_operation_by_name("v/read"), g.get_operation_by_name("flat")
+    extra = sum(model.copy_time(op, cpu) - model.op_time(op, cpu) for op in (read, flat))
+    assert extra > 1e-4  # 1 MiB read and written twice over
+    steps = {}
+    for runtime in (handed_on, INTERPRETER):
+        trace = sim.simulate(g, placement, cluster, fetches=fetches,
+                             config=sim.SimConfig(runtime=runtime))
+        steps[runtime.copies_forwarding_ops] = trace.step_time
+        ops = {r.op: r.end - r.start for r in trace.ops}
+        assert (ops["v/read"] == pytest.approx(model.copy_time(read, cpu))) == \
+            runtime.copies_forwarding_ops
+    # One core, every op in a chain: the step grows by the copies' time.
+    assert steps[True] - steps[False] == pytest.approx(extra, rel=0.05)
+    estimate = {runtime.copies_forwarding_ops: placers.estimate_step_time(
+        g, placement, cluster, fetches=fetches, runtime=runtime)
+        for runtime in (handed_on, INTERPRETER)}
+    assert estimate[True] - estimate[False] == pytest.approx(extra, rel=0.05)
