@@ -93,8 +93,8 @@ from core.runtime_model import forwarded_reads
 from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
 from sim.config import SimConfig
 from sim.crossing_cores import control_cores, transfer_cores
-from sim.durations import (checked_time, memory_traffic, op_durations, same_signature, splitting,
-                           transfer_durations)
+from sim.durations import (checked_time, memory_traffic, op_durations, same_signature,
+                           splitting, transfer_durations)
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.handlers import RunState, make_handlers
 from sim.links import link_successors, static_transfer_order
