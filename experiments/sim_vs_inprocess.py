@@ -14,8 +14,13 @@ than the caches) the report gives:
 - ``repeat_spread``: how far a second measurement, in a second session of the same
   workload, landed from it (relative): the measurement's own noise;
 - ``calibration_spread``: how far the prediction under a second calibration, made
-  right after the first, landed from the first prediction (relative): the noise a
-  calibration carries into every prediction.
+  right after the measurements, landed from the first prediction, made before them
+  (relative): the noise a calibration carries into every prediction, and how far the
+  machine's speed moved while the workloads were measured.  (Made back to back
+  before the measurements, the two calibrations of a run at 09:31 on 2026-11-28
+  agreed within 6% while every workload then measured 1.4-1.7x slower than 25
+  minutes before under the same predictions: the machine had changed state between
+  the calibration and the measurements, and no column said so.)
 
 Every workload's two sessions are open at once, and each takes ``--turns`` turns, a
 few steps a turn, all of them in order (:func:`experiments.backends.in_process_steps`):
@@ -102,17 +107,18 @@ def with_inter_op_threads(cluster, threads: int):
 def run(names, *, repeats: int = 30, quick: bool = False, mechanism: str | None = None,
         inter_op_threads: int = 0, turns: int = 5, progress: bool = True
         ) -> tuple[pd.DataFrame, list]:
-    """``(rows, calibrations)``: each workload predicted under two calibrations made
-    back to back and measured twice, its sessions on ``inter_op_threads`` threads (0:
+    """``(rows, calibrations)``: each workload predicted under two calibrations, made
+    before and after the measurements, and measured twice, its sessions on ``inter_op_threads`` threads (0:
     the session's default), every session's steps in ``turns`` turns
     (see the module docstring)."""
     import runtime
     import sim
-    calibrations = [runtime.calibrate(quick=quick) for _ in range(2)]
+    calibrations = [runtime.calibrate(quick=quick)]
     workloads = [build_workload(name) for name in tqdm(names, desc="workloads",
                                                         disable=not progress)]
     steps = in_process_steps([w for w in workloads for _ in range(2)], repeats,
                              turns=min(turns, repeats), inter_op_threads=inter_op_threads)
+    calibrations.append(runtime.calibrate(quick=quick))  # after: the machine's drift too
     rows = []
     for k, (name, w) in enumerate(zip(names, workloads)):
         (placement, measured), (_, remeasured) = steps[2 * k], steps[2 * k + 1]
