@@ -46,10 +46,21 @@ What it showed (2026-11-28, this 2-core VM under the timing lock; the hypervisor
    seconds), so a step-level comparison on that morning could not have told a few
    points apart.
 
-Not modelled: on this evidence the model trades the small-op graphs' error for the
-others'; a static order's reuse distance is also only an approximation of two
-inter-op threads' interleaving.  What would decide it: the same check on a quiet
-machine, and ``d`` counted per thread in the simulator.
+3. (09:30, the machine quiet again: the hypervisor took under 0.003 cores) part 1: the
+   MatMul 2.24 us with nothing between, 2.28 / 2.56 / 2.79 us with 4 / 8 / 11 families,
+   2.16-2.21 us with Tanh ops; part 2 (``c`` 0.4-0.6, ``D`` 8-16), now -> warmth:
+   rnn +25% -> +14%, inception +23% -> +14%, transformer +12% -> +6%, mlp -9% -> -9%,
+   gnmt:batch=4 -2% -> -11%, resnet50:batch=2 +30% -> +9%, inception_v3:batch=2 +68%
+   -> +36%, mixed_random:seed=2 +28% -> +28%.  (Both columns sit above the workloads'
+   kernels: the fixed costs come from the calibration graph's own bursts and the
+   factors from a quick calibration, not from ``calibrate()``.)
+
+Not modelled yet: on the noisy morning the model traded the small-op graphs' error for
+the others'; on the quiet machine it brought five of eight workloads closer and gnmt
+(already predicted too fast at step level, for the interpreter lock) further.  A static
+order's reuse distance is only an approximation of two inter-op threads' interleaving:
+the model wants ``d`` counted per thread in the simulator, warm fixed costs and ``(c,
+D)`` calibrated per device, and a paired step-level check.
 """
 
 import math
