@@ -233,9 +233,7 @@ class StaticCostModel(CostModel):
         speedup = device.intra_op_speedup if op_def.multithreaded else 1.0
         memory = moved / device.bandwidth_at(moved)
         roofline = flops / (peak * speedup) + memory
-        beside = beside_roofline(op_def, ins, outs, op.attrs, device)
-        if copies and op_def.forwards_input:  # (a copy allocates its output)
-            beside += allocation_time(op_def, outs, device, copies=True)
+        beside = beside_roofline(op_def, ins, outs, op.attrs, device, copies)
         if device.kernel_costs:
             parallel = (op_def.multithreaded and device.parallel_min_elements > 0
                         and device.intra_op_threads > 1
@@ -246,16 +244,17 @@ class StaticCostModel(CostModel):
         return device.op_overhead + beside + roofline, memory, moved
 
 
-def beside_roofline(op_def, ins, outs, attrs, device) -> float:
+def beside_roofline(op_def, ins, outs, attrs, device, copies: bool = False) -> float:
     """Seconds :class:`StaticCostModel` adds to a kernel's time beside its roofline,
     unscaled by the kernel's calibrated factor: its window gathering
     (:func:`window_copy_time`, over the device's ``intra_op_speedup`` for a
-    multithreaded kernel) and its outputs' allocation (:func:`allocation_time`).  The
+    multithreaded kernel) and its outputs' allocation (:func:`allocation_time`; with
+    ``copies``, an op that forwards its input allocates the copy its kernel makes).  The
     kernel calibration takes the same out of a measured time before it fits the fixed
     cost and the factor (:func:`runtime.calibrate_kernels.kernel_costs_from_traces`)."""
     speedup = device.intra_op_speedup if op_def.multithreaded else 1.0
     return (window_copy_time(op_def, ins, outs, attrs, device) / speedup
-            + allocation_time(op_def, outs, device))
+            + allocation_time(op_def, outs, device, copies))
 
 
 def window_copy_time(op_def, ins, outs, attrs, device) -> float:

@@ -143,11 +143,12 @@ class RuntimeModel:
             raise ValueError("RuntimeModel: parts_together excludes serial_dispatch (a serial "
                              "dispatcher takes each call as it is made: step_costs_on_cores)")
 
-    def copying_ops(self, ops) -> set[str]:
+    def copying_ops(self, ops, forwarded: set[str] | None = None) -> set[str]:
         """The names of the ops among ``ops`` (a step's operations) whose kernels copy
         their input under this runtime where TensorFlow's would hand its buffer on: with
         ``copies_forwarding_ops``, every op with an input that ``OpDef.forwards_input``
-        marks, but the variable reads that forward (:func:`forwarded_reads`); else none.
+        marks, but the variable reads that forward (:func:`forwarded_reads`, or
+        ``forwarded`` when the caller has them already); else none.
 
         >>> import core as tf
         >>> g = tf.Graph()
@@ -161,7 +162,8 @@ class RuntimeModel:
         if not self.copies_forwarding_ops:
             return set()
         ops = list(ops)
-        forwarded = forwarded_reads(ops)
+        if forwarded is None:
+            forwarded = forwarded_reads(ops)
         return {op.name for op in ops
                 if op.op_def.forwards_input and op.inputs and op.name not in forwarded}
 

@@ -273,11 +273,8 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     cost the median of ``time - factor * roofline`` over those ops (what waking the
     kernel's threads adds).
     """
-    from dataclasses import replace
-
     from core.costs import StaticCostModel
-    bare = replace(device, op_overhead=0.0, kernel_costs=(), window_copy_costs=(),
-                   alloc_costs=())
+    bare = _rates_only(device)
     roofline = StaticCostModel()
     sizes = (large,) if isinstance(large, int) else tuple(large)
     # This process's device of that type and index (``device`` may describe a device
@@ -310,11 +307,8 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
     fastest kernels give each type's fixed cost, the others fit the factors on the
     roofline of ``device`` (:func:`measure_kernel_costs` says how; the entry ``"*"``
     stands for the types the graph lacks)."""
-    from dataclasses import replace
-
     from core.costs import StaticCostModel
-    bare = replace(device, op_overhead=0.0, kernel_costs=(), window_copy_costs=(),
-                   alloc_costs=())
+    bare = _rates_only(device)
     roofline = StaticCostModel()
     graph, traces = runs[small]
     fixed = _median_by_type(graph, _fastest_kernels(traces),
@@ -333,6 +327,15 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
     costs = {t: (fixed[t], factors.get(t, default[1])) for t in fixed}
     costs["*"] = default
     return costs
+
+
+def _rates_only(device):
+    """``device`` with its rates alone: no dispatch overhead, kernel costs, window or
+    allocation prices, so that the cost model gives a kernel's bare roofline on it (what
+    the fitted factor scales)."""
+    from dataclasses import replace
+    return replace(device, op_overhead=0.0, kernel_costs=(), window_copy_costs=(),
+                   alloc_costs=())
 
 
 def _less_side_costs(op, seconds: float, device) -> float:

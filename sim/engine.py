@@ -76,6 +76,7 @@ of servers"):
 
 from __future__ import annotations
 
+import functools
 import gc
 from dataclasses import replace
 from heapq import heappop
@@ -378,12 +379,19 @@ class _Simulation:
             parts.append(min(part, 1e300))
         return parts
 
+    @functools.cached_property
+    def forwarded(self) -> set[str]:
+        """The step's variable reads that hand the variable's buffer on
+        (:func:`core.runtime_model.forwarded_reads`): the ops the executor runs without
+        a kernel, which the cheap-op rule and the copying rule both leave out."""
+        return forwarded_reads(self.plan.ops)
+
     def _with_copies(self):
         """RuntimeModel.copies_forwarding_ops: the ops whose kernels copy their input
         where TensorFlow's hand its buffer on (RuntimeModel.copying_ops) take the copy's
         time (CostModel.copy_time) and, where their host's kernels share its memory,
         move its bytes."""
-        copying = self.runtime.copying_ops(self.plan.ops)
+        copying = self.runtime.copying_ops(self.plan.ops, self.forwarded)
         if not copying:
             return
         plan, cost_model, durations = self.plan, self.cost_model, self.durations
@@ -403,7 +411,7 @@ class _Simulation:
         buffer on does no kernel work, whatever its size)."""
         cpu = [dev.is_cpu for dev in self.devices]
         is_cheap = self.runtime.is_cheap
-        forwarded = forwarded_reads(self.plan.ops)
+        forwarded = self.forwarded
         return [op.name in forwarded
                 or is_cheap(op.type, [t.shape for t in (*op.inputs, *op.outputs)], cpu[d])
                 for op, d in zip(self.plan.ops, self.plan.op_device)]
