@@ -27,6 +27,12 @@ many moved closer to their measurement, and the placement pairs ranked as measur
     python -m experiments.repredict results/sim_vs_real            # every run below
     python -m experiments.repredict results/sim_vs_real/20261128T070059Z
     python -m experiments.repredict results                        # both scripts' runs
+    python -m experiments.repredict results --what-if "cpu.op_overhead*=0.5"
+
+``--what-if`` predicts every row on its run's clusters with calibrated figures changed
+(:mod:`experiments.what_if`; each row still placed on the saved cluster, as it was
+measured): how much of the error one figure could explain, checked on every saved
+run before a model change is written.
 
 A row whose new prediction equals the saved one was not moved by whatever changed since
 (``moved`` is False); the placers and the workloads must be those of the run for the
@@ -54,6 +60,7 @@ from experiments.compare_placers import placers_to_compare
 from experiments.report import Run, finish, print_table
 from experiments.sim_vs_inprocess import with_inter_op_threads, without
 from experiments.sim_vs_real import build_workload, ranking_agreement
+from experiments.what_if import apply_changes, parse_change
 
 __all__ = ["main", "run_folders", "repredict_run", "summarise"]
 
@@ -105,13 +112,15 @@ def _row(folder: Path, backend: str, workload: str, placer: str, measured: float
             "closer": moved and abs(error) < abs(old_error)}
 
 
-def repredict_run(folder: Path | str) -> pd.DataFrame:
+def repredict_run(folder: Path | str, changes=()) -> pd.DataFrame:
     """The rows of the sim_vs_real or sim_vs_inprocess run in ``folder`` (the static-cost
-    rows of a sim_vs_real run), each predicted again (:data:`COLUMNS`)."""
+    rows of a sim_vs_real run), each predicted again (:data:`COLUMNS`); with
+    ``changes`` (:class:`experiments.what_if.Change`), on the run's clusters so edited
+    (each row still placed as it was measured: on the saved cluster)."""
     folder = Path(folder)
     record = json.loads((folder / "run.json").read_text())
     if (folder / TABLES["sim_vs_inprocess"]).exists():
-        return _repredict_inprocess(folder, record)
+        return _repredict_inprocess(folder, record, changes)
     backend = _arguments(record).get("backend", "runtime")
     config = RUNTIME_SIM if backend == "runtime" else None
     saved = pd.read_csv(folder / "sim_vs_real.csv")
@@ -121,17 +130,18 @@ def repredict_run(folder: Path | str) -> pd.DataFrame:
     rows = []
     for (wname, calibration), group in saved.groupby(["workload", "calibration"], sort=False):
         cluster = _cluster(folder, calibration)
+        edited = apply_changes(cluster, changes)
         w = build_workload(wname)
         chosen = placers_to_compare(list(group.placer), w)
         for row in group.itertuples():
             placement = chosen[row.placer].place(w.graph, cluster)
-            new = predict(w, placement, cluster, StaticCostModel(), config).step_time * 1e3
+            new = predict(w, placement, edited, StaticCostModel(), config).step_time * 1e3
             rows.append(_row(folder, backend, wname, row.placer, row.measured_ms,
                              row.predicted_ms, new))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _repredict_inprocess(folder: Path, record: dict) -> pd.DataFrame:
+def _repredict_inprocess(folder: Path, record: dict, changes=()) -> pd.DataFrame:
     """The rows of a sim_vs_inprocess run, predicted again as
     :func:`experiments.sim_vs_inprocess.run` predicted them (its first calibration)."""
     if (record.get("machine") or {}).get("gpus"):
@@ -140,6 +150,7 @@ def _repredict_inprocess(folder: Path, record: dict) -> pd.DataFrame:
     threads, mechanism = args.get("inter_op_threads") or 0, args.get("without")
     cluster = with_inter_op_threads(without(Cluster.load(folder / "calibration_0.json"),
                                             mechanism), threads)
+    cluster = apply_changes(cluster, changes)
     cpu = next(d for d in cluster.devices if d.is_cpu).name
     rows = []
     for row in pd.read_csv(folder / TABLES["sim_vs_inprocess"]).itertuples():
@@ -181,14 +192,22 @@ def main(argv=None):
     parser.add_argument("runs", nargs="+", metavar="RUN",
                         help="sim_vs_real or sim_vs_inprocess run folders, or folders to "
                              "search for them")
+    parser.add_argument("--what-if", action="append", default=[], metavar="CHANGE",
+                        help="predict on the runs' clusters with a figure changed: "
+                             "KIND.FIELD=VALUE or KIND.FIELD*=FACTOR, KIND one of cpu, gpu, "
+                             "task, host, link (e.g. cpu.op_overhead*=0.5); repeatable")
     args = cli.parse(parser, argv)
+    try:
+        changes = [parse_change(text) for text in args.what_if]
+    except ValueError as e:
+        parser.error(str(e))
     with Run("repredict", args, out=args.out, argv=argv) as report:
         t0 = time.perf_counter()
         folders = run_folders(args.runs)
         tables, skipped = [], []
         for folder in folders:
             try:
-                tables.append(repredict_run(folder))
+                tables.append(repredict_run(folder, changes))
             except (InvalidCluster, FileNotFoundError, KeyError, ValueError) as e:
                 # (a run saved by another version of the lab: its files do not load)
                 skipped.append(folder)
@@ -198,7 +217,8 @@ def main(argv=None):
         table = pd.concat(tables, ignore_index=True)
         summary = summarise(table)
         print_table(table, "saved runs predicted again (ms); rel_error = (pred - meas) / meas")
-        print_table(summary, "summary: saved predictions against today's")
+        print_table(summary, "summary: saved predictions against today's"
+                    + (f" with {', '.join(map(str, changes))}" if changes else ""))
         print(f"saved {report.save_table(table, 'repredict')}")
         report.save_table(summary, "repredict_summary")
         report.summary = {"runs": len(tables), "skipped": [str(f) for f in skipped],

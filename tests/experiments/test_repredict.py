@@ -11,6 +11,7 @@ from experiments import repredict
 from experiments.backends import RUNTIME_SIM, predict, this_host_cluster
 from experiments.compare_placers import placers_to_compare
 from experiments.sim_vs_real import build_workload
+from experiments.what_if import parse_change
 
 PLACERS = ["simple", "round_robin_vars"]
 
@@ -111,3 +112,25 @@ def test_an_in_process_run_is_predicted_again_with_every_op_on_the_cpu(tmp_path)
     with pytest.raises(ValueError, match="GPU"):
         repredict.repredict_run(_saved_inprocess_run(tmp_path / "b", gpus=["H200"]))
     assert repredict.run_folders([tmp_path]) == [tmp_path / "a", tmp_path / "b"]
+
+
+def test_what_if_predicts_on_the_edited_cluster_and_places_on_the_saved_one(tmp_path):
+    folder = _saved_run(tmp_path / "a")
+    base = repredict.repredict_run(folder)
+    cheap = repredict.repredict_run(folder, [parse_change("cpu.op_overhead=0")])
+    assert (cheap.predicted_ms < base.predicted_ms).all() and cheap.moved.all()
+    # (the saved predictions and the measurements are the run's, whatever the change)
+    assert cheap.saved_predicted_ms.tolist() == base.saved_predicted_ms.tolist()
+    same = repredict.repredict_run(folder, [parse_change("cpu.op_overhead*=1")])
+    assert same.predicted_ms.tolist() == base.predicted_ms.tolist()
+
+
+def test_main_takes_what_if_changes_and_rejects_a_bad_one(tmp_path, capsys):
+    folder = _saved_run(tmp_path / "runs" / "a")
+    table = repredict.main([str(folder), "--what-if", "task.step_overhead=1e-3",
+                            "--out", str(tmp_path / "out")])
+    assert table.moved.all()
+    assert "with task.step_overhead=0.001" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        repredict.main([str(folder), "--what-if", "cpu.speed=2", "--out", str(tmp_path / "o")])
+    assert "no numeric figure 'speed'" in capsys.readouterr().err
