@@ -61,6 +61,29 @@ the others'; on the quiet machine it brought five of eight workloads closer and 
 order's reuse distance is only an approximation of two inter-op threads' interleaving:
 the model wants ``d`` counted per thread in the simulator, warm fixed costs and ``(c,
 D)`` calibrated per device, and a paired step-level check.
+
+4. (2026-11-28 10:10-10:25, a scratch change, not kept) That model in the simulator:
+   ``d`` counted per device over the step's ops in the plan's order, cyclically (the
+   variable reads handed on left out), each op paying ``warm * c * min(d, D) / D``
+   more, in its dispatcher part too.
+   - ``(c, D)`` chosen by hand, each type's warm cost its calibrated fixed cost over
+     its median scale in the calibration graph; re-predicting the 248 saved
+     in-process rows (two threads): median |error| 12.5% -> 11.9% (c 0.3, D 8), 11.7%
+     (0.5, 8), 13.2% (0.5, 32), 13.0% (1.0, 16), never more than half the rows
+     closer.  On two sets of the inter-op gain probe's measurements
+     (``inter_op_gain_probe.py``: one calibration, ten workloads on one and two
+     threads), c 1.0 and D 16 brought the one-thread median from 10.4% and 11.5% to
+     7.7% and 7.0% (rnn +12% -> +5%, inception +11% -> +5%, resnet50 +9% -> 0%), and
+     the two-thread one from 11.5% and 12.3% to 8.7% and 11.7%.
+   - ``(c, D)`` fitted as the calibration would (each of the calibration graph's 8 x 8
+     kernels a sample at its distance in that order; least squares on the logs over c
+     0-2, D 2-64): c 0.1 and 0.2, D 8, in three calibrations.  Most of that graph's
+     kernels sit past the cap (dozens of types between two of a type), so their
+     spread says little about warm kernels; a sim_vs_inprocess run with the fitted
+     model moved each prediction by 1.5% or less (median |error| 12.2% -> 12.1%).
+   The warmth the workloads' kernels show (their sum 17-20% under the model on one
+   thread) is larger than what the calibration graph's own spread can fit; a warm
+   measurement per type (a chain of its own kernels) would be needed to calibrate it.
 """
 
 import math
