@@ -347,6 +347,11 @@ class Cluster:
             _positive(d.name, f"kernel_costs[{op_type!r}] factor", factor)
         for dtype, rate in d.dtype_flops:
             _positive(d.name, f"dtype_flops[{dtype!r}]", rate)
+        for op_type, seconds in d.warm_kernel_costs:
+            _non_negative(d.name, f"warm_kernel_costs[{op_type!r}]", seconds)
+        _non_negative_int(d.name, "warm_span", d.warm_span)
+        if d.warm_kernel_costs and not d.warm_span:
+            raise InvalidCluster("warm_kernel_costs need a warm_span of at least 1", d.name)
 
     # -- copies with changes ------------------------------------------------------------------
     def replace_device(self, name: "str | Device", **changes) -> "Cluster":
@@ -405,7 +410,8 @@ class Cluster:
             "tasks": [asdict(t) for t in self._tasks],
             "devices": [{**asdict(d), "kernel_costs": {k: [fixed, factor] for k, fixed, factor
                                                        in d.kernel_costs},
-                         "dtype_flops": dict(d.dtype_flops)}
+                         "dtype_flops": dict(d.dtype_flops),
+                         "warm_kernel_costs": dict(d.warm_kernel_costs)}
                         for d in self._devices],
             "links": [asdict(l) for l in self._links.values()],
             "runtime_model": self._runtime_model.to_dict(),

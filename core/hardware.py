@@ -209,6 +209,13 @@ class Device:
     :func:`runtime.calibrate_gpu.measure_gpu_alloc_costs`), read by
     :func:`alloc_time_at`; ``()``: allocation costs nothing beyond the kernel's fixed
     cost (the default; a CPU's heap keeps freed buffers, :mod:`runtime.allocator`).
+    ``warm_kernel_costs`` holds, per op type, the fixed cost of its kernel run right
+    after one of its own type, ``{type: seconds}``, where ``kernel_costs`` holds it
+    where the calibration graph runs it, dozens of other types after the last one (its
+    code and data out of the caches: :mod:`core.kernel_warmth`); a kernel whose device
+    ran ``d`` other types since its type's last kernel pays ``fixed - (fixed - warm) *
+    (1 - min(d, warm_span) / warm_span)``.  ``()`` (the default): every kernel at its
+    fixed cost.
 
     >>> from core.cluster import Cluster
     >>> d = Cluster.single_host().devices[0].replace_kernel_costs({"Add": (2e-6, 1.5)})
@@ -241,6 +248,8 @@ class Device:
     bandwidth_curve: tuple = ()
     window_copy_costs: tuple = ()
     alloc_costs: tuple = ()
+    warm_kernel_costs: tuple = ()
+    warm_span: int = 0
 
     def __post_init__(self):
         if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
@@ -263,6 +272,15 @@ class Device:
             raise InvalidCluster(f"dtype_flops must map dtype names to FLOP/s, not "
                                  f"{self.dtype_flops!r}", self.name) from None
         object.__setattr__(self, "dtype_flops", rates)
+        warm = self.warm_kernel_costs
+        try:
+            if isinstance(warm, Mapping):
+                warm = warm.items()
+            warm = tuple(sorted((str(k), v) for k, v in warm))
+        except (TypeError, ValueError):
+            raise InvalidCluster(f"warm_kernel_costs must map op types to seconds, not "
+                                 f"{self.warm_kernel_costs!r}", self.name) from None
+        object.__setattr__(self, "warm_kernel_costs", warm)
         object.__setattr__(self, "bandwidth_curve",
                            _curve(self.bandwidth_curve, "bandwidth_curve", self.name))
         copies = tuple(self.window_copy_costs)
@@ -305,6 +323,15 @@ class Device:
         if cost is None:
             cost = table.get(op_type)
         return table.get("*", (0.0, 1.0)) if cost is None else cost
+
+    def warm_kernel_cost(self, op_type: str) -> float | None:
+        """The fixed cost of ``op_type``'s kernel right after one of its type
+        (``warm_kernel_costs``), or None where it is not known."""
+        table = self.__dict__.get("_warm_table")
+        if table is None:
+            table = dict(self.warm_kernel_costs)
+            object.__setattr__(self, "_warm_table", table)
+        return table.get(op_type)
 
     def replace_kernel_costs(self, costs: Mapping[str, tuple]) -> "Device":
         """A copy with ``costs`` merged into ``kernel_costs``."""
@@ -557,7 +584,8 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 # Record fields a cluster file may leave out (added after the format's first version).
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
                  "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
-                 "window_copy_costs", "alloc_costs", "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
+                 "window_copy_costs", "alloc_costs", "warm_kernel_costs", "warm_span",
+                 "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

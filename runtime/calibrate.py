@@ -29,6 +29,10 @@ figure                        measured by
                               type, the kernel's fixed cost and a factor on the roofline,
                               and on the multithreaded kernels' parallel path
 ``parallel_min_elements``     the kernels' own threshold for their parallel path
+``warm_kernel_costs``         :func:`runtime.calibrate_warmth.measure_warm_kernel_costs`:
+                              per op type, the fixed cost of a kernel right after one of
+                              its type (``warm_span``: :data:`runtime.calibrate_warmth.
+                              WARM_SPAN`)
 memcpy link (bandwidth,       :func:`measure_memcpy`: a large array copy in host memory
 latency)                      (tasks on one host exchange tensors through it), and a tiny one
 GPU figures                   :func:`runtime.calibrate_gpu.measure_gpu_figures` (rates,
@@ -470,6 +474,10 @@ def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) 
         # chain of tiny ops' figure stands in)
         figures.update(kernel_costs=costs, op_overhead=dispatch or figures["op_overhead"],
                        parallel_min_elements=PARALLEL_MIN_ELEMENTS)
+        from runtime.calibrate_warmth import WARM_SPAN, measure_warm_kernel_costs
+        warm = measure_warm_kernel_costs(replace(device, **figures),
+                                         steps=5 if quick else 20, config=alone)
+        figures.update(warm_kernel_costs=warm, warm_span=WARM_SPAN if warm else 0)
     return figures
 
 
@@ -553,6 +561,7 @@ def measure_lock_wakeup(batches: int = 9, handoffs: int = 200) -> float:
 
 #: The fields of a CPU device that :func:`calibrate` measures.
 CPU_FIGURES = ("peak_flops", "intra_op_speedup", "mem_bandwidth", "bandwidth_curve",
+               "warm_kernel_costs", "warm_span",
                "op_overhead", "kernel_costs", "parallel_min_elements", "window_copy_costs")
 
 

@@ -102,6 +102,7 @@ from sim.links import link_successors, static_transfer_order
 from sim.memory import TrackedLog, device_capacity, memory_records
 from sim.pools import (DispatchCalendar, HostCores, HostMemory, InterOpPool, rescale_speedup,
                        slowdown_table)
+from sim.warm_kernels import warm_savings
 
 __all__ = ["simulate"]
 
@@ -312,6 +313,10 @@ class _Simulation:
         if self.traffic is None:  # no kernel moves memory there: nothing to share
             self.memory_of = None
         self._with_copies()
+        # Device.warm_kernel_costs: a kernel right after others of its type costs less
+        self.warm_saving = warm_savings(plan, self.devices, self.forwarded)
+        if self.warm_saving is not None:
+            self.durations = [t - saved for t, saved in zip(self.durations, self.warm_saving)]
         # Bytes each op allocates when it starts: its outputs' buffers, summed per op
         # with a cumulative sum over the flat per-op lists.
         ptr, outs = plan.array("csr_op_outputs")
@@ -364,7 +369,8 @@ class _Simulation:
     def serial_parts(self) -> list[float]:
         """Per op, the part its task's dispatcher serves alone (``SimConfig.
         serial_dispatch``): the device's ``op_overhead`` and the fixed cost of the op's
-        kernel type (``Device.kernel_cost``)."""
+        kernel type (``Device.kernel_cost``), less what it saves running warm
+        (:mod:`sim.warm_kernels`)."""
         types = self.plan.op_types
         fixed = [{} if dev.kernel_costs else None for dev in self.devices]
         parts = []
@@ -377,6 +383,8 @@ class _Simulation:
                     cost = table[types[i]] = self.devices[d].kernel_cost(types[i])[0]
                 part += cost
             parts.append(min(part, 1e300))
+        if self.warm_saving is not None:
+            parts = [part - saved for part, saved in zip(parts, self.warm_saving)]
         return parts
 
     @functools.cached_property

@@ -83,7 +83,10 @@ D)`` calibrated per device, and a paired step-level check.
      model moved each prediction by 1.5% or less (median |error| 12.2% -> 12.1%).
    The warmth the workloads' kernels show (their sum 17-20% under the model on one
    thread) is larger than what the calibration graph's own spread can fit; a warm
-   measurement per type (a chain of its own kernels) would be needed to calibrate it.
+   measurement per type is needed to calibrate it.  ``warm_duplicates_probe.py`` made
+   it (each kernel op of the graph duplicated, the copies running back to back), and
+   the model kept prices the distance from each type's cold to its warm fixed cost
+   (``Device.warm_kernel_costs``, :mod:`sim.warm_kernels`).
 """
 
 import math
