@@ -30,9 +30,14 @@ takes each kernel's fixed cost from its cold to its warm figure by its reuse dis
 against kept): one calibration and ten workloads measured on one and on two inter-op
 threads (10:30), median |error| 10.4% -> 6.7% on one thread, 13.2% -> 8.9% on two
 (rnn +13% -> +6%, inception +12% -> +7%, transformer +8% -> +2%; gnmt -19% -> -22%
-on two threads); a sim_vs_inprocess run (10:31) 11.2% -> 7.8% on its first
-calibration, 7.4% -> 7.9% on its second; a sim_vs_real run on our LocalCluster
-(10:32) 6.0% -> 6.3% over its 13 distinct placements.
+on two threads); two sim_vs_inprocess runs (10:31, 10:46) 11.2% -> 7.8% and 9.3% ->
+10.0% on their first calibrations, 7.4% -> 7.9% and 5.3% -> 5.4% on their second; two
+sim_vs_real runs on our LocalCluster (10:32, 10:47) 6.0% -> 6.3% and 12.4% -> 11.3%
+over their 13 distinct placements.  The small-op graphs come closer (rnn and
+inception 4-7 points in every run); the big graphs on two threads, already predicted
+too fast (the second thread's gain, ``inter_op_gain_probe.py``), go 1-3 points
+further.  (Each pair: the run's saved calibration with and without its
+``warm_kernel_costs``.)
 """
 
 import os
