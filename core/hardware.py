@@ -84,6 +84,16 @@ class Host:
                            _curve(self.shared_bandwidth, "shared_bandwidth", self.name))
 
 
+def _pairs(table, attr: str, what: str, culprit: str) -> tuple:
+    """``table`` (a mapping, or ``(key, value)`` pairs) as sorted ``(str key, value)``
+    pairs; :class:`InvalidCluster` naming ``attr`` when it is neither."""
+    try:
+        items = table.items() if isinstance(table, Mapping) else table
+        return tuple(sorted((str(k), v) for k, v in items))
+    except (TypeError, ValueError):
+        raise InvalidCluster(f"{attr} must map {what}, not {table!r}", culprit) from None
+
+
 def _curve(points, what: str, owner: str, unit: str = "bytes/s",
            zero_ok: bool = False) -> tuple:
     """``points`` as a sorted tuple of ``(bytes, value)`` pairs, checked: one point per
@@ -263,24 +273,11 @@ class Device:
             raise InvalidCluster(f"kernel_costs must map op types to (fixed seconds, roofline "
                                  f"factor), not {self.kernel_costs!r}", self.name) from None
         object.__setattr__(self, "kernel_costs", items)
-        rates = self.dtype_flops
-        try:
-            if isinstance(rates, Mapping):
-                rates = rates.items()
-            rates = tuple(sorted((str(k), v) for k, v in rates))
-        except (TypeError, ValueError):
-            raise InvalidCluster(f"dtype_flops must map dtype names to FLOP/s, not "
-                                 f"{self.dtype_flops!r}", self.name) from None
-        object.__setattr__(self, "dtype_flops", rates)
-        warm = self.warm_kernel_costs
-        try:
-            if isinstance(warm, Mapping):
-                warm = warm.items()
-            warm = tuple(sorted((str(k), v) for k, v in warm))
-        except (TypeError, ValueError):
-            raise InvalidCluster(f"warm_kernel_costs must map op types to seconds, not "
-                                 f"{self.warm_kernel_costs!r}", self.name) from None
-        object.__setattr__(self, "warm_kernel_costs", warm)
+        object.__setattr__(self, "dtype_flops", _pairs(self.dtype_flops, "dtype_flops",
+                                                       "dtype names to FLOP/s", self.name))
+        object.__setattr__(self, "warm_kernel_costs",
+                           _pairs(self.warm_kernel_costs, "warm_kernel_costs",
+                                  "op types to seconds", self.name))
         object.__setattr__(self, "bandwidth_curve",
                            _curve(self.bandwidth_curve, "bandwidth_curve", self.name))
         copies = tuple(self.window_copy_costs)

@@ -316,7 +316,9 @@ class _Simulation:
         # Device.warm_kernel_costs: a kernel right after others of its type costs less
         self.warm_saving = warm_savings(plan, self.devices, self.forwarded)
         if self.warm_saving is not None:
-            self.durations = [t - saved for t, saved in zip(self.durations, self.warm_saving)]
+            # (never below nothing: a kernel on its parallel path has its own fixed cost)
+            self.durations = [max(0.0, t - saved)
+                              for t, saved in zip(self.durations, self.warm_saving)]
         # Bytes each op allocates when it starts: its outputs' buffers, summed per op
         # with a cumulative sum over the flat per-op lists.
         ptr, outs = plan.array("csr_op_outputs")
