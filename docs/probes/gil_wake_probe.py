@@ -26,6 +26,15 @@ handed-lock figure.  Tried offline (a rule that lets the waiter in at the first 
 ``lock_wakeup`` after it asked, with the calibrated figure and with twice it) on 565
 saved in-process rows: median |error| 17.6% now, 18.6% and 17.2% with the rule: no
 gain worth the change; not kept.
+
+Again on the quiet machine (2026-11-28 11:16, a scratch script: the busy case with k =
+3 us, the median of 9 batches of 50 hand-offs, beside ``measure_lock_wakeup`` four
+times in a row): the woken thread ran after 17.1-22.5 us, the lock ping-pong gave
+18.9-21.6 us (ratio 0.88-1.10).  The morning's 30-55 us were the noisy machine's.  So
+the calibrated figure stands: doubling it (``python -m experiments.repredict RUNS
+--what-if "task.lock_wakeup*=2"``) predicted the saved runs a little better (in-process
+11.8% -> 11.5% over 264 rows, 76 of 147 moved rows closer; our LocalCluster 13.5% ->
+12.7% over 224, 88 of 154 closer), but no measurement says the lock wakes that late.
 """
 
 import queue
