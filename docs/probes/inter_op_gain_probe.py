@@ -67,6 +67,12 @@ ms; first run 10:00, second 10:18 by this script):
 - mixed_random:seed=4 gains more than predicted in the first run (1.31 against 1.15)
   and about as predicted in the second (1.66 against 1.58).
 
+Where gnmt's second thread goes (11:10, traced steps of both, in turns): the fastest
+two-thread step ran all 1234 ops in one slot, none overlapping another (13.20 ms
+against 12.96 ms on one thread), while the simulator overlaps 867 of them with another
+op, 6.3 ms of its 9.2 ms step.  The real executor gets no parallelism from gnmt's
+independent chains; the model's lock rule lets the second chain in far more often.
+
 So the in-process rows over 15% are of two kinds, each with its own mechanism: the
 small products' kernel cost on one thread (rnn, inception), and what a second thread
 costs when both dispatch small ops (gnmt, and mlp's products on the intra-op pool);
