@@ -72,6 +72,14 @@ two-thread step ran all 1234 ops in one slot, none overlapping another (13.20 ms
 against 12.96 ms on one thread), while the simulator overlaps 867 of them with another
 op, 6.3 ms of its 9.2 ms step.  The real executor gets no parallelism from gnmt's
 independent chains; the model's lock rule lets the second chain in far more often.
+Over 40 steps in a row on two threads (11:35, a scratch script), the fastest step is
+the one where the second thread did least, and the typical step is far slower:
+gnmt's untraced steps 11.6 ms fastest, 21.5 ms median, its traced ones 14.2 ms with 94
+ops off the main thread's slot and up to 31 ms with 116-371; transformer:batch=2 5.7
+and 8.4 ms; mlp 1.56 and 1.87 ms.  The experiments report the fastest step, so on
+these graphs they measure the near-serial schedule: a model of what the second thread
+costs must make its help a loss when both threads dispatch small ops, not merely
+smaller.
 
 So the in-process rows over 15% are of two kinds, each with its own mechanism: the
 small products' kernel cost on one thread (rnn, inception), and what a second thread
