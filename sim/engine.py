@@ -314,7 +314,9 @@ class _Simulation:
             self.memory_of = None
         self._with_copies()
         # Device.warm_kernel_costs: a kernel right after others of its type costs less
-        self.warm_saving = warm_savings(plan, self.devices, self.forwarded)
+        # (the step's forwarded reads are looked for only then: a pass over every op)
+        self.warm_saving = (warm_savings(plan, self.devices, self.forwarded)
+                            if any(d.warm_kernel_costs for d in self.devices) else None)
         if self.warm_saving is not None:
             # (never below nothing: a kernel on its parallel path has its own fixed cost)
             self.durations = [max(0.0, t - saved)
@@ -401,6 +403,8 @@ class _Simulation:
         where TensorFlow's hand its buffer on (RuntimeModel.copying_ops) take the copy's
         time (CostModel.copy_time) and, where their host's kernels share its memory,
         move its bytes."""
+        if not self.runtime.copies_forwarding_ops:  # (first: self.forwarded walks every op)
+            return
         copying = self.runtime.copying_ops(self.plan.ops, self.forwarded)
         if not copying:
             return

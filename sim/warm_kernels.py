@@ -21,11 +21,9 @@ from core.kernel_warmth import reuse_distances, warmth
 __all__ = ["warm_savings"]
 
 
-def warm_savings(plan, devices, forwarded: set[str]) -> list[float] | None:
-    """Per op of ``plan`` (op order), the seconds its kernel saves for running warm;
-    None when no device knows its kernels' warm costs."""
-    if not any(d.warm_kernel_costs and d.kernel_costs for d in devices):
-        return None
+def warm_savings(plan, devices, forwarded: set[str]) -> list[float]:
+    """Per op of ``plan`` (op order), the seconds its kernel saves for running warm
+    (0 on the devices that do not know their kernels' warm costs)."""
     on_device: dict[int, list[int]] = {}
     for i, (op, d) in enumerate(zip(plan.ops, plan.op_device)):
         device = devices[d]
