@@ -103,21 +103,21 @@ def apply_changes(cluster: Cluster, changes) -> Cluster:
     """``cluster`` with each of ``changes`` (:class:`Change`) made in turn; a kind the
     cluster has none of (``gpu`` on a CPU-only cluster) changes nothing."""
     for change in changes:
-        if change.kind in ("cpu", "gpu"):
-            for d in cluster.devices:
-                if d.device_type.lower() == change.kind:
-                    cluster = cluster.replace_device(
-                        d.name, **{change.field: change.applied(getattr(d, change.field))})
-        elif change.kind == "task":
-            for t in cluster.tasks:
-                cluster = cluster.replace_task(
-                    t.job, t.index, **{change.field: change.applied(getattr(t, change.field))})
-        elif change.kind == "host":
-            for h in cluster.hosts:
-                cluster = cluster.replace_host(
-                    h.name, **{change.field: change.applied(getattr(h, change.field))})
-        else:
-            for link in cluster.links.values():
-                cluster = cluster.replace_link(
-                    link.name, **{change.field: change.applied(getattr(link, change.field))})
+        records, replace_one = _EDITS[change.kind]
+        for record in records(cluster):
+            new = change.applied(getattr(record, change.field))
+            cluster = replace_one(cluster, record, **{change.field: new})
     return cluster
+
+
+# Per kind: the records of a cluster it changes, and how one of them is replaced.
+_EDITS = {
+    "cpu": (lambda c: [d for d in c.devices if d.device_type == "CPU"],
+            lambda c, d, **new: c.replace_device(d.name, **new)),
+    "gpu": (lambda c: [d for d in c.devices if d.device_type == "GPU"],
+            lambda c, d, **new: c.replace_device(d.name, **new)),
+    "task": (lambda c: c.tasks, lambda c, t, **new: c.replace_task(t.job, t.index, **new)),
+    "host": (lambda c: c.hosts, lambda c, h, **new: c.replace_host(h.name, **new)),
+    "link": (lambda c: list(c.links.values()),
+             lambda c, link, **new: c.replace_link(link.name, **new)),
+}
