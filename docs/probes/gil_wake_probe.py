@@ -30,8 +30,10 @@ gain worth the change; not kept.
 Again on the quiet machine (2026-11-28 11:16, a scratch script: the busy case with k =
 3 us, the median of 9 batches of 50 hand-offs, beside ``measure_lock_wakeup`` four
 times in a row): the woken thread ran after 17.1-22.5 us, the lock ping-pong gave
-18.9-21.6 us (ratio 0.88-1.10).  The morning's 30-55 us were the noisy machine's.  So
-the calibrated figure stands: doubling it (``python -m experiments.repredict RUNS
+18.9-21.6 us (ratio 0.88-1.10); this script, whose queue wakes its thread through a
+Condition, gave 26 us busy and 52 us after 2 ms idle at k = 3 us (12:00).  The
+executor's pool waits on a SimpleQueue, the scratch script's kind.  So the calibrated
+figure stands: doubling it (``python -m experiments.repredict RUNS
 --what-if "task.lock_wakeup*=2"``) predicted the saved runs a little better (in-process
 11.8% -> 11.5% over 264 rows, 76 of 147 moved rows closer; our LocalCluster 13.5% ->
 12.7% over 224, 88 of 154 closer), but no measurement says the lock wakes that late.
@@ -89,11 +91,16 @@ def trial(k_us: float, per_us: float, reps: int = 200, idle: float = 0.0):
     return float(np.median(waits)), float(np.percentile(waits, 90))
 
 
-def main(ks):
+def spins_per_us() -> float:
+    """Iterations of :func:`spin` per microsecond here (compiled first)."""
     spin(10)
     t0 = time.perf_counter()
     spin(10_000_000)
-    per_us = 10_000_000 / ((time.perf_counter() - t0) * 1e6)
+    return 10_000_000 / ((time.perf_counter() - t0) * 1e6)
+
+
+def main(ks):
+    per_us = spins_per_us()
     for idle in (0.0, 0.002):
         for k in ks:
             med, p90 = trial(k, per_us, idle=idle)

@@ -111,26 +111,12 @@ WORKLOADS = ["rnn", "inception", "gnmt:batch=4", "transformer",
 
 def lock_contention(kernels_us=(0.5, 2.0, 5.0, 10.0, 20.0), ops: int = 4000, runs: int = 15):
     """Per kernel length: seconds per op of [nogil kernel, ~1 us of Python] on one
-    thread and shared by two (fastest and median of ``runs``)."""
-    from numba import njit
+    thread and shared by two (fastest and median of ``runs``); the kernel and the Python
+    are ``gil_wake_probe.py``'s."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gil_wake_probe import python_work, spin, spins_per_us
 
-    @njit(nogil=True, cache=True)
-    def spin(n):
-        x = 0.0
-        for i in range(n):
-            x += i * 1e-9
-        return x
-
-    def python_work():
-        s = 0
-        for i in range(40):
-            s += i
-        return s
-
-    spin(10)
-    t0 = time.perf_counter()
-    spin(10**7)
-    per_us = 10**7 / ((time.perf_counter() - t0) * 1e6)
+    per_us = spins_per_us()
 
     def per_op(threads, n):
         def work():
