@@ -36,22 +36,17 @@ step of its own, and keeps the step after another placement's as ``after_other``
 
 import contextlib
 import os
-import random
 import sys
-import time
 
 sys.path.insert(0, os.getcwd())
-
-import numpy as np  # noqa: E402
 
 import runtime  # noqa: E402
 from core.cluster import Cluster  # noqa: E402
 from experiments.backends import prepared_session, runtime_cluster_spec, server_env  # noqa: E402
 from experiments.sim_vs_real import build_workload, placers_to_compare  # noqa: E402
 
-PLACERS = ("simple", "round_robin", "round_robin_vars")
-TIMED = ("simple", "round_robin_vars")
-BEFORE = ("self", *PLACERS, "pause")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tf_step_order_probe import PLACERS, report, time_after  # noqa: E402
 
 
 def main(cluster_json: str, workload: str, repeats: int = 30):
@@ -60,28 +55,13 @@ def main(cluster_json: str, workload: str, repeats: int = 30):
     placements = {n: p.place(w.graph, cluster)
                   for n, p in placers_to_compare(list(PLACERS), w).items()}
     feeds = w.feeds or None
-    times = {}
     with runtime.LocalCluster(runtime_cluster_spec(cluster), env=server_env()) as local, \
             contextlib.ExitStack() as stack:
         runs = {n: stack.enter_context(prepared_session(w, p, local, warmup=3))
                 for n, p in placements.items()}
-        cases = [(t, b) for t in TIMED for b in BEFORE]
-        rng = random.Random(0)
-        for _ in range(repeats):
-            rng.shuffle(cases)
-            for timed, before in cases:
-                if before == "pause":
-                    time.sleep(0.01)
-                else:
-                    session, fetches = runs[timed if before == "self" else before]
-                    session.run(fetches, feed_dict=feeds)
-                session, fetches = runs[timed]
-                t0 = time.perf_counter()
-                session.run(fetches, feed_dict=feeds)
-                times.setdefault((timed, before), []).append(time.perf_counter() - t0)
-    for (timed, before), ts in sorted(times.items()):
-        print(f"{workload} {timed:17s} after {before:17s} fastest {min(ts) * 1e3:7.3f} ms  "
-              f"median {np.median(ts) * 1e3:7.3f}", flush=True)
+        times = time_after(lambda name: runs[name][0].run(runs[name][1], feed_dict=feeds),
+                           repeats)
+    report(workload, times)
 
 
 if __name__ == "__main__":

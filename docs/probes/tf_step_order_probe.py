@@ -81,7 +81,6 @@ def main(cluster_json: str, workload: str, repeats: int = 30):
                   for n, p in placers_to_compare(list(PLACERS), w).items()}
     fetches = [f.name for f in w.fetches]
     feeds = {t.name: v for t, v in w.feeds.items()} or None
-    times = {}
     with TFLocalCluster(cluster, env=server_env(1, "passive")) as servers, \
             contextlib.ExitStack() as stack:
         config = session_config(tf, cluster, ("worker", 0))
@@ -91,18 +90,32 @@ def main(cluster_json: str, workload: str, repeats: int = 30):
         for sess in sessions.values():
             for _ in range(3):
                 sess.run(fetches, feeds)
-        cases = [(t, b) for t in TIMED for b in BEFORE]
-        rng = random.Random(0)
-        for _ in range(repeats):
-            rng.shuffle(cases)
-            for timed, before in cases:
-                if before == "pause":
-                    time.sleep(0.01)
-                else:
-                    sessions[timed if before == "self" else before].run(fetches, feeds)
-                t0 = time.perf_counter()
-                sessions[timed].run(fetches, feeds)
-                times.setdefault((timed, before), []).append(time.perf_counter() - t0)
+        times = time_after(lambda name: sessions[name].run(fetches, feeds), repeats)
+    report(workload, times)
+
+
+def time_after(step, repeats: int) -> dict:
+    """Per ``(timed, before)`` of :data:`TIMED` x :data:`BEFORE`: the seconds of
+    ``repeats`` steps of placement ``timed``, each right after a step of ``before`` (or
+    a 10 ms pause), every case once a round, in a shuffled order; ``step(name)`` runs one
+    step of a placement.  (``lc_step_order_probe.py`` uses it too.)"""
+    times: dict = {}
+    cases = [(t, b) for t in TIMED for b in BEFORE]
+    rng = random.Random(0)
+    for _ in range(repeats):
+        rng.shuffle(cases)
+        for timed, before in cases:
+            if before == "pause":
+                time.sleep(0.01)
+            else:
+                step(timed if before == "self" else before)
+            t0 = time.perf_counter()
+            step(timed)
+            times.setdefault((timed, before), []).append(time.perf_counter() - t0)
+    return times
+
+
+def report(workload: str, times: dict) -> None:
     for (timed, before), ts in sorted(times.items()):
         print(f"{workload} {timed:17s} after {before:17s} fastest {min(ts) * 1e3:7.3f} ms  "
               f"median {np.median(ts) * 1e3:7.3f}", flush=True)
