@@ -148,6 +148,18 @@ def test_sigmoid_does_not_overflow():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+def test_sigmoid_on_its_parallel_path_and_a_transposed_input(threads):
+    # Past the parallel threshold, on an F-ordered view: exp(-|x|) by numpy, then the
+    # numba pass over the output in C order must meet the input's elements in that order.
+    n = cpu.PARALLEL_MIN_ELEMENTS // 1024 + 1
+    x = np.linspace(-60, 60, n * 1024, dtype=np.float32).reshape(n, 1024).T
+    (out,) = run("Sigmoid", (x,), threads=threads)
+    exact = 1 / (1 + np.exp(-x.astype(np.float64)))
+    assert out.shape == x.shape and out.dtype == np.float32 and out.flags.c_contiguous
+    np.testing.assert_allclose(out, exact, rtol=1e-6, atol=1e-37)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 def test_float32_tanh_approximation_is_within_a_few_ulp(threads):
     # The float32 kernel is a rational approximation (as TensorFlow's): held to 1e-6
     # relative over a dense grid, the saturated ends, and NaN and infinities.
