@@ -15,8 +15,8 @@ steps: for the ops whose taker was already waiting in ``get`` when they were que
 the time it took to wake and take them (the interpreter's lock hand-over), by what the
 queuing thread ran meanwhile.
 
-What it showed (2026-11-28, this 2-core VM under the timing lock; 12:30-12:50 UTC from
-a scratch copy of this script, three runs of 10-30 steps, and 14:17 from this script,
+What it showed (2026-11-28, this 2-core VM under the timing lock; 12:17-12:19 UTC from
+a scratch copy of this script, three runs of 10-30 steps, and 12:36 from this script,
 20 steps of 17.5-26.5 ms, the logging's own cost included):
 
 - Of a step's 1234 ops, 34 go through the queue; the thread that makes an op ready
@@ -27,7 +27,7 @@ a scratch copy of this script, three runs of 10-30 steps, and 14:17 from this sc
   scratch runs).  Most find both pool threads busy, each in a chain of its own (or
   holding an op while it waits for a slot, the caller holding the other), and are
   taken when one comes back.
-- The others found a thread waiting in ``get`` (200 over the 20 steps at 14:17).  It
+- The others found a thread waiting in ``get`` (200 over the 20 steps at 12:36).  It
   took them after a median 50 us (quartiles 37 and 429 us, at most 5.6 ms):
   - 121 while the queuing thread went straight into a long kernel (a gradient
     MatMul): median 37.5 us (23-55 us in the scratch runs).  The lock is free there;

@@ -11,16 +11,16 @@ of a kernel runs at that process's speed.
 
 What it showed (2026-11-28, this 2-core AMD EPYC VM under the timing lock; fastest us):
 
-    13:25, a scratch script timing 13 kernels in 8 processes: the Sigmoid loop 170 or
+    12:23 UTC, a scratch script timing 13 kernels in 8 processes: the Sigmoid loop 170 or
         197 us by process (1.17x), every other kernel within 1.01-1.10x (Exp 28.8-29.6,
         MatMul 256^3 331.7-333.8, Softmax 259.4-259.9); in earlier single processes the
         loop also took 242 and 280 us, each process keeping its speed (8 half-second
         windows in a row: 170-171 us in one, 266-283 us in another).
-    13:45 and 13:47, this probe, 8 processes each (max / min across them):
+    12:25 and 12:26, this probe, 8 processes each (max / min across them):
 
                        old Sigmoid loop   Sigmoid now   Exp    Tanh   Relu
-        13:45          170-281 (1.65)     61-73 (1.20)  1.49   1.59   1.27
-        13:47          196-280 (1.43)     59-73 (1.23)  1.28   1.29   1.17
+        12:25          170-281 (1.65)     61-73 (1.20)  1.49   1.59   1.27
+        12:26          196-280 (1.43)     59-73 (1.23)  1.28   1.29   1.17
 
 So there are two things.  A process runs all its kernels in one of two speed states,
 about 1.2x apart (Exp 29-30 or 36-37 us, Tanh 21.5 or 26.5-28): a state the process
