@@ -77,7 +77,6 @@ of servers"):
 from __future__ import annotations
 
 import functools
-import gc
 from dataclasses import replace
 from heapq import heappop
 
@@ -91,7 +90,7 @@ from core.dataflow import StepPlan
 from core.step_ops import unique_below
 from core.graph import Tensor
 from core.runtime_model import forwarded_reads
-from core.trace import MemoryRecord, OOMEvent, OpRecord, Trace, TransferRecord
+from core.trace import OOMEvent, Trace
 from sim.config import SimConfig
 from sim.crossing_cores import control_cores, transfer_cores
 from sim.durations import (checked_time, memory_traffic, op_durations, same_signature,
@@ -99,9 +98,10 @@ from sim.durations import (checked_time, memory_traffic, op_durations, same_sign
 from sim.errors import OutOfMemory, SimulationStalled, UnknownPlacedDevice
 from sim.handlers import RunState, make_handlers
 from sim.links import link_successors, static_transfer_order
-from sim.memory import TrackedLog, device_capacity, memory_records
+from sim.memory import TrackedLog, device_capacity
 from sim.pools import (DispatchCalendar, HostCores, HostMemory, InterOpPool, rescale_speedup,
                        slowdown_table)
+from sim.trace_columns import TraceColumns, without_gc
 from sim.warm_kernels import warm_savings
 
 __all__ = ["simulate"]
@@ -136,17 +136,10 @@ def simulate(graph, placement, cluster, *, fetches=None, cost_model: CostModel |
     >>> trace.step_time > 0
     True
     """
-    # The cyclic garbage collector would walk the whole graph again and again while
-    # the run allocates its records (a third of the time at 100k ops); nothing the run
-    # makes needs it before it returns.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _Simulation(graph, placement, cluster, fetches, cost_model or StaticCostModel(),
-                           config or SimConfig()).run()
-    finally:
-        if collecting:
-            gc.enable()
+    # (the collector paused for the setup too: it allocates the run's columns)
+    return without_gc(lambda: _Simulation(graph, placement, cluster, fetches,
+                                          cost_model or StaticCostModel(),
+                                          config or SimConfig()).run())()
 
 
 def step_start_times(cluster, devices, together: bool = False) -> list[float]:
@@ -591,7 +584,7 @@ class _Simulation:
         self.op_end = r.op_end = [None] * n
         self.op_thread = r.op_thread = [0] * n
         self.op_cores = r.op_cores = [0] * n
-        self.x_start = r.x_start = [None] * m  # (a transfer's end is worked out: _TraceColumns)
+        self.x_start = r.x_start = [None] * m  # (a transfer's end is worked out: TraceColumns)
         # Ends and allocations in the order they happen, for the memory records
         # (sim.memory.memory_records): an int append each, where a record was a tuple.
         # (Called as log.append: the interpreter specializes that call, not one of the
@@ -768,13 +761,13 @@ class _Simulation:
             if self.op_end[i] is not None:
                 fetch_end[op.name] = self.op_end[i]
         x_end = self._transfer_ends_so_far() if stopped else None
-        records = _TraceColumns(plan, names, self.link_names, self.route_ids, self.pair_of,
+        records = TraceColumns(plan, names, self.link_names, self.route_ids, self.pair_of,
                                 self.op_start, self.op_end, self.op_thread, self.op_cores,
                                 self.x_start, self.transfer_durations, x_end, self.log,
                                 self.op_alloc_array)
-        return Trace.lazy({"ops": _without_gc(records.ops),
-                           "transfers": _without_gc(records.transfers),
-                           "memory": _without_gc(records.memory)},
+        return Trace.lazy({"ops": without_gc(records.ops),
+                           "transfers": without_gc(records.transfers),
+                           "memory": without_gc(records.memory)},
                           step_time=records.step_time,
                           oom_events=list(self.oom_events),
                           capacity={n: c for n, c in zip(names, self.capacity)},
@@ -794,90 +787,6 @@ class _Simulation:
             meta["cpu_booked"] = {self.cluster.task(*key).name: seconds
                                   for key, seconds in zip(self.task_keys, self.cpu_booked)}
         return meta
-
-
-class _TraceColumns:
-    """What a run recorded, by column; makes the record lists on demand.  Holds only
-    what the records need (not the simulation), so a kept trace keeps little alive."""
-
-    def __init__(self, plan, device_names, link_names, route_ids, pair_of, op_start, op_end,
-                 op_thread, op_cores, x_start, x_time, x_end, log, op_alloc):
-        self.plan, self.log, self.op_alloc = plan, log, op_alloc  # (columns read when needed)
-        self.device_names, self.link_names = device_names, link_names
-        self.route_ids, self.pair_of = route_ids, pair_of
-        self.op_start, self.op_end, self.op_thread, self.op_cores = op_start, op_end, op_thread, op_cores
-        self.x_start, self.x_time, self._x_end = x_start, x_time, x_end
-
-    @property
-    def x_end(self) -> list:
-        """Each transfer's end (None: never started), made on first use: its start
-        plus its time, the very sum its end event was scheduled at (so the run stores
-        no end per transfer).  A run that stopped early passes its own list."""
-        if self._x_end is None:
-            self._x_end = [None if start is None else start + time
-                           for start, time in zip(self.x_start, self.x_time)]
-        return self._x_end
-
-    def step_time(self) -> float:
-        """Trace.step_time from the columns (the last end of an op or a transfer), with
-        no record made."""
-        ends = [e for e in self.op_end if e is not None]
-        ends += [e for e in self.x_end if e is not None]
-        return max(ends, default=0.0)
-
-    def ops(self) -> list:
-        make = tuple.__new__  # a record straight from its fields (no per-record Python call)
-        names = self.device_names
-        plan = self.plan
-        op_names, ops, op_device = plan.op_names, plan.ops, plan.op_device
-        op_start, op_end, op_thread, op_cores = self.op_start, self.op_end, self.op_thread, self.op_cores
-        return [make(OpRecord, (op_names[i], ops[i].type, names[op_device[i]], op_thread[i],
-                                op_start[i], op_end[i], op_cores[i]))
-                for i in range(len(ops)) if op_end[i] is not None]
-
-    def transfers(self) -> list:
-        make = tuple.__new__
-        names, link_names = self.device_names, self.link_names
-        route_names = [tuple(link_names[l] for l in route) for route in self.route_ids]
-        tensor_names = {}  # tensor -> "op:k", for the tensors sent
-        plan = self.plan
-        op_names, tensor_op, tensor_base = plan.op_names, plan.tensor_op, plan.tensor_base
-
-        def tensor_name(t):
-            name = tensor_names.get(t)
-            if name is None:
-                i = tensor_op[t]
-                name = tensor_names[t] = f"{op_names[i]}:{t - tensor_base[i]}"
-            return name
-
-        tensor_bytes, transfer_tensor = plan.tensor_bytes, plan.transfer_tensor
-        transfer_src, transfer_dst, pair_of = plan.transfer_src, plan.transfer_dst, self.pair_of.tolist()
-        x_start, x_end = self.x_start, self.x_end
-        return [make(TransferRecord, (tensor_name(transfer_tensor[k]), names[transfer_src[k]],
-                                      names[transfer_dst[k]], route_names[pair_of[k]],
-                                      tensor_bytes[transfer_tensor[k]], x_start[k], x_end[k]))
-                for k in range(len(transfer_tensor)) if x_end[k] is not None]
-
-    def memory(self) -> list:
-        make, names = tuple.__new__, self.device_names
-        device, time, use = memory_records(self.plan, self.log, self.op_alloc,
-                                           self.op_end + self.x_end + self.op_start + self.x_start)
-        return [make(MemoryRecord, (names[d], t, b)) for d, t, b in zip(device, time, use)]
-
-
-def _without_gc(make):
-    """``make`` with the cyclic garbage collector paused: making ~350k records would
-    otherwise trigger collections that walk the whole graph again and again (it
-    tripled the time at 100k ops), as in simulate()."""
-    def made():
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            return make()
-        finally:
-            if collecting:
-                gc.enable()
-    return made
 
 
 def _sole(ptr: np.ndarray, flat: np.ndarray, none: int | None = None) -> tuple[list, list, list]:
