@@ -1,13 +1,11 @@
 """Run from the project root: `python docs/probes/sigmoid_modes_probe.py [processes]`.
 
-Issue 20 probe: is a kernel's time a property of the kernel, or of the process that
-loaded it?  Each of ``processes`` fresh interpreters times, alone on one thread, the
-fastest of 0.2 s of calls on a 64 x 1024 float32 array: the Sigmoid kernel as it was
+Issue 20 probe: is a kernel's time a property of the kernel, of the process that
+loaded it, or of when it runs?  Each of ``processes`` fresh interpreters times, alone
+on one thread, the fastest of 0.2 s of calls on a 64 x 1024 float32 array: the Sigmoid kernel as it was
 (one numba loop around ``math.exp``, :func:`old_sigmoid`), the Sigmoid kernel as it is,
 and Exp, Tanh and Relu beside them.  The spread across processes (max / min of their
-fastest times) is what a calibration made in one process carries into a prediction of
-another (the LocalCluster's servers are other processes); within a process, every call
-of a kernel runs at that process's speed.
+fastest times) is how far one measurement of a kernel can land from the next.
 
 What it showed (2026-11-28, this 2-core AMD EPYC VM under the timing lock; fastest us):
 
@@ -22,20 +20,23 @@ What it showed (2026-11-28, this 2-core AMD EPYC VM under the timing lock; faste
         12:25          170-281 (1.65)     61-73 (1.20)  1.49   1.59   1.27
         12:26          196-280 (1.43)     59-73 (1.23)  1.28   1.29   1.17
 
-So there are two things.  A process runs all its kernels in one of two speed states,
-about 1.2x apart (Exp 29-30 or 36-37 us, Tanh 21.5 or 26.5-28): a state the process
-keeps, not noise between calls.  And the old Sigmoid loop had modes of its own on top
-of that, up to 1.65x: the data (random, all positive, all negative, zeros, large,
-tiny) did not change its time, nor the arrays' offsets in memory, nor the core the
-process was pinned to.  Its loop called libm's exp per element (numba has no SIMD exp
-without Intel's SVML), with a division and a select around the call.
+So there are two things.  Every kernel runs in one of two speed states about 1.2x
+apart (Exp 29-30 or 36-37 us, Tanh 21.5 or 26.5-28), each lasting seconds: one
+process's 4 s of calls stayed in one, and processes started one after another landed
+in either.  Whether a state belongs to the process or to the machine at that time,
+these runs cannot tell; ``runtime.calibrate_kernels`` already describes the machine's
+speed flipping between two states within seconds.  And the old Sigmoid loop had modes
+of its own within a state, up to 1.65x across processes (170 or 197 us while every
+other kernel held its speed): the data (random, all positive, all negative, zeros,
+large, tiny) did not change its time, nor the arrays' offsets in memory, nor the core
+the process was pinned to.  Its loop called libm's exp per element (numba has no SIMD
+exp without Intel's SVML), with a division and a select around the call.
 
 It mattered to the simulator's check: the kernel calibration fitted Sigmoid's factor
 in one speed (174 us predicted at this size in the 10:45 run) and
 ``mixed_random:seed=4:elements=65536`` ran six of them at 281 us in another process.
-A calibration made in one process carries the process's speed state into predictions
-of every other (the LocalCluster's servers are other processes): up to 1.2x, whatever
-the kernels.
+A calibration made in one state predicts steps run in the other up to 1.2x off,
+whatever the kernels.
 
 What it changed: the Sigmoid kernel takes ``exp(-|x|)`` from numpy's SIMD ufuncs and
 does the rest in one numba pass (:func:`runtime.kernels.cpu.sigmoid`): 59-73 us at this
