@@ -38,11 +38,11 @@ a scratch copy of this script, three runs of 10-30 steps, and 12:36 from this sc
 
 The simulator has both parts, in a simpler form: a queued op that finds a free slot
 starts at once when the dispatcher (the lock) is free, else ``lock_wakeup`` after it is
-freed if no one takes it meanwhile (16.5 us in that morning's calibration).  The 37.5
-us wake when the lock is free is about two ``lock_wakeup``s (the queue's wake, then the
+freed if no one takes it meanwhile (16.5 us in that morning's calibration). The 37.5 us
+wake when the lock is free is about two ``lock_wakeup``s (the queue's wake, then the
 lock's), which the model counts as none; a rule that woke an idle pool thread
-``lock_wakeup`` late was tried that morning (in scratch) and made mlp's gain worse (1.268 -> 1.340
-against 0.98 measured), so nothing was changed from this probe alone.
+``lock_wakeup`` late was tried that morning (in scratch) and made mlp's gain worse
+(1.268 -> 1.340 against 0.98 measured), so nothing was changed from this probe alone.
 """
 
 import os
@@ -148,7 +148,8 @@ def main(name: str = "gnmt:batch=4", steps: int = 20) -> None:
         rows.append(row)
     session.close()
     pd.set_option("display.width", 200)
-    print(name, "on", session.config.inter_op_parallelism_threads or "the default", "inter-op threads")
+    threads = session.config.inter_op_parallelism_threads or "the default"
+    print(name, "on", threads, "inter-op threads")
     print(pd.DataFrame(rows).sort_values("step_ms").to_string(index=False))
     if wakes:
         frame = pd.DataFrame(wakes, columns=["wake_us", "ops_meanwhile", "longest_us"])

@@ -1,11 +1,11 @@
 """Run from the project root: `python docs/probes/sigmoid_modes_probe.py [processes]`.
 
-Issue 20 probe: is a kernel's time a property of the kernel, of the process that
-loaded it, or of when it runs?  Each of ``processes`` fresh interpreters times, alone
-on one thread, the fastest of 0.2 s of calls on a 64 x 1024 float32 array: the Sigmoid kernel as it was
-(one numba loop around ``math.exp``, :func:`old_sigmoid`), the Sigmoid kernel as it is,
-and Exp, Tanh and Relu beside them.  The spread across processes (max / min of their
-fastest times) is how far one measurement of a kernel can land from the next.
+Issue 20 probe: is a kernel's time a property of the kernel, of the process that loaded
+it, or of when it runs? Each of ``processes`` fresh interpreters times, alone on one
+thread, the fastest of 0.2 s of calls on a 64 x 1024 float32 array: the Sigmoid kernel
+as it was (one numba loop around ``math.exp``, :func:`old_sigmoid`), the Sigmoid kernel
+as it is, and Exp, Tanh and Relu beside them. The spread across processes (max / min of
+their fastest times) is how far one measurement of a kernel can land from the next.
 
 What it showed (2026-11-28, this 2-core AMD EPYC VM under the timing lock; fastest us):
 
