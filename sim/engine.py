@@ -762,9 +762,9 @@ class _Simulation:
                 fetch_end[op.name] = self.op_end[i]
         x_end = self._transfer_ends_so_far() if stopped else None
         records = TraceColumns(plan, names, self.link_names, self.route_ids, self.pair_of,
-                                self.op_start, self.op_end, self.op_thread, self.op_cores,
-                                self.x_start, self.transfer_durations, x_end, self.log,
-                                self.op_alloc_array)
+                               self.op_start, self.op_end, self.op_thread, self.op_cores,
+                               self.x_start, self.transfer_durations, x_end, self.log,
+                               self.op_alloc_array)
         return Trace.lazy({"ops": without_gc(records.ops),
                            "transfers": without_gc(records.transfers),
                            "memory": without_gc(records.memory)},
