@@ -5,44 +5,45 @@ inter-op pool (two threads), which thread takes it, and how long after?  The def
 workload is ``gnmt:batch=4``, whose two-thread steps run slower than its one-thread
 steps while the simulator predicts them faster (``inter_op_gain_probe.py``).
 
-The probe wraps :meth:`runtime.local_devices.InterOpPool.submit` and the pool
-threads' loop (each records when it puts an op on the queue and when a thread's
-``get`` returns it, and since when that thread waited there) and the executor's
-``_run_one`` (which thread runs each op), then runs ``steps`` untraced steps on the
-session's default pool.  Per step: ops queued; taken by the thread that queued them
-(back from its own chain) or by another; median time from queued to taken.  Over all
-steps: for the ops whose taker was already waiting in ``get`` when they were queued,
-the time it took to wake and take them (the interpreter's lock hand-over), by what the
-queuing thread ran meanwhile.
+The probe gives the inter-op pools a queue that logs when an op is put on it and when a
+thread's ``get`` returns it, and since when that thread waited there
+(:class:`LoggedQueue`), and wraps the executor's ``_run_one`` (which thread runs each
+op), then runs ``steps`` untraced steps on the session's default pool. Per step: ops
+queued; taken by the thread that queued them (back from its own chain) or by another;
+median time from queued to taken. Over all steps: for the ops whose taker was already
+waiting in ``get`` when they were queued, the time it took to wake and take them (the
+interpreter's lock hand-over), by what the queuing thread ran meanwhile.
 
-What it showed (2026-11-28, this 2-core VM under the timing lock; 12:17-12:19 UTC from
-a scratch copy of this script, three runs of 10-30 steps, and 12:36 from this script,
-20 steps of 17.5-26.5 ms, the logging's own cost included):
+What it showed (2026-11-28 13:15 UTC, this 2-core VM under the timing lock, 20 steps of
+13.5-31.3 ms, median 14.7 ms, the logging's own cost included):
 
 - Of a step's 1234 ops, 34 go through the queue; the thread that makes an op ready
   runs the others itself (its cheap successors and one other, ``Executor._dispatch``).
-  8 of the 34 are queued by the step's caller.  27-34 are taken by another thread,
-  0-7 by the thread that queued them, back from its chain.
-- A queued op waits a median 0.04-3.1 ms per step to be taken (0.3-1.9 ms in the
-  scratch runs).  Most find both pool threads busy, each in a chain of its own (or
-  holding an op while it waits for a slot, the caller holding the other), and are
-  taken when one comes back.
-- The others found a thread waiting in ``get`` (200 over the 20 steps at 12:36).  It
-  took them after a median 50 us (quartiles 37 and 429 us, at most 5.6 ms):
-  - 121 while the queuing thread went straight into a long kernel (a gradient
-    MatMul): median 37.5 us (23-55 us in the scratch runs).  The lock is free there;
-    the waiter has only to wake;
-  - 79 while the queuing thread ran a chain of ops (3 to 301 between the put and the
-    take): median 661 us.  A waiter gets the lock only in a kernel long enough for it
+  8 of the 34 are queued by the step's caller.  28-34 are taken by another thread,
+  0-6 by the thread that queued them, back from its chain.
+- A queued op waits a median 0.02-1.1 ms per step to be taken.  Most find both pool
+  threads busy, each in a chain of its own (or holding an op while it waits for a
+  slot, the caller holding the other), and are taken when one comes back.
+- The others found a thread waiting in ``get`` (245 over the 20 steps).  It took them
+  after a median 82 us (quartiles 22 and 332 us, at most 3.9 ms):
+  - 116 while the queuing thread went straight into a long kernel (a gradient
+    MatMul): median 21.3 us.  The lock is free there; the waiter has only to wake;
+  - 129 while the queuing thread ran a chain of ops (3 to 148 between the put and the
+    take): median 287 us.  A waiter gets the lock only in a kernel long enough for it
     to wake, or after the interpreter's 5 ms switch interval.
 
+An earlier version of this probe replaced the pool threads' loop with a logging copy
+(12:17-12:36): its steps took 17.5-26.5 ms and the wake with the lock free 37.5 us;
+the shape was the same (34 queued, chains 661 us).  The figures above are from this
+lighter logging.
+
 The simulator has both parts, in a simpler form: a queued op that finds a free slot
-starts at once when the dispatcher (the lock) is free, else ``lock_wakeup`` after it is
-freed if no one takes it meanwhile (16.5 us in that morning's calibration). The 37.5 us
-wake when the lock is free is about two ``lock_wakeup``s (the queue's wake, then the
-lock's), which the model counts as none; a rule that woke an idle pool thread
-``lock_wakeup`` late was tried that morning (in scratch) and made mlp's gain worse
-(1.268 -> 1.340 against 0.98 measured), so nothing was changed from this probe alone.
+starts at once when the dispatcher (the lock) is free, else ``lock_wakeup`` after it
+is freed if no one takes it meanwhile (16.5 us in that morning's calibration).  The
+21 us wake with the lock free is about one ``lock_wakeup``, which the model counts as
+none; a rule that woke an idle pool thread ``lock_wakeup`` late was tried that morning
+(in scratch) and made mlp's gain worse (1.268 -> 1.340 against 0.98 measured), so
+nothing was changed from this probe alone.
 """
 
 import os
@@ -53,8 +54,10 @@ if __name__ == "__main__":  # as the experiments run the executor
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import collections
+import queue
 import statistics
 import threading
+import types
 from time import perf_counter
 
 import pandas as pd
@@ -64,32 +67,26 @@ from runtime import executor, local_devices
 LOG: list = []  # (time, event, op index, thread id, extra)
 
 
+class LoggedQueue(queue.SimpleQueue):
+    """The pools' queue, logging each item put (``"put"``) and each item a thread's
+    ``get`` returns (``"got"``, with since when that thread waited there)."""
+
+    def put(self, item, block=True, timeout=None):
+        LOG.append((perf_counter(), "put", item[1], threading.get_ident(), None))
+        super().put(item, block, timeout)
+
+    def get(self, block=True, timeout=None):
+        waiting_since = perf_counter()
+        item = super().get(block, timeout)
+        LOG.append((perf_counter(), "got", item[1], threading.get_ident(), waiting_since))
+        return item
+
+
 def instrument() -> None:
-    """Wrap the pool's submit and loop, and the executor's _run_one, to log into LOG."""
+    """Give the pools made from now on a :class:`LoggedQueue`, and wrap the executor's
+    ``_run_one``, to log into LOG."""
     ident = threading.get_ident
-    pool = local_devices.InterOpPool
-
-    def submit(self, fn, arg):
-        LOG.append((perf_counter(), "put", arg, ident(), None))
-        self._queue.put((fn, arg))
-
-    def work(self):  # InterOpPool._work, with the get logged
-        get, cond, free = self._queue.get, self._slot_freed, self._free
-        while True:
-            waiting_since = perf_counter()
-            fn, arg = get()
-            LOG.append((perf_counter(), "got", arg, ident(), waiting_since))
-            if fn is None:
-                return
-            with cond:
-                while not free:
-                    cond.wait()
-                slot = free.pop()
-            try:
-                fn(slot, arg)
-            finally:
-                fn = arg = None
-                self.release(slot)
+    local_devices.queue = types.SimpleNamespace(SimpleQueue=LoggedQueue)
 
     run_one = executor._Step._run_one
 
@@ -100,7 +97,7 @@ def instrument() -> None:
         finally:
             LOG.append((perf_counter(), "end", i, ident(), None))
 
-    pool.submit, pool._work, executor._Step._run_one = submit, work, logged_run_one
+    executor._Step._run_one = logged_run_one
 
 
 def analyse(log: list, caller: int, wakes: list) -> dict:
