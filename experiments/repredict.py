@@ -5,8 +5,7 @@ not fitted on; a new run of :mod:`experiments.sim_vs_real` answers that with new
 measurements, whose own noise (a repeat spread of several percent, a calibration that
 moves with the machine's speed) is as large as most changes.  Every run saves what it
 measured (``sim_vs_real.csv``) and the clusters its rows were predicted on
-(``sim_vs_real_cluster*.json``, with each workload's servers' own dispatch per op in
-``sim_vs_real_dispatch.csv``), so the same measured steps can be predicted again
+(``sim_vs_real_cluster*.json``), so the same measured steps can be predicted again
 with the code as it is now: a paired comparison, with nothing measured twice.  So does
 every run of :mod:`experiments.sim_vs_inprocess` (``sim_vs_inprocess.csv`` and
 ``calibration_0.json``).
@@ -62,7 +61,6 @@ from experiments.report import Run, finish, print_table
 from experiments.sim_vs_inprocess import with_inter_op_threads, without
 from experiments.sim_vs_real import build_workload, ranking_agreement
 from experiments.what_if import apply_changes, parse_change
-from runtime.calibrate import with_task_dispatch
 
 __all__ = ["main", "run_folders", "repredict_run", "summarise"]
 
@@ -104,19 +102,6 @@ def _cluster(folder: Path, calibration) -> Cluster:
     return Cluster.load(folder / f"sim_vs_real_cluster_{int(calibration)}.json")
 
 
-def _server_dispatch(folder: Path) -> dict:
-    """``{workload: {(job, index): seconds}}``: the dispatch per op each workload's
-    servers measured before its placements (``sim_vs_real_dispatch.csv``; none in a run
-    made before sim_vs_real measured it, or on TensorFlow's servers)."""
-    path = folder / "sim_vs_real_dispatch.csv"
-    if not path.exists():
-        return {}
-    out: dict = {}
-    for row in pd.read_csv(path).itertuples():
-        out.setdefault(row.workload, {})[(row.job, int(row.task))] = row.op_overhead
-    return out
-
-
 def _row(folder: Path, backend: str, workload: str, placer: str, measured: float,
          saved: float, new: float) -> dict:
     old_error, error = (saved - measured) / measured, (new - measured) / measured
@@ -142,10 +127,9 @@ def repredict_run(folder: Path | str, changes=()) -> pd.DataFrame:
     saved = saved[saved.cost_model == "static"]
     if "calibration" not in saved:
         saved = saved.assign(calibration=0)
-    dispatch = _server_dispatch(folder)
     rows = []
     for (wname, calibration), group in saved.groupby(["workload", "calibration"], sort=False):
-        cluster = with_task_dispatch(_cluster(folder, calibration), dispatch.get(wname, {}))
+        cluster = _cluster(folder, calibration)
         edited = apply_changes(cluster, changes)
         w = build_workload(wname)
         chosen = placers_to_compare(list(group.placer), w)

@@ -14,14 +14,7 @@ step by
 bandwidth of a tensor crossing processes).  Each workload is then placed by every
 placer, predicted by the simulator and measured on a fresh LocalCluster: all placements
 side by side, in rounds (the order rotating), so that a change in the machine's load
-hits every placement alike.  Before it measures, each server of that cluster measures
-its own dispatch cost per op, and each task's CPU is predicted with its server's
-(:func:`runtime.calibrate.measure_each_server_dispatch`; saved per workload in
-``sim_vs_real_dispatch.csv``): fresh server processes dispatch at different speeds,
-each mostly keeping its own (4.3 to 8.6 us per op in eight fresh clusters), and the
-calibration's servers are other processes than these (paired on six runs,
-2026-11-28: median error 4.6-17.8% with the servers' own figures against 7.2-28.7%
-with the calibration's; better in three runs by 3-13 points, worse in three by 0.1-2).
+hits every placement alike.
 
 ``measured_ms`` is the fastest of the timed steps (``median_ms`` beside it): the
 simulator predicts a step on a machine that runs nothing else, and on a shared machine
@@ -135,7 +128,6 @@ from experiments.machine_load import wait_until_quiet
 from experiments import cli
 from experiments import workloads as registry
 from experiments.report import Run, finish, print_table
-from runtime.calibrate import measure_each_server_dispatch, with_task_dispatch
 
 __all__ = ["main", "run", "summarise", "ranking_agreement", "keeps_proposal",
            "placement_quality", "build_workload", "workload_spec", "SMALL_OPTIONS"]
@@ -144,9 +136,6 @@ PLACERS = ("simple", "round_robin", "round_robin_vars", "cost_model")
 COLUMNS = ["workload", "placer", "cost_model", "predicted_ms", "measured_ms", "rel_error",
            "median_ms", "after_other_ms", "halves_spread", "remeasured_ms", "repeat_spread",
            "calibration_spread", "other_cores", "replay", "same_as", "calibration"]
-#: ``sim_vs_real_dispatch.csv``: each workload's servers' own dispatch per op (seconds),
-#: measured before its placements (with the second calibration's beside it).
-DISPATCH_COLUMNS = ["workload", "job", "task", "op_overhead", "op_overhead_again"]
 LOOP_COLUMNS = ["workload", "static_ms", "measured_cost_ms", "ratio", "same_placement",
                 "static_predicted_ms", "proposal_kept", "static_under_measured_ms",
                 "measured_cost_predicted_ms"]
@@ -484,26 +473,13 @@ def run(workloads, *, repeats: int = DEFAULT_REPEATS, quick: bool = False, place
         # A fresh cluster per workload: variables outlive sessions and names repeat.
         wait()
         with _measuring_cluster(backend, cluster, env, config) as (local, measure):
-            used, used_again = cluster, again
-            if backend == "runtime":  # these servers' own dispatch (the module's doc)
-                steps = 5 if quick else 15
-                own = measure_each_server_dispatch(local, steps)
-                used = with_task_dispatch(cluster, own)
-                # (a second measurement for the second calibration: calibration_spread
-                # keeps this measurement's own noise)
-                own_again = measure_each_server_dispatch(local, steps) if again else {}
-                used_again = again and with_task_dispatch(again, own_again)
-                calibrations[-1][1].setdefault("server_dispatch", []).extend(
-                    {"workload": wname, "job": job, "task": index, "op_overhead": seconds,
-                     "op_overhead_again": own_again.get((job, index), math.nan)}
-                    for (job, index), seconds in own.items())
-            found, first_run = _measure_all(wname, w, used, local, repeats, placer_names,
-                                            config, measure, sim_config, used_again)
+            found, first_run = _measure_all(wname, w, cluster, local, repeats, placer_names,
+                                            config, measure, sim_config, again)
             for row in found:
                 row["calibration"] = len(calibrations) - 1
             rows += found
             if loop:
-                loop_rows.append(_replacement_loop(wname, w, used, local, repeats, first_run,
+                loop_rows.append(_replacement_loop(wname, w, cluster, local, repeats, first_run,
                                                    config, measure, sim_config))
     frame = pd.DataFrame(rows)
     if not frame.empty:
@@ -609,11 +585,6 @@ def _report(report: Run, args) -> pd.DataFrame:
         print_table(loop_frame, "re-placement loop: cost-model placer with static costs, then "
                                 "with costs measured from its run (measured step ms)")
     print(f"saved {report.save_table(frame, 'sim_vs_real')}")
-    dispatch = pd.DataFrame([row for _, figures in calibrations
-                             for row in figures.get("server_dispatch", ())],
-                            columns=DISPATCH_COLUMNS)
-    if not dispatch.empty:
-        report.save_table(dispatch, "sim_vs_real_dispatch")
     if not loop_frame.empty:
         print(f"saved {report.save_table(loop_frame, 'sim_vs_real_loop')}")
     report.save_table(summary, "sim_vs_real_summary")

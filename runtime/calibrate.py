@@ -101,8 +101,7 @@ __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "calibrate_distributed", "runtime_session", "size_costs", "measure_crossing_cpu",
            "measure_bandwidth_curve", "measure_shared_bandwidth", "CROSSING_CPU_SIZES",
            "measure_session_overhead", "measure_server_dispatch", "combine_blocks",
-           "with_distributed_figures", "transfer_bandwidth", "measure_each_server_dispatch",
-           "with_task_dispatch",
+           "with_distributed_figures", "transfer_bandwidth",
            "CPU_FIGURES", "with_cpu_figures", "measure_cpu_figures", "CPU_BLOCKS",
            "measure_window_copy_costs", "WINDOW_CHANNELS"]
 
@@ -604,6 +603,5 @@ def _timed_runs(run, repeats: int, warmup: int = 3) -> float:
 from runtime.calibrate_distributed import (  # noqa: E402  (it imports this module's helpers)
     CROSSING_CPU_SIZES, _cpu, _fit_line, _interleaved_step_times, _step_time,
     calibrate_distributed, combine_blocks, measure_crossing_cpu, measure_dispatch_overhead,
-    measure_each_server_dispatch, measure_process_transfer, measure_server_dispatch,
-    measure_step_overheads, runtime_session, size_costs, transfer_bandwidth,
-    with_distributed_figures, with_task_dispatch)
+    measure_process_transfer, measure_server_dispatch, measure_step_overheads,
+    runtime_session, size_costs, transfer_bandwidth, with_distributed_figures)

@@ -23,8 +23,7 @@ from runtime.calibrate import _timed_runs
 __all__ = ["measure_step_overheads", "measure_process_transfer", "measure_dispatch_overhead",
            "calibrate_distributed", "runtime_session", "size_costs", "measure_crossing_cpu",
            "CROSSING_CPU_SIZES", "measure_server_dispatch", "combine_blocks",
-           "with_distributed_figures", "transfer_bandwidth", "measure_each_server_dispatch",
-           "with_task_dispatch"]
+           "with_distributed_figures", "transfer_bandwidth"]
 
 
 def _cpu(job: str, task: int) -> str:
@@ -338,37 +337,6 @@ def measure_server_dispatch(local_cluster, master=("worker", 0), n: int = 8,
     master = tuple(master)
     return untraced_dispatch(n, steps=steps, target=local_cluster.target(*master),
                              device=_cpu(*master))
-
-
-def measure_each_server_dispatch(local_cluster, steps: int = 15) -> dict:
-    """``{(job, index): seconds}``: each task's server's dispatch per op between kernels
-    (:func:`measure_server_dispatch` on that task's CPU), on the started
-    ``local_cluster``.
-
-    Server processes started at different times dispatch at different speeds, each
-    mostly keeping its own: eight fresh one-server clusters measured 4.3 to 8.6 us per
-    op, where this process measured 3.9 us (2026-11-28).  A calibration made on one
-    cluster's servers carries their speed into predictions for another's; measured on
-    the servers that run the steps (:func:`with_task_dispatch`), it does not."""
-    return {(job, index): measure_server_dispatch(local_cluster, (job, index), steps=steps)
-            for job, index in local_cluster.tasks}
-
-
-def with_task_dispatch(cluster: Cluster, dispatch: dict) -> Cluster:
-    """``cluster`` with each task's CPUs' ``op_overhead`` set to its entry of ``dispatch``
-    (``{(job, index): seconds}``, :func:`measure_each_server_dispatch`); the CPUs of a
-    task it lacks keep theirs.
-
-    >>> c = Cluster.from_spec({"ps": ["localhost:1"], "worker": ["localhost:2"]})
-    >>> c = with_task_dispatch(c, {("worker", 0): 7e-6})
-    >>> [(d.job, d.op_overhead) for d in c.devices if d.is_cpu]
-    [('ps', 5e-06), ('worker', 7e-06)]
-    """
-    for d in cluster.devices:
-        seconds = dispatch.get((d.job, d.task))
-        if d.is_cpu and seconds is not None:
-            cluster = cluster.replace_device(d.name, op_overhead=seconds)
-    return cluster
 
 
 def size_costs(latency: float, bandwidth: float, samples: dict) -> tuple:

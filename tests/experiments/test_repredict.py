@@ -12,25 +12,17 @@ from experiments.backends import RUNTIME_SIM, predict, this_host_cluster
 from experiments.compare_placers import placers_to_compare
 from experiments.sim_vs_real import build_workload
 from experiments.what_if import parse_change
-from runtime.calibrate import with_task_dispatch
 
 PLACERS = ["simple", "round_robin_vars"]
 
 
-def _saved_run(folder, shift=None, dispatch=None):
+def _saved_run(folder, shift=None):
     """A sim_vs_real run folder as the script saves one: mlp under two placers on a
     1-ps, 2-worker cluster, each measured 10% over its prediction; ``shift`` moves one
-    saved prediction, as an older simulator's would differ from today's; ``dispatch``
-    (``{(job, task): seconds}``): the servers' own dispatch per op the rows were
-    predicted with, saved beside the cluster."""
+    saved prediction, as an older simulator's would differ from today's."""
     folder.mkdir(parents=True)
     cluster = this_host_cluster(2)
     cluster.save(folder / "sim_vs_real_cluster.json")
-    if dispatch:
-        pd.DataFrame([{"workload": "mlp", "job": job, "task": task, "op_overhead": seconds,
-                       "op_overhead_again": seconds} for (job, task), seconds in dispatch.items()]
-                     ).to_csv(folder / "sim_vs_real_dispatch.csv", index=False)
-        cluster = with_task_dispatch(cluster, dispatch)
     w = build_workload("mlp")
     rows = []
     for name, placer in placers_to_compare(PLACERS, w).items():
@@ -54,15 +46,6 @@ def test_todays_simulator_reproduces_an_unchanged_run(tmp_path):
     assert not table.moved.any() and not table.closer.any()
     assert table.rel_error.to_numpy() == pytest.approx([1 / 1.1 - 1] * 2)
     assert table.rel_error.to_numpy() == pytest.approx(table.saved_rel_error.to_numpy())
-
-
-def test_a_run_is_predicted_again_with_its_servers_own_dispatch(tmp_path):
-    # Rows predicted with each server's own dispatch per op (three times the default
-    # on worker 1) come back unmoved only if repredict applies the saved figures.
-    slow = {("ps", 0): 5e-6, ("worker", 0): 5e-6, ("worker", 1): 15e-6}
-    table = repredict.repredict_run(_saved_run(tmp_path / "a", dispatch=slow))
-    assert not table.moved.any()
-    assert table.rel_error.to_numpy() == pytest.approx([1 / 1.1 - 1] * 2)
 
 
 def test_a_moved_prediction_is_paired_with_its_measurement(tmp_path):
