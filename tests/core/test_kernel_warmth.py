@@ -14,7 +14,7 @@ def test_a_distance_counts_the_distinct_types_between_two_of_a_type(types, span)
     doubled = types + types  # (cyclic: a step follows a step of its own graph)
     n = len(types)
     for k, t in enumerate(types):
-        last = max(j for j in range(k + n) if doubled[j] == t and j < k + n)
+        last = max(j for j in range(k + n) if doubled[j] == t)
         between = set(doubled[last + 1:k + n])
         assert distances[k] == min(len(between), span)
 
