@@ -233,6 +233,9 @@ class StaticCostModel(CostModel):
         speedup = device.intra_op_speedup if op_def.multithreaded else 1.0
         memory = moved / device.bandwidth_at(moved)
         roofline = flops / (peak * speedup) + memory
+        product = gemm_parts(op_def, ins, op.attrs, device.gemm) if device.gemm else None
+        if product is not None:  # the BLAS's paths, measured, instead of a roofline
+            roofline, memory = product[0] / speedup, product[1] / speedup
         beside = beside_roofline(op_def, ins, outs, op.attrs, device, copies)
         if device.kernel_costs:
             parallel = (op_def.multithreaded and device.parallel_min_elements > 0
@@ -242,6 +245,37 @@ class StaticCostModel(CostModel):
             return (device.op_overhead + fixed + beside + factor * roofline, factor * memory,
                     moved)
         return device.op_overhead + beside + roofline, memory, moved
+
+
+def gemm_parts(op_def, ins, attrs, gemm) -> tuple[float, float] | None:
+    """``(seconds, memory seconds)`` of a float ``MatMul`` on one core by ``gemm`` (a
+    device's :class:`core.gemm.GemmCosts`), beside its fixed cost; None for any other op
+    (and for a product of another dtype or rank than the figures were measured on).
+
+    >>> from core.gemm import GemmCosts
+    >>> from core.ops import get_op_def
+    >>> from core.dtypes import float32
+    >>> gemm = GemmCosts(1e6, 1e11, 0, 1e11, 3e-10, 1e-10)
+    >>> a, b = TensorSpec(float32, (16, 128)), TensorSpec(float32, (512, 128))
+    >>> [round(x * 1e6, 2) for x in gemm_parts(get_op_def("MatMul"), [a, b],
+    ...                                        {"transpose_b": True}, gemm)]
+    [41.45, 20.48]
+    """
+    if op_def.type != "MatMul" or len(ins) != 2:
+        return None
+    a, b = ins
+    if (len(a.shape) != 2 or len(b.shape) != 2 or a.dtype.name not in _BLAS_DTYPES
+            or b.dtype != a.dtype):
+        return None
+    m, k = reversed(a.shape) if attrs.get("transpose_a") else a.shape
+    n = b.shape[0] if attrs.get("transpose_b") else b.shape[1]
+    transposed = bool(attrs.get("transpose_b"))
+    return gemm.seconds(m, k, n, transposed), gemm.memory_seconds(m, k, n, transposed)
+
+
+#: The dtypes whose products :class:`core.gemm.GemmCosts` was measured on (a float64
+#: product runs at another rate: the roofline's, on the device's ``dtype_flops``).
+_BLAS_DTYPES = ("float32",)
 
 
 def beside_roofline(op_def, ins, outs, attrs, device, copies: bool = False) -> float:

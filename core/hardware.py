@@ -12,6 +12,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 from typing import Iterable, Mapping
 
 from core.devices import DeviceSpec
+from core.gemm import GemmCosts
 
 __all__ = ["Host", "Task", "Device", "Link", "LINK_KINDS", "InvalidCluster", "UnknownDevice",
            "HardwareFigures", "DEFAULT_FIGURES", "bandwidth_at", "alloc_time_at", "device_sort_key",
@@ -226,6 +227,11 @@ class Device:
     ran ``d`` other types since its type's last kernel pays ``fixed - (fixed - warm) *
     (1 - min(d, warm_span) / warm_span)``.  ``()`` (the default): every kernel at its
     fixed cost.
+    ``gemm_costs`` holds a CPU's float matrix product by its BLAS's paths, the figures
+    of a :class:`core.gemm.GemmCosts` in field order (:meth:`gemm` reads them;
+    :func:`runtime.calibrate_gemm.measure_gemm_costs` measures them): where they are
+    set, that model's time stands for a float32 ``MatMul``'s roofline (its kernel's
+    fixed cost and factor still apply).  ``()`` (the default): the roofline.
 
     >>> from core.cluster import Cluster
     >>> d = Cluster.single_host().devices[0].replace_kernel_costs({"Add": (2e-6, 1.5)})
@@ -260,6 +266,7 @@ class Device:
     alloc_costs: tuple = ()
     warm_kernel_costs: tuple = ()
     warm_span: int = 0
+    gemm_costs: tuple = ()
 
     def __post_init__(self):
         if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
@@ -290,6 +297,22 @@ class Device:
         object.__setattr__(self, "window_copy_costs", tuple(float(c) for c in copies))
         object.__setattr__(self, "alloc_costs", _curve(self.alloc_costs, "alloc_costs", self.name,
                                                        "seconds", zero_ok=True))
+        if isinstance(self.gemm_costs, GemmCosts):
+            object.__setattr__(self, "gemm_costs", self.gemm_costs.as_tuple())
+        if self.gemm_costs:
+            try:
+                gemm = GemmCosts.from_tuple(self.gemm_costs)
+            except (TypeError, ValueError) as e:
+                raise InvalidCluster(f"gemm_costs: {e}", self.name) from None
+            object.__setattr__(self, "gemm_costs", gemm.as_tuple())
+            object.__setattr__(self, "_gemm", gemm)
+        else:
+            object.__setattr__(self, "gemm_costs", ())
+
+    @property
+    def gemm(self) -> "GemmCosts | None":
+        """The :class:`core.gemm.GemmCosts` of ``gemm_costs``, or None where unset."""
+        return self.__dict__.get("_gemm")
 
     def bandwidth_at(self, working_set: float) -> float:
         """The memory rate (bytes/s) of a kernel here that moves ``working_set`` bytes:
@@ -582,7 +605,7 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
                  "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
                  "window_copy_costs", "alloc_costs", "warm_kernel_costs", "warm_span",
-                 "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
+                 "gemm_costs", "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

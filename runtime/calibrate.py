@@ -15,6 +15,8 @@ figure                        measured by
 ``mem_bandwidth``             that curve's rate on the largest arrays (main memory)
 ``window_copy_costs``         :func:`measure_window_copy_costs`: the convolutions' window
                               gathering (im2col) per tap and per element
+``gemm_costs``                :func:`runtime.calibrate_gemm.measure_gemm_costs`: the float
+                              MatMul by its BLAS's direct and packed paths, one thread
 ``Host.shared_bandwidth``     :func:`measure_shared_bandwidth`: two Add kernels at once,
                               by their working sets added up (hosts of 2+ cores)
 ``Task.step_overhead``        :func:`measure_session_overhead`: an in-process step of one
@@ -94,6 +96,7 @@ import numpy as np
 
 from core.cluster import Cluster
 from core.runtime_model import INTERPRETER
+from runtime.calibrate_gemm import measure_gemm_costs
 
 __all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_lock_wakeup", "measure_memcpy", "measure_pcie",
@@ -440,8 +443,8 @@ def _device_figures(cluster: Cluster, names, quick: bool, kernel_costs: bool, bl
 def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) -> dict:
     """One block of :func:`calibrate`'s figures of the CPU ``device`` (a
     :class:`core.cluster.Device`), as ``Device`` fields: its rates (``peak_flops``,
-    ``intra_op_speedup``, ``bandwidth_curve``, ``mem_bandwidth``), its ``op_overhead``
-    and ``window_copy_costs``, and with ``kernel_costs`` its ``kernel_costs`` and
+    ``intra_op_speedup``, ``bandwidth_curve``, ``mem_bandwidth``), its ``op_overhead``,
+    ``window_copy_costs`` and ``gemm_costs``, and with ``kernel_costs`` its ``kernel_costs`` and
     ``parallel_min_elements``."""
     n, repeat = (192, 3) if quick else (1024, 7)
     single = measure_matmul_rate(1, n, repeat)
@@ -456,6 +459,7 @@ def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) 
         "mem_bandwidth": curve[-1][1],  # streaming from main memory
         "op_overhead": measure_op_overhead(ops=50 if quick else 200, repeat=repeat),
         "window_copy_costs": measure_window_copy_costs(repeat),
+        "gemm_costs": measure_gemm_costs(quick).as_tuple(),
     }
     if kernel_costs:
         from runtime.calibrate_kernels import measure_kernel_costs
@@ -561,7 +565,7 @@ def measure_lock_wakeup(batches: int = 9, handoffs: int = 200) -> float:
 
 #: The fields of a CPU device that :func:`calibrate` measures.
 CPU_FIGURES = ("peak_flops", "intra_op_speedup", "mem_bandwidth", "bandwidth_curve",
-               "warm_kernel_costs", "warm_span",
+               "warm_kernel_costs", "warm_span", "gemm_costs",
                "op_overhead", "kernel_costs", "parallel_min_elements", "window_copy_costs")
 
 
