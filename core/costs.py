@@ -230,7 +230,7 @@ class StaticCostModel(CostModel):
             raise UnknownDimension(op.name, unknown[0].name if unknown else None,
                                    unknown[0].shape if unknown else e.shape) from None
         peak = device.flops_for(op_def.kernel_dtype(ins, outs)) if device.dtype_flops else device.peak_flops
-        speedup = device.intra_op_speedup if op_def.multithreaded else 1.0
+        speedup = kernel_speedup(op_def, ins, outs, op.attrs, device)
         memory = moved / device.bandwidth_at(moved)
         roofline = flops / (peak * speedup) + memory
         product = gemm_parts(op_def, ins, op.attrs, device.gemm) if device.gemm else None
@@ -286,9 +286,41 @@ def beside_roofline(op_def, ins, outs, attrs, device, copies: bool = False) -> f
     ``copies``, an op that forwards its input allocates the copy its kernel makes).  The
     kernel calibration takes the same out of a measured time before it fits the fixed
     cost and the factor (:func:`runtime.calibrate_kernels.kernel_costs_from_traces`)."""
-    speedup = device.intra_op_speedup if op_def.multithreaded else 1.0
-    return (window_copy_time(op_def, ins, outs, attrs, device) / speedup
+    return (window_copy_time(op_def, ins, outs, attrs, device)
+            / kernel_speedup(op_def, ins, outs, attrs, device)
             + allocation_time(op_def, outs, device, copies))
+
+
+def kernel_speedup(op_def, ins, outs, attrs, device) -> float:
+    """How many times faster than on one thread the op's kernel runs on ``device``: its
+    ``intra_op_speedup`` where the kernel spreads its work over the intra-op threads,
+    else 1.  A multithreaded kernel spreads it on tensors where it splits
+    (:meth:`core.opdef.OpDef.splits` at the device's ``parallel_min_elements``, as the
+    executor and the simulator decide its cores: on a device that knows its kernels'
+    thresholds, ``parallel_min_elements`` set, a float ``MatMul`` splits from two blocks
+    of :data:`core.gemm.MIN_ROWS_PER_BLOCK` rows).  Otherwise the kernel runs on one
+    thread: with the speed-up on every multithreaded kernel, a CPU whose products split
+    1.85x faster fitted MatMul's factor at 1.71 to make up for its few-rows products,
+    which run on one.
+
+    >>> from core.cluster import Cluster
+    >>> from core.ops import get_op_def
+    >>> from core.dtypes import float32
+    >>> from dataclasses import replace
+    >>> cpu = replace(Cluster.single_host().devices[0], intra_op_threads=2,
+    ...               intra_op_speedup=1.8, parallel_min_elements=1 << 21)
+    >>> mm = get_op_def("MatMul")
+    >>> def speedup(m, k, n):
+    ...     a, b, y = TensorSpec(float32, (m, k)), TensorSpec(float32, (k, n)), TensorSpec(float32, (m, n))
+    ...     return kernel_speedup(mm, [a, b], [y], {}, cpu)
+    >>> speedup(512, 512, 512), speedup(64, 2048, 512), speedup(128, 128, 128)
+    (1.8, 1.0, 1.0)
+    """
+    if not op_def.multithreaded or device.intra_op_speedup == 1.0:
+        return 1.0
+    if not op_def.splits(ins, outs, attrs, device.parallel_min_elements):
+        return 1.0
+    return device.intra_op_speedup
 
 
 def window_copy_time(op_def, ins, outs, attrs, device) -> float:

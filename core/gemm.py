@@ -32,7 +32,13 @@ from __future__ import annotations
 import math
 from dataclasses import astuple, dataclass, fields
 
-__all__ = ["GemmCosts"]
+__all__ = ["GemmCosts", "MIN_ROWS_PER_BLOCK"]
+
+#: Fewest rows in one block of a float product the CPU kernel splits over its intra-op
+#: threads (``runtime.kernels.cpu.matmul``: one single-threaded gemm per row block, each
+#: packing all of the second operand again, so few and big blocks; a 128-row block
+#: already paid +25% for it).  :meth:`core.opdef.OpDef.splits` applies the same rule.
+MIN_ROWS_PER_BLOCK = 128
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
 from core.dtypes import DType, as_dtype
+from core.gemm import MIN_ROWS_PER_BLOCK
 
 Shape = tuple  # of int | None (None: a dimension not known until run time)
 
@@ -401,6 +402,9 @@ class OpDef:
         >>> get_op_def("MatMul").splits([TensorSpec(float32, (512, 512))] * 2,
         ...                             [TensorSpec(float32, (512, 512))], {}, 1 << 21)
         True
+        >>> few_rows = [TensorSpec(float32, (64, 2048)), TensorSpec(float32, (2048, 2048))]
+        >>> get_op_def("MatMul").splits(few_rows, [TensorSpec(float32, (64, 2048))], {}, 1 << 21)
+        False
         """
         if not self.multithreaded:
             return False
@@ -411,7 +415,15 @@ class OpDef:
             if any(d is None for d in spec.shape):
                 return True
             largest = max(largest, math.prod(spec.shape))
-        return largest >= min_elements or self.flops(inputs, outputs, attrs) >= 2 * SPLIT_MIN_MACS
+        big_product = self.flops(inputs, outputs, attrs) >= 2 * SPLIT_MIN_MACS
+        if self.type == "MatMul" and inputs[0].dtype.is_floating:
+            # The CPU kernel splits a float product by row blocks of at least
+            # MIN_ROWS_PER_BLOCK rows, and only a big one, whatever its tensors' sizes
+            # (runtime.kernels.cpu.matmul): with fewer rows it is one gemm on one core.
+            a = inputs[0].shape
+            rows = a[-1] if attrs.get("transpose_a") else a[0]
+            return big_product and rows >= 2 * MIN_ROWS_PER_BLOCK
+        return largest >= min_elements or big_product
 
 
 #: A product's kernel (MatMul, BatchMatMulV2, the convolutions) splits its rows over

@@ -129,6 +129,11 @@ def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[st
         ("grpc.http2.max_frame_size", _MAX_HTTP2_FRAME),
         # An http_proxy variable in the environment must not reroute cluster traffic.
         ("grpc.enable_http_proxy", 0),
+        # Each channel its own connections: by default channels to one address share
+        # them, so a channel made anew to a restarted peer (PeerChannels.reset) took
+        # over the old one's connection, still in its reconnect backoff, and failed
+        # at once ("failed to connect to all addresses") for up to a second.
+        ("grpc.use_local_subchannel_pool", 1),
     ]
 
 

@@ -57,6 +57,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from core.gemm import MIN_ROWS_PER_BLOCK
 from core.opdef import SPLIT_MIN_MACS
 
 from .layout import broadcast_layout
@@ -93,8 +94,9 @@ GEMM_PARALLEL_MIN_MACS = SPLIT_MIN_MACS  # (1 << 24; the executor gives such ker
 #: on row blocks took 1 / 1.05 / 1.10 / 1.25x as long (best of 20).
 GEMM_CHUNKS_PER_THREAD = 1
 #: Fewest rows in one block: with fewer, repacking ``b`` per block costs more than a
-#: second thread gains (a 128-row block already pays +25%, above).
-GEMM_MIN_ROWS_PER_CHUNK = 128
+#: second thread gains (a 128-row block already pays +25%, above).  The cost model's
+#: figure (:data:`core.gemm.MIN_ROWS_PER_BLOCK`), so that it splits a product as this does.
+GEMM_MIN_ROWS_PER_CHUNK = MIN_ROWS_PER_BLOCK
 #: Threads of numba's pool (fixed once it launched, at import of :mod:`runtime.kernels`).
 _NUMBA_THREADS = numba.config.NUMBA_NUM_THREADS
 
@@ -492,8 +494,11 @@ def _gemm_threads(ctx, m: int, n: int, k: int) -> tuple[int, int]:
     """``(row blocks, pool threads)`` for a float ``(m, k) @ (k, n)``; ``(1, 1)``: one
     gemm call; numba's pool set to those threads for this thread.  Written out (few
     helper calls) because the MLP's layers run it with the caches cold, after a gemm,
-    where each Python call costs tens of microseconds (5-10x its time when warm)."""
-    if m < 2 * GEMM_MIN_ROWS_PER_CHUNK or not _blas_single_threaded():
+    where each Python call costs tens of microseconds (5-10x its time when warm).
+    The BLAS is made single-threaded before anything else: with the row test first, the
+    products of a process's first few-rows layers ran on the BLAS's own threads, and a
+    product's speed depended on whether a big one had run before it."""
+    if not _blas_single_threaded() or m < 2 * GEMM_MIN_ROWS_PER_CHUNK:
         return 1, 1
     threads = ctx.intra_op_threads
     if threads > _NUMBA_THREADS:

@@ -117,11 +117,11 @@ def test_static_takes_the_parallel_path_cost_from_the_devices_threshold_up():
         tf.reshape(tf.constant(np.ones(256, np.float32)), [16, 16], name="moved")  # serial kind
     costs = {"Add": (1e-6, 1.0), "Add|parallel": (9e-6, 1.0), "Reshape": (2e-6, 1.0)}
     dev = replace(W, kernel_costs=costs, intra_op_threads=2, parallel_min_elements=256)
-    bare = replace(W, kernel_costs=(), op_overhead=0.0, intra_op_threads=2)
     model = StaticCostModel()
 
-    def extra(name, device):
+    def extra(name, device):  # beside the same device's bare roofline
         op = g.get_operation_by_name(name)
+        bare = replace(device, kernel_costs=(), op_overhead=0.0)
         return model.op_time(op, device) - device.op_overhead - model.op_time(op, bare)
 
     assert extra("small", dev) == pytest.approx(1e-6)
@@ -131,6 +131,36 @@ def test_static_takes_the_parallel_path_cost_from_the_devices_threshold_up():
     assert extra("big", replace(dev, parallel_min_elements=0)) == pytest.approx(1e-6)
     # A type without a parallel entry keeps its serial one.
     assert replace(dev, kernel_costs={"Add": (1e-6, 1.0)}).kernel_cost("Add", True) == (1e-6, 1.0)
+
+
+def test_only_a_kernel_that_splits_its_work_runs_at_the_intra_op_speedup():
+    """A multithreaded kernel on tensors below the device's threshold, or a float
+    product with too few rows for two blocks, runs on one thread: its arithmetic at the
+    device's single-thread rate."""
+    from core.costs import kernel_speedup
+    g = tf.Graph()
+    with g.as_default():
+        small = tf.add(tf.zeros([64]), 1.0)
+        big = tf.add(tf.zeros([1 << 16]), 1.0)
+        square = tf.matmul(tf.zeros([512, 512]), tf.zeros([512, 512]))
+        few_rows = tf.matmul(tf.zeros([64, 2048]), tf.zeros([2048, 512]))
+        transposed = tf.matmul(tf.zeros([512, 64]), tf.zeros([512, 2048]), transpose_a=True)
+    dev = replace(W, intra_op_threads=2, intra_op_speedup=2.0, parallel_min_elements=1 << 12)
+
+    def speedup(t, device=dev):
+        op = t.op
+        return kernel_speedup(op.op_def, [x.spec for x in op.inputs],
+                              [x.spec for x in op.outputs], op.attrs, device)
+
+    assert [speedup(t) for t in (small, big, square, few_rows, transposed)] == [
+        1.0, 2.0, 2.0, 1.0, 1.0]
+    # a device that sets no threshold: every multithreaded kernel splits
+    assert speedup(few_rows, replace(dev, parallel_min_elements=0)) == 2.0
+    model = StaticCostModel()
+    one = replace(dev, kernel_costs=(), op_overhead=0.0, intra_op_speedup=1.0)
+    for t, ratio in ((square, 2.0), (few_rows, 1.0)):  # (arithmetic-bound)
+        assert model.op_time(t.op, one) / model.op_time(t.op, replace(one, intra_op_speedup=2.0)
+                                                         ) == pytest.approx(ratio, rel=0.05)
 
 
 def test_transfer_time_follows_a_links_measured_size_costs():

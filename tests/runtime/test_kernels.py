@@ -289,6 +289,19 @@ def single_threaded_blas():
         blas.set_blas_threads(before)
 
 
+def test_a_few_rows_product_first_in_a_process_already_runs_on_one_blas_thread():
+    """The BLAS is made single-threaded on the first float MatMul, whatever its rows:
+    before, a process whose first products had few rows ran them on the BLAS's own
+    threads until a big one came."""
+    from runtime.kernels import blas
+    with single_threaded_blas():
+        blas.set_blas_threads(2)
+        # (the kernel's own thresholds: run() lowers them to reach the parallel paths)
+        get_kernel("MatMul", "CPU")(KernelContext("CPU", intra_op_threads=1),
+                                    (np.ones((16, 64), np.float32), np.ones((64, 64), np.float32)), {})
+        assert blas.blas_threads() == 1
+
+
 def test_an_explicit_openblas_num_threads_keeps_one_gemm_call():
     """``OPENBLAS_NUM_THREADS`` set (the experiments' ``--blas-threads``): the BLAS keeps
     its thread count and a float MatMul is one gemm call, as before row blocks."""
