@@ -7,15 +7,15 @@ calibration does (:func:`runtime.calibrate_gemm.measure_gemm_costs`, on products
 its own) and predicts every MatMul shape of the in-process check's workloads and of
 the kernel calibration graph, none of which it was fitted on.
 
-What it showed (2026-11-28, 14:5x UTC, this 2-core AMD EPYC VM, numpy's OpenBLAS
+What it showed (2026-11-28, 15:40 UTC, this 2-core AMD EPYC VM, numpy's OpenBLAS
 0.3.31 running its SkylakeX kernels, one BLAS thread):
 
-    16 x 128 @ 128 x 488   (999,424 MACs)    19.4 us   103.0 GFLOP/s
-    16 x 128 @ 128 x 500 (1,024,000 MACs)    39.3 us    52.1 GFLOP/s
-    100^3                                    19.7 us   101.8 GFLOP/s
-    101^3                                    27.0 us    76.5 GFLOP/s
-    4 x 512 @ 512 x 480                      21.0 us    93.5 GFLOP/s
-    4 x 512 @ 512 x 520                      99.3 us    21.5 GFLOP/s
+    16 x 128 @ 128 x 488   (999,424 MACs)    19.4 us   103.1 GFLOP/s
+    16 x 128 @ 128 x 500 (1,024,000 MACs)    39.4 us    52.0 GFLOP/s
+    100^3                                    19.7 us   101.7 GFLOP/s
+    101^3                                    27.0 us    76.4 GFLOP/s
+    4 x 512 @ 512 x 480                      21.2 us    92.7 GFLOP/s
+    4 x 512 @ 512 x 520                      99.7 us    21.4 GFLOP/s
 
 The jump sits at 100^3 multiply-adds whatever the shape: OpenBLAS runs smaller
 products in a "direct" kernel straight from the operands, and larger ones through
@@ -23,10 +23,13 @@ packed panels, each call packing all of the second operand (about 0.3 ns per ele
 here, whatever the rows: a product of few rows by a large operand pays it with little
 arithmetic to spread it over).  A second operand stored transposed takes the direct
 kernel only for results of up to about 1,200 elements.  Fitted on the calibration's
-products and tested on the 90 shapes of the workloads and the calibration graph, the
-two-path model predicted the 40 shapes over 8 us within a median 1.3-1.8% (largest
-10-11%), where the calibrated one-factor roofline was off by a median 20% (largest
-68%; square products of 256 and 512 over-predicted by 20-30%).
+products and tested on the shapes of the workloads and the calibration graph, the
+two-path model predicted those over 8 us within a median 1.3-1.8% (largest 10-11%) in
+two scratch runs at 14:5x and 3.8% (largest 44%, a 9 us product) in this probe at
+15:40, where the calibrated one-factor roofline was off by a median 20% (largest 68%;
+square products of 256 and 512 over-predicted by 20-30%).  A run at 15:44 caught the
+machine changing speed part-way (100^3 in 25 us, not 20): median 10.7%, and the
+transposed limit bisected to 560 outputs.
 
     python docs/probes/gemm_paths_probe.py
 """

@@ -115,3 +115,30 @@ def test_a_runs_label_names_what_the_hypervisor_took_when_it_took_much():
         "other programs 0.0 cores, hypervisor 0.2 cores")
     assert "hypervisor" not in _run_label({**record, "steal_cores": 0.02})
     assert "hypervisor" not in _run_label(record)  # (older records: no steal)
+
+
+def test_a_script_without_a_run_here_keeps_what_the_pages_said_of_it(tmp_path):
+    """results/ is not in git: summarising a fresh checkout's runs must not drop the
+    sections and headline rows of the scripts it did not run."""
+    runs, docs = tmp_path / "results", tmp_path / "docs"
+    folder = _compare_run(runs, 1.25)
+    docs.mkdir()
+    old_section = ("## bench_sim\n\n- run: 2026-11-28 05:23 UTC, AMD EPYC, 2 cores, 30 s\n"
+                   "- command: `python -m experiments.bench_sim`\n\n### bench_sim.csv\n\n| a |\n| --- |\n| 1 |")
+    (docs / "results.md").write_text("# Results\n\nintro\n\n## compare_placers\n\n- run: old, 5 s\n\n"
+                                     + old_section + "\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# lab\n\n{results_summary.BEGIN}\n| what | figure | run |\n| --- | --- | --- |\n"
+                      "| compare_placers, mlp: step per placer | simple 9 ms | old |\n"
+                      "| bench_sim, ops simulated per second | 4 devices 276,684 \\| x "
+                      "| 2026-11-28 05:23 UTC, AMD EPYC, 2 cores |\n"
+                      f"{results_summary.END}\n")
+    results_summary.main(["--runs", str(runs), "--docs", str(docs), "--readme", str(readme)])
+    page = (docs / "results.md").read_text()
+    assert old_section in page and "- run: old" not in page
+    assert page.index("## bench_sim") < page.index("## compare_placers")
+    text = readme.read_text()
+    assert "simple 9 ms" not in text and "cost_model 1.25*" in text  # compare_placers: new
+    assert "| bench_sim, ops simulated per second | 4 devices 276,684 \\| x |" in text
+    assert text.index("compare_placers, mlp") < text.index("bench_sim, ops")
+    assert load_record(folder)["status"] == "ok"
