@@ -17,6 +17,7 @@ import math
 import statistics
 from typing import Iterable, Mapping, Sequence
 
+from core.gemm import product_dims
 from core.graph import Operation, Tensor
 from core.hardware import alloc_time_at
 from core.opdef import UnknownDimension
@@ -267,8 +268,7 @@ def gemm_parts(op_def, ins, attrs, gemm) -> tuple[float, float] | None:
     if (len(a.shape) != 2 or len(b.shape) != 2 or a.dtype.name not in _BLAS_DTYPES
             or b.dtype != a.dtype):
         return None
-    m, k = reversed(a.shape) if attrs.get("transpose_a") else a.shape
-    n = b.shape[0] if attrs.get("transpose_b") else b.shape[1]
+    m, k, n = product_dims(a.shape, b.shape, attrs)
     transposed = bool(attrs.get("transpose_b"))
     return gemm.seconds(m, k, n, transposed), gemm.memory_seconds(m, k, n, transposed)
 
@@ -286,9 +286,10 @@ def beside_roofline(op_def, ins, outs, attrs, device, copies: bool = False) -> f
     ``copies``, an op that forwards its input allocates the copy its kernel makes).  The
     kernel calibration takes the same out of a measured time before it fits the fixed
     cost and the factor (:func:`runtime.calibrate_kernels.kernel_costs_from_traces`)."""
-    return (window_copy_time(op_def, ins, outs, attrs, device)
-            / kernel_speedup(op_def, ins, outs, attrs, device)
-            + allocation_time(op_def, outs, device, copies))
+    copying = window_copy_time(op_def, ins, outs, attrs, device)
+    if copying:  # (most ops gather nothing: no speed-up to work out)
+        copying /= kernel_speedup(op_def, ins, outs, attrs, device)
+    return copying + allocation_time(op_def, outs, device, copies)
 
 
 def kernel_speedup(op_def, ins, outs, attrs, device) -> float:

@@ -32,13 +32,25 @@ from __future__ import annotations
 import math
 from dataclasses import astuple, dataclass, fields
 
-__all__ = ["GemmCosts", "MIN_ROWS_PER_BLOCK"]
+__all__ = ["GemmCosts", "MIN_ROWS_PER_BLOCK", "product_dims"]
 
 #: Fewest rows in one block of a float product the CPU kernel splits over its intra-op
 #: threads (``runtime.kernels.cpu.matmul``: one single-threaded gemm per row block, each
 #: packing all of the second operand again, so few and big blocks; a 128-row block
 #: already paid +25% for it).  :meth:`core.opdef.OpDef.splits` applies the same rule.
 MIN_ROWS_PER_BLOCK = 128
+
+
+def product_dims(a_shape, b_shape, attrs) -> tuple:
+    """``(m, k, n)`` of a MatMul's ``op(a) @ op(b)`` on operands of these shapes, ``op``
+    transposing where ``attrs`` sets ``transpose_a`` / ``transpose_b``.
+
+    >>> product_dims((128, 16), (512, 128), {"transpose_a": True, "transpose_b": True})
+    (16, 128, 512)
+    """
+    m, k = (a_shape[1], a_shape[0]) if attrs.get("transpose_a") else a_shape
+    n = b_shape[0] if attrs.get("transpose_b") else b_shape[1]
+    return m, k, n
 
 
 @dataclass(frozen=True)

@@ -297,22 +297,24 @@ class Device:
         object.__setattr__(self, "window_copy_costs", tuple(float(c) for c in copies))
         object.__setattr__(self, "alloc_costs", _curve(self.alloc_costs, "alloc_costs", self.name,
                                                        "seconds", zero_ok=True))
-        if isinstance(self.gemm_costs, GemmCosts):
-            object.__setattr__(self, "gemm_costs", self.gemm_costs.as_tuple())
-        if self.gemm_costs:
+        gemm = self.gemm_costs or None  # a GemmCosts, or its figures (a list from JSON)
+        if gemm is not None and not isinstance(gemm, GemmCosts):
             try:
-                gemm = GemmCosts.from_tuple(self.gemm_costs)
+                gemm = GemmCosts.from_tuple(gemm)
             except (TypeError, ValueError) as e:
                 raise InvalidCluster(f"gemm_costs: {e}", self.name) from None
-            object.__setattr__(self, "gemm_costs", gemm.as_tuple())
-            object.__setattr__(self, "_gemm", gemm)
-        else:
-            object.__setattr__(self, "gemm_costs", ())
+        object.__setattr__(self, "gemm_costs", gemm.as_tuple() if gemm else ())
 
     @property
     def gemm(self) -> "GemmCosts | None":
         """The :class:`core.gemm.GemmCosts` of ``gemm_costs``, or None where unset."""
-        return self.__dict__.get("_gemm")
+        if not self.gemm_costs:
+            return None
+        gemm = self.__dict__.get("_gemm")
+        if gemm is None:  # made once per device, as kernel_cost's table: asked per op
+            gemm = GemmCosts.from_tuple(self.gemm_costs)
+            object.__setattr__(self, "_gemm", gemm)
+        return gemm
 
     def bandwidth_at(self, working_set: float) -> float:
         """The memory rate (bytes/s) of a kernel here that moves ``working_set`` bytes:

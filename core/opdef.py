@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 
 from core.dtypes import DType, as_dtype
-from core.gemm import MIN_ROWS_PER_BLOCK
+from core.gemm import MIN_ROWS_PER_BLOCK, product_dims
 
 Shape = tuple  # of int | None (None: a dimension not known until run time)
 
@@ -420,8 +420,7 @@ class OpDef:
             # The CPU kernel splits a float product by row blocks of at least
             # MIN_ROWS_PER_BLOCK rows, and only a big one, whatever its tensors' sizes
             # (runtime.kernels.cpu.matmul): with fewer rows it is one gemm on one core.
-            a = inputs[0].shape
-            rows = a[-1] if attrs.get("transpose_a") else a[0]
+            rows = product_dims(inputs[0].shape, inputs[1].shape, attrs)[0]
             return big_product and rows >= 2 * MIN_ROWS_PER_BLOCK
         return largest >= min_elements or big_product
 

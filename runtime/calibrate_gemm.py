@@ -29,7 +29,6 @@ from dataclasses import replace
 from time import perf_counter
 
 import numpy as np
-from scipy.optimize import nnls
 
 from core.gemm import GemmCosts
 
@@ -131,6 +130,7 @@ def fit_packed(samples) -> tuple[float, float, float]:
     >>> [f"{x:.3g}" for x in fit]
     ['1e-11', '3e-10', '1e-10']
     """
+    from scipy.optimize import nnls  # (here: `import runtime` imports this module)
     rows = np.array([[2.0 * m * k * n, k * n, m * n] for m, k, n, _ in samples])
     times = np.array([t for *_, t in samples])
     scale = rows.max(axis=0)  # columns of like size, for the solver
