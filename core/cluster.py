@@ -342,6 +342,9 @@ class Cluster:
             raise InvalidCluster(f"intra_op_speedup must be >= 1, not {d.intra_op_speedup!r}", d.name)
         _non_negative(d.name, "op_overhead", d.op_overhead)
         _non_negative_int(d.name, "parallel_min_elements", d.parallel_min_elements)
+        if not isinstance(d.products_split, bool):
+            raise InvalidCluster(f"products_split must be true or false, not "
+                                 f"{d.products_split!r}", d.name)
         for op_type, fixed, factor in d.kernel_costs:
             _non_negative(d.name, f"kernel_costs[{op_type!r}] fixed seconds", fixed)
             _positive(d.name, f"kernel_costs[{op_type!r}] factor", factor)

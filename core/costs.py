@@ -319,7 +319,7 @@ def kernel_speedup(op_def, ins, outs, attrs, device) -> float:
     """
     if not op_def.multithreaded or device.intra_op_speedup == 1.0:
         return 1.0
-    if not op_def.splits(ins, outs, attrs, device.parallel_min_elements):
+    if not op_def.splits(ins, outs, attrs, device.parallel_min_elements, device.products_split):
         return 1.0
     return device.intra_op_speedup
 

@@ -232,6 +232,11 @@ class Device:
     :func:`runtime.calibrate_gemm.measure_gemm_costs` measures them): where they are
     set, that model's time stands for a float32 ``MatMul``'s roofline (its kernel's
     fixed cost and factor still apply).  ``()`` (the default): the roofline.
+    ``products_split`` says whether a big float product (``core.opdef.BLAS_PRODUCTS``)
+    splits its work over the intra-op pool (the default, True), as the runtime's kernels
+    do unless their process fixed its BLAS at one thread (``OPENBLAS_NUM_THREADS=1``):
+    there each product is one gemm call on one core, and takes one core
+    (:meth:`core.opdef.OpDef.splits`; the calibration records the process's choice).
 
     >>> from core.cluster import Cluster
     >>> d = Cluster.single_host().devices[0].replace_kernel_costs({"Add": (2e-6, 1.5)})
@@ -267,6 +272,7 @@ class Device:
     warm_kernel_costs: tuple = ()
     warm_span: int = 0
     gemm_costs: tuple = ()
+    products_split: bool = True
 
     def __post_init__(self):
         if isinstance(self.device_type, str):  # "gpu" and "GPU" are one type, as in names
@@ -607,7 +613,7 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
                  "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
                  "window_copy_costs", "alloc_costs", "warm_kernel_costs", "warm_span",
-                 "gemm_costs", "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
+                 "gemm_costs", "products_split", "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

@@ -381,7 +381,7 @@ class OpDef:
         return sum(nbytes(TensorSpec(s.dtype, known_shape(s.shape))) for s in outputs)
 
     def splits(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], attrs,
-               min_elements: int) -> bool:
+               min_elements: int, products_split: bool = True) -> bool:
         """Whether the kernel may split its work over the intra-op pool on these tensors,
         so that it takes the pool's cores: a multithreaded kernel whose largest tensor
         has at least ``min_elements`` elements (a device's ``parallel_min_elements``;
@@ -390,6 +390,9 @@ class OpDef:
         sizes are unknown.  Below that the kernel runs on one core, and an executor that
         took the whole pool for it kept the other inter-op threads' kernels waiting for
         nothing.  The executor and the simulator both decide an op's cores by this.
+        ``products_split`` False (a device whose process fixed its BLAS at one thread,
+        ``Device.products_split``): a float product of :data:`BLAS_PRODUCTS` is one gemm
+        call on one core, whatever its size.
 
         >>> from core.ops import get_op_def, TensorSpec
         >>> from core.dtypes import float32
@@ -405,8 +408,14 @@ class OpDef:
         >>> few_rows = [TensorSpec(float32, (64, 2048)), TensorSpec(float32, (2048, 2048))]
         >>> get_op_def("MatMul").splits(few_rows, [TensorSpec(float32, (64, 2048))], {}, 1 << 21)
         False
+        >>> get_op_def("MatMul").splits([TensorSpec(float32, (512, 512))] * 2,
+        ...     [TensorSpec(float32, (512, 512))], {}, 1 << 21, products_split=False)
+        False
         """
         if not self.multithreaded:
+            return False
+        if (not products_split and self.type in BLAS_PRODUCTS and inputs
+                and inputs[0].dtype.is_floating):
             return False
         if min_elements <= 0:
             return True
@@ -429,6 +438,11 @@ class OpDef:
 #: the intra-op pool from this many multiply-adds (the CPU kernels' own threshold,
 #: ``runtime.kernels.cpu.GEMM_PARALLEL_MIN_MACS``, is this figure).
 SPLIT_MIN_MACS = 1 << 24
+
+#: The ops whose CPU kernels compute a float product by BLAS gemm calls, split over the
+#: intra-op pool only where the process left the BLAS's threads to the kernels
+#: (``runtime.kernels.cpu.products_split``).
+BLAS_PRODUCTS = frozenset({"MatMul", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"})
 
 
 def lazy_gradient(name: str, module: str = "core.autodiff"):

@@ -698,11 +698,13 @@ def calibrate_tensorflow(cluster: Cluster, *, quick: bool = False, env: dict | N
         split = device.pop("split")
         for d in cluster.devices:
             if d.is_cpu:
-                # (our executor's warm kernel costs and its BLAS's paths, if the
-                # cluster had them, are not TensorFlow's: its kernels are priced at their
-                # calibrated fixed costs and factors on the roofline)
+                # (our executor's warm kernel costs and its BLAS's paths and threads, if
+                # the cluster had them, are not TensorFlow's: its kernels are priced at
+                # their calibrated fixed costs and factors on the roofline, and its
+                # products split over its intra-op pool)
                 cluster = cluster.replace_device(d.name, kernel_costs=(), warm_kernel_costs=(),
-                                                 warm_span=0, gemm_costs=(), **device)
+                                                 warm_span=0, gemm_costs=(), products_split=True,
+                                                 **device)
                 if shared and cluster.host(d.host).cpu_cores > 1:
                     cluster = cluster.replace_host(d.host, shared_bandwidth=shared)
         # The distributed figures at their full count even when quick: TensorFlow's

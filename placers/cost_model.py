@@ -175,7 +175,7 @@ class _Model:
         kernel on tensors of at least the device's ``parallel_min_elements``)."""
         if not self.multithreaded[i] or self.devices[k].intra_op_threads < 2:
             return False
-        key = (i, self.devices[k].parallel_min_elements)
+        key = (i, self.devices[k].parallel_min_elements, self.devices[k].products_split)
         split = self._splits.get(key)
         if split is None:
             op = self.ops[i]
@@ -184,7 +184,7 @@ class _Model:
                 split = True
             else:
                 split = op.op_def.splits(specs(op.inputs), specs(op.outputs), op.attrs,
-                                         key[1])
+                                         key[1], key[2])
             self._splits[key] = split
         return split
 

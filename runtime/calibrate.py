@@ -17,6 +17,8 @@ figure                        measured by
                               gathering (im2col) per tap and per element
 ``gemm_costs``                :func:`runtime.calibrate_gemm.measure_gemm_costs`: the float
                               MatMul by its BLAS's direct and packed paths, one thread
+``products_split``            :func:`runtime.kernels.cpu.products_split`: whether this
+                              process's float products spread over the intra-op threads
 ``Host.shared_bandwidth``     :func:`measure_shared_bandwidth`: two Add kernels at once,
                               by their working sets added up (hosts of 2+ cores)
 ``Task.step_overhead``        :func:`measure_session_overhead`: an in-process step of one
@@ -444,8 +446,9 @@ def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) 
     """One block of :func:`calibrate`'s figures of the CPU ``device`` (a
     :class:`core.cluster.Device`), as ``Device`` fields: its rates (``peak_flops``,
     ``intra_op_speedup``, ``bandwidth_curve``, ``mem_bandwidth``), its ``op_overhead``,
-    ``window_copy_costs`` and ``gemm_costs``, and with ``kernel_costs`` its ``kernel_costs`` and
+    ``window_copy_costs``, ``gemm_costs`` and ``products_split``, and with ``kernel_costs`` its ``kernel_costs`` and
     ``parallel_min_elements``."""
+    from runtime.kernels.cpu import products_split
     n, repeat = (192, 3) if quick else (1024, 7)
     single = measure_matmul_rate(1, n, repeat)
     multi = measure_matmul_rate(device.intra_op_threads, n, repeat) \
@@ -460,6 +463,7 @@ def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) 
         "op_overhead": measure_op_overhead(ops=50 if quick else 200, repeat=repeat),
         "window_copy_costs": measure_window_copy_costs(repeat),
         "gemm_costs": measure_gemm_costs(quick).as_tuple(),
+        "products_split": products_split(),
     }
     if kernel_costs:
         from runtime.calibrate_kernels import measure_kernel_costs
@@ -565,7 +569,7 @@ def measure_lock_wakeup(batches: int = 9, handoffs: int = 200) -> float:
 
 #: The fields of a CPU device that :func:`calibrate` measures.
 CPU_FIGURES = ("peak_flops", "intra_op_speedup", "mem_bandwidth", "bandwidth_curve",
-               "warm_kernel_costs", "warm_span", "gemm_costs",
+               "warm_kernel_costs", "warm_span", "gemm_costs", "products_split",
                "op_overhead", "kernel_costs", "parallel_min_elements", "window_copy_costs")
 
 

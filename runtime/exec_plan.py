@@ -230,7 +230,8 @@ class ExecPlan:
         """The per-op facts (:class:`_Node`) of every op of the plan; an op that updates
         a variable with ``use_locking`` holds ``variable_lock(name)`` while it runs."""
         from runtime.kernels import KernelContext, get_kernel
-        from runtime.kernels.cpu import PARALLEL_MIN_ELEMENTS
+        from runtime.kernels.cpu import PARALLEL_MIN_ELEMENTS, products_split
+        products = products_split()
 
         plan, dev_objs = self.plan, self.dev_objs
         n_tensors = plan.n_tensors
@@ -292,7 +293,7 @@ class ExecPlan:
                 # and holding the others kept the other inter-op threads waiting.
                 multi = dev.is_cpu and op.op_def.multithreaded and op.op_def.splits(
                     [t.spec for t in op.inputs], [t.spec for t in op.outputs], op.attrs,
-                    PARALLEL_MIN_ELEMENTS)
+                    PARALLEL_MIN_ELEMENTS, products)
                 node.want_cores = (dev.intra_op_threads if multi else 1) if dev.is_cpu else 0
                 if dev.is_cpu:
                     node.contexts = [None] + [KernelContext("CPU", k) for k in

@@ -164,6 +164,7 @@ def splitting(plan, devices, cost_model: CostModel, same: np.ndarray | None = No
     device = plan.array("op_device")
     wanted = kernel[first] & spread[device]
     if not wanted.any() or not any(devices[d].parallel_min_elements > 0
+                                   or not devices[d].products_split
                                    for d in np.unique(device[wanted]).tolist()):
         return wanted  # (every size may split there: no op's tensors matter)
     ops, op_device, specs = plan.ops, plan.op_device, cost_model.specs
@@ -171,7 +172,7 @@ def splitting(plan, devices, cost_model: CostModel, same: np.ndarray | None = No
     def splits(i):
         op, dev = ops[i], devices[op_device[i]]
         return op.op_def.splits(specs(op.inputs), specs(op.outputs), op.attrs,
-                                dev.parallel_min_elements)
+                                dev.parallel_min_elements, dev.products_split)
 
     if cost_model.shape_hints is None:  # once per signature, as op_durations
         same = same_signature(plan) if same is None else same

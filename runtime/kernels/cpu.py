@@ -65,7 +65,7 @@ from .opcodes import (ABS, ADD, ASSIGN, MAXIMUM, MINIMUM, MUL, NEG, REAL_DIV, RE
                       RELU_GRAD, RSQRT, RSQRT_GRAD, SIGMOID_GRAD, SIGN, SQRT,
                       SQRT_GRAD, SQUARE, SQUARED_DIFFERENCE, SUB, TANH, TANH_GRAD)
 from .registry import FLOATING, NUMERIC, register
-from .blas import set_blas_threads
+from .blas import blas_threads, set_blas_threads
 from .threading_layer import parallel_region
 
 __all__ = ["PARALLEL_MIN_ELEMENTS", "warmup"]
@@ -476,6 +476,17 @@ def _blas_single_threaded() -> bool:
     if os.environ.get("OPENBLAS_NUM_THREADS"):
         return False
     return set_blas_threads(1)
+
+
+def products_split() -> bool:
+    """Whether this process's float products (MatMul, the convolutions:
+    ``core.opdef.BLAS_PRODUCTS``) may spread over the intra-op threads they are given:
+    True where the kernels split them into one-thread gemms (:func:`_blas_single_threaded`)
+    or the BLAS runs several threads of its own; False where the process fixed its BLAS
+    at one thread (``OPENBLAS_NUM_THREADS=1``): each product is then one gemm call on
+    one core.  The executor gives such a product one core, and the calibration records
+    this (``Device.products_split``) so that the simulator does too."""
+    return _blas_single_threaded() or (blas_threads() or 2) > 1
 
 
 def _output(ctx, shape: tuple, dtype) -> np.ndarray:

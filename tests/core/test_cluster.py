@@ -515,6 +515,23 @@ def test_parallel_min_elements_round_trips_and_older_files_load():
         c.replace_device(d.name, parallel_min_elements=-1)
 
 
+def test_products_split_round_trips_defaults_to_true_and_is_checked():
+    import json
+
+    from core.cluster import InvalidCluster
+    c = Cluster.single_host()
+    d = c.devices[0]
+    assert d.products_split is True
+    c2 = c.replace_device(d.name, products_split=False)
+    back = Cluster.from_dict(json.loads(json.dumps(c2.to_dict())))
+    assert back == c2 and back.devices[0].products_split is False
+    old = c.to_dict()
+    del old["devices"][0]["products_split"]  # a file written before the field
+    assert Cluster.from_dict(old) == c
+    with pytest.raises(InvalidCluster, match="products_split"):
+        c.replace_device(d.name, products_split=1)
+
+
 def test_a_links_wait_round_trips_defaults_to_zero_and_is_at_most_its_latency():
     import json
 

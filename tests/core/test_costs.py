@@ -156,6 +156,11 @@ def test_only_a_kernel_that_splits_its_work_runs_at_the_intra_op_speedup():
         1.0, 2.0, 2.0, 1.0, 1.0]
     # a device that sets no threshold: every multithreaded kernel splits
     assert speedup(few_rows, replace(dev, parallel_min_elements=0)) == 2.0
+    # a device whose process fixed its BLAS at one thread: no product splits, at any
+    # threshold; other kernels still do
+    for threshold in (0, 1 << 12):
+        one_thread_blas = replace(dev, products_split=False, parallel_min_elements=threshold)
+        assert [speedup(t, one_thread_blas) for t in (big, square)] == [2.0, 1.0]
     model = StaticCostModel()
     one = replace(dev, kernel_costs=(), op_overhead=0.0, intra_op_speedup=1.0)
     for t, ratio in ((square, 2.0), (few_rows, 1.0)):  # (arithmetic-bound)

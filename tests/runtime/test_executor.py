@@ -734,3 +734,26 @@ def test_a_kernel_takes_the_intra_op_pool_only_when_it_may_split(executor, clust
     records = {x.op: x for x in result.to_trace().ops}
     assert records["mul"].cores == 1
     assert records["mm"].cores == 2
+
+
+def test_a_product_takes_one_core_where_the_process_fixed_its_blas_at_one_thread(cluster):
+    """``OPENBLAS_NUM_THREADS=1`` (the experiments' ``--blas-threads 1``): a float
+    product is one gemm call on one core whatever its size, so the executor gives it one
+    core and leaves the other to the other inter-op thread."""
+    from unittest import mock
+
+    from runtime.kernels import cpu
+    g = tf.Graph()
+    with g.as_default():
+        big = tf.constant(np.ones((256, 256), np.float32), name="big")
+        tf.matmul(big, big, name="mm")
+    for split, cores in ((True, 2), (False, 1)):
+        devices = LocalDevices.for_task(cluster, "localhost", 0, SessionConfig())
+        ex = Executor(devices, VariableStore())
+        try:
+            with mock.patch.object(cpu, "products_split", return_value=split):
+                records = {x.op: x for x in run(ex, g, ["mm:0"], trace=True).to_trace().ops}
+        finally:
+            ex.close()
+            devices.close()
+        assert records["mm"].cores == cores

@@ -319,6 +319,18 @@ def test_an_explicit_openblas_num_threads_keeps_one_gemm_call():
     np.testing.assert_array_equal(out, np.full((300, 5), 4, np.float32))
 
 
+@pytest.mark.parametrize("kernels_split, blas_threads, expected",
+                         [(True, 1, True), (False, 1, False), (False, 4, True), (False, None, True)])
+def test_products_split_unless_the_process_fixed_its_blas_at_one_thread(
+        kernels_split, blas_threads, expected):
+    """Row blocks of one-thread gemms split; a BLAS the process fixed at one thread does
+    not (``OPENBLAS_NUM_THREADS=1``); one on several threads of its own, or one we
+    cannot ask, does."""
+    with mock.patch.object(cpu, "_blas_single_threaded", return_value=kernels_split), \
+            mock.patch.object(cpu, "blas_threads", return_value=blas_threads):
+        assert cpu.products_split() is expected
+
+
 @pytest.mark.parametrize("dtype, threads", [("float32", 1), ("float32", 2), ("float64", 2),
                                             ("int64", 1), ("int64", 2)])
 def test_matmul_with_a_fused_relu_is_the_relu_of_the_product(dtype, threads):

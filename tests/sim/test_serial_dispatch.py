@@ -413,6 +413,28 @@ def test_a_multithreaded_kernel_too_small_to_split_leaves_the_other_core_free():
     assert run(0) == {"x": (1e-3, 1), "a": (2e-3, 2), "c": (3e-3, 2)}
 
 
+def test_a_product_takes_one_core_on_a_device_whose_products_do_not_split():
+    # Two 256^3 products ready at once: where products split (the default) each holds
+    # both cores in turn; on a device calibrated in a process that fixed its BLAS at one
+    # thread (products_split False) each takes one core and they run at once.
+    g = tf.Graph()
+    with g.as_default(), tf.device(W0):
+        x = tf.constant(np.ones((256, 256), np.float32), name="x")
+        tf.matmul(x, x, name="a")
+        tf.matmul(x, x, name="c")
+    p = Placement({op.name: W0 for op in g.get_operations()})
+
+    def run(split):
+        c = two_core_task().replace_device(W0, parallel_min_elements=1 << 21,
+                                           products_split=split)
+        trace = simulate(g, p, c, cost_model=FixedCost(default=1e-3))
+        trace.validate(g, c)
+        return {r.op: (round(r.end, 9), r.cores) for r in trace.ops}
+
+    assert run(True) == {"x": (1e-3, 1), "a": (2e-3, 2), "c": (3e-3, 2)}
+    assert run(False) == {"x": (1e-3, 1), "a": (2e-3, 1), "c": (2e-3, 1)}
+
+
 def test_cores_the_next_op_leaves_free_go_to_its_own_task_s_waiting_ops():
     # x readies a and c, Adds large enough to split (both cores each).  a runs first;
     # c waits for cores on the other thread.  When a ends, its thread goes on with b
