@@ -8,9 +8,10 @@ On one inter-op thread, each workload runs 30 traced steps; the probe takes the 
 between each kernel's end and the next kernel's start (the executor's work between
 them), keeps the pairs of ops that follow each other in at least 20 of the steps, and
 prints the median gap by tenth of the step (in start order) and by the bytes of the
-op before the gap.  Two controls run on chains of 1000 tiny Muls (4 x 4 floats): the
-chain as it is (each output dies when the next op ends), and the chain with every
-output kept alive to the step's end (one AddN of all of them), by fifth of the chain.
+op before the gap.  Three controls run on chains of tiny Muls (4 x 4 floats): the
+chain as it is (each output dies when the next op ends), the chain with every output
+kept alive to the step's end (one AddN of all of them), by fifth of the chain, and
+chains whose ops also read an output made ``D`` ops earlier (:func:`report_ages`).
 
 What it showed (2026-11-28 17:5x-18:1x UTC, this 2-core VM under the timing lock;
 the calibration's ``op_overhead`` that hour 3.80-3.86 us):
@@ -44,10 +45,18 @@ the calibration's ``op_overhead`` that hour 3.80-3.86 us):
   of the same hour), not the garbage collector (``gc.freeze()`` or ``gc.disable()``
   around the steps: 10.25-10.66 ms against 10.25 as is), and not only after large
   kernels (ops of 1-4 KiB after ops of 1-4 KiB show it too).
-- Not found yet: what in the backward pass makes every op's bookkeeping slower.  Next:
-  the same gaps in a synthetic graph with gnmt's backward structure (fan-in of
-  gradients into AddN, Split and Concat), and the cache footprint of the kernels
-  between (a step's traffic against the interpreter's working set).
+- Part of it is the age of an op's inputs.  A third control, chains of 1200 Muls
+  ``x_i = x_(i-1) * x_(i-D)`` (:func:`report_ages`; 18:3x, two runs, 4 x 4 and 16 x 64
+  floats): D=1 (one input, just made) 4.33-4.36 us; D=2 (two inputs) 4.91-5.06 us;
+  D=50 4.97-5.38 us; D=400 5.40-5.84 us.  A second input costs about 0.6 us, and an
+  input made 400 ops earlier about 0.5 us more than one made just before: the
+  executor's objects of an old tensor are out of the caches.  gnmt's backward pass
+  reads forward activations made hundreds of ops earlier, and its optimizer reads
+  variables and gradients; rnn's step is 316 ops long.  That is about half of the
+  +1 us; the model charges every op the same ``op_overhead`` whatever its inputs.
+- Next: a dispatch cost by the reuse distance of an op's inputs (the traffic since
+  each was made, as a cache's residency would be modelled for the kernels' data too),
+  calibrated on chains like these, and the rest of the backward pass's extra.
 """
 
 from __future__ import annotations
@@ -131,8 +140,23 @@ def report_chain(keep: bool, n: int = 1000) -> None:
           [round(statistics.median(f) * 1e6, 2) for f in fifths if f])
 
 
+def report_ages(n: int = 1200) -> None:
+    """Chains ``x_i = x_(i-1) * x_(i-D)``: the median gap by ``D``."""
+    for distance in (1, 2, 50, 400):
+        g = tf.Graph()
+        with g.as_default():
+            xs = [tf.constant(np.ones((4, 4), np.float32), name=f"c{j}") for j in range(distance)]
+            for i in range(n):
+                xs.append(tf.multiply(xs[-1], xs[-distance], name=f"m{i}"))
+            out = tf.group(*xs[-distance:])
+        pairs = traced_gaps(g, out)
+        gaps = [gap for (a, _), (gap, _) in pairs.items() if a.startswith("m")]
+        print(f"x_i = x_(i-1) * x_(i-{distance}): median gap {statistics.median(gaps) * 1e6:.2f} us")
+
+
 if __name__ == "__main__":
     for name in sys.argv[1:] or ["gnmt:batch=4", "rnn"]:
         report_workload(name)
     report_chain(keep=False)
     report_chain(keep=True)
+    report_ages()
