@@ -243,3 +243,32 @@ def test_the_fit_leaves_the_outputs_allocation_to_its_own_figure():
         runs[n] = (graph, [Trace(ops=records)])
     costs = kernel_costs_from_traces(gpu, runs, small=8)
     assert costs["Mul"] == pytest.approx((2e-5, 3.0))
+
+
+def test_the_factors_are_fitted_with_the_kernels_own_threshold(monkeypatch):
+    """Fitted on a device that did not know where its kernels split (0: every size), a
+    multithreaded kernel's arithmetic counted at the intra-op speed-up whatever its
+    size, and its factor came out that much too large for a kernel that runs on one
+    thread: the fit sees the threshold it is given."""
+    from dataclasses import replace
+
+    import runtime.calibrate_kernels as ck
+    from core.costs import kernel_speedup
+    fitted_on = []
+    fit = ck.kernel_costs_from_traces
+
+    def recording(device, runs, small):
+        fitted_on.append(device)
+        return fit(device, runs, small)
+
+    monkeypatch.setattr(ck, "kernel_costs_from_traces", recording)
+    cpu = replace(Cluster.single_host(cpu_cores=2).devices[0], intra_op_threads=2,
+                  intra_op_speedup=1.9, parallel_min_elements=0)
+    ck.measure_kernel_costs(cpu, steps=1, small=4, large=(16,), parallel_min_elements=400)
+    (device,) = fitted_on
+    assert device.parallel_min_elements == 400
+    graph, _, _ = kernel_calibration_graph(16)
+    tanh = next(op for op in graph.get_operations() if op.type == "Tanh")  # 256 elements
+    specs = [t.spec for t in tanh.inputs], [t.spec for t in tanh.outputs]
+    assert kernel_speedup(tanh.op_def, *specs, tanh.attrs, device) == 1.0
+    assert kernel_speedup(tanh.op_def, *specs, tanh.attrs, cpu) == 1.9  # (as it was)
