@@ -49,15 +49,13 @@ from __future__ import annotations
 
 import os
 
-if __name__ == "__main__":  # before numpy loads BLAS, as experiments.sim_vs_real does.  With
-    # the variable set the MatMul kernel keeps the BLAS as set, one single-threaded gemm
-    # per product (runtime.kernels.cpu.matmul), and the calibration measures that: an
-    # intra-op speed-up of 1.  Without it (a user's process) the kernel splits a big
-    # product into row blocks over the intra-op threads, which the model prices at the
-    # speed-up of a warm 1024^3 product alone (about 1.85 here); in a step's cold caches
-    # and with its threads woken per product, the calibration graph's split products ran
-    # 1.1-2.9x that (docs/probes/split_products_probe.py).
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+if __name__ == "__main__":  # before numba's threads start, as experiments.sim_vs_real does.
+    # The BLAS is left as the user's process has it: without OPENBLAS_NUM_THREADS the
+    # MatMul kernel makes it single-threaded and splits a big product into row blocks
+    # over the intra-op threads, and the calibration measures that.  With the variable
+    # set (OPENBLAS_NUM_THREADS=1 python -m experiments.sim_vs_inprocess) each product
+    # is one gemm call on one core, and the calibration records that too
+    # (Device.products_split).
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import statistics
