@@ -254,19 +254,22 @@ def test_matmul_of_a_large_matrix_uses_blas_blocks_correctly():
 @pytest.mark.parametrize("ta, tb", [(False, False), (False, True), (True, False), (True, True)])
 def test_float_matmul_in_row_blocks_matches_numpy(dtype, ta, tb):
     """With several intra-op threads a big float MatMul runs as row blocks (m = 131 does
-    not divide evenly), each a single-threaded gemm; the blocks tile the output."""
+    not divide evenly), each a single-threaded gemm; the blocks tile the output.  A
+    transposed first operand's blocks are copied by the threads that multiply them."""
     rng = np.random.default_rng(1)
     a = rng.standard_normal((70, 131) if ta else (131, 70)).astype(dtype)
     b = rng.standard_normal((90, 70) if tb else (70, 90)).astype(dtype)
     expected = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
     for threads in (2, 3):
+        name = "_matmul_blas_parallel_copying" if ta else "_matmul_blas_parallel"
+        other = "_matmul_blas_parallel" if ta else "_matmul_blas_parallel_copying"
         with single_threaded_blas(), \
-                mock.patch.object(cpu, "_matmul_blas_parallel",
-                                  wraps=cpu._matmul_blas_parallel) as blocks:
+                mock.patch.object(cpu, name, wraps=getattr(cpu, name)) as blocks, \
+                mock.patch.object(cpu, other) as not_used:
             (out,) = run("MatMul", (a, b), {"transpose_a": ta, "transpose_b": tb},
                          threads=threads)
         # one block per thread (numba's pool has at most NUMBA_NUM_THREADS)
-        assert blocks.call_count == 1
+        assert blocks.call_count == 1 and not_used.call_count == 0
         assert blocks.call_args.args[3] == min(threads, numba.config.NUMBA_NUM_THREADS)
         assert_close(out, expected.astype(dtype), dtype, scale=100 * 70)
 
@@ -344,6 +347,17 @@ def test_matmul_with_a_fused_relu_is_the_relu_of_the_product(dtype, threads):
         (out,) = run("MatMul", (a, b), {"_fused_relu": True}, threads=threads)
     assert (expected == 0).any() and (expected > 0).any()
     assert_close(out, expected.astype(dtype), dtype, scale=100 * 40)
+
+
+def test_a_fused_relu_applies_to_the_row_blocks_of_a_transposed_operand():
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((40, 300)) * 5).astype(np.float32)  # used as its transpose
+    b = (rng.standard_normal((40, 33)) * 5).astype(np.float32)
+    expected = np.maximum(a.T.astype(np.float64) @ b.astype(np.float64), 0)
+    with single_threaded_blas():
+        (out,) = run("MatMul", (a, b), {"_fused_relu": True, "transpose_a": True}, threads=2)
+    assert (expected == 0).any() and (expected > 0).any()
+    assert_close(out, expected.astype(np.float32), "float32", scale=100 * 40)
 
 
 @pytest.mark.parametrize("dtype, threads", [("float32", 1), ("float32", 2), ("int64", 2)])
