@@ -6,7 +6,8 @@ a transpose (``transpose_a``: every weight gradient of a training step, ``x^T @ 
 A row block of an F-ordered operand is neither C- nor F-ordered, and numba's gemm needs
 one of them, so the blocks are copied.  The kernel used to copy the whole operand in
 the calling thread before the parallel loop; it now copies each block in the thread
-that multiplies it (``runtime.kernels.cpu._matmul_blas_parallel_copying``).  Both run
+that multiplies it (``runtime.kernels.cpu._matmul_blas_parallel``, given the
+transposed operand as it is).  Both run
 side by side in one process, in turns, 40 times each, warm and after a 32 MiB sweep.
 
 What it showed (2026-11-28 18:1x UTC, this 2-core AMD EPYC VM, the timing lock;
@@ -47,7 +48,7 @@ def whole_copy_first(a, b, out, chunks):
 
 def blocks_copied_by_their_threads(a, b, out, chunks):
     with parallel_region:
-        cpu._matmul_blas_parallel_copying(a, b, out, chunks, False)
+        cpu._matmul_blas_parallel(a, b, out, chunks, False)
 
 
 def main() -> None:

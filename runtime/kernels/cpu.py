@@ -405,27 +405,14 @@ def _matmul_blas_serial(a, b, out):
 
 @njit(cache=True, nogil=True, parallel=True)
 def _matmul_blas_parallel(a, b, out, nchunks, relu):
-    """Float matmul in ``nchunks`` row blocks, one single-threaded gemm each: ``a`` and
-    ``out`` C-ordered (a row block of each is then C-ordered too), ``b`` C or F.  With
-    ``relu``, each block is relu'd in place right after its gemm, while in cache."""
-    m = a.shape[0]
-    n = out.shape[1]
-    flat = out.reshape(-1)
-    for c in prange(nchunks):
-        lo = c * m // nchunks
-        hi = (c + 1) * m // nchunks
-        np.dot(a[lo:hi], b, out[lo:hi])
-        if relu:
-            _unary_range(RELU, flat, flat, lo * n, hi * n)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _matmul_blas_parallel_copying(a, b, out, nchunks, relu):
-    """:func:`_matmul_blas_parallel` for an ``a`` whose row blocks are not contiguous (a
-    transposed operand, F-ordered): each thread copies its own block C-ordered before
-    its gemm, so the copy is split over the threads too and the block is in the cache
-    of the core that multiplies it (copied whole, by the calling thread, it took about
-    as long as the product's own gemms)."""
+    """Float matmul in ``nchunks`` row blocks, one single-threaded gemm each: ``out``
+    C-ordered (a row block of it is then C-ordered too), ``b`` C or F.  A row block of
+    a C-ordered ``a`` is C-ordered; one of an F-ordered ``a`` (a transposed operand) is
+    neither, and the thread that multiplies it copies it first (numba's
+    ``ascontiguousarray`` copies only then), so the copy is split over the threads and
+    lands in the cache of the core that uses it (copied whole by the calling thread, it
+    took about as long as the product's gemms: ``docs/probes/transposed_split_probe.py``).
+    With ``relu``, each block is relu'd in place right after its gemm, while in cache."""
     m = a.shape[0]
     n = out.shape[1]
     flat = out.reshape(-1)
@@ -790,14 +777,11 @@ def matmul(ctx, inputs, attrs):
             if relu:
                 flat = out.reshape(-1)
                 _unary_serial(RELU, _readonly(flat), flat)
-        elif a.flags.c_contiguous:
+        else:  # (an F-ordered a, a transpose: its blocks copied by their threads)
+            a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
             with parallel_region:
                 _matmul_blas_parallel(_readonly(a), b, out, blocks * GEMM_CHUNKS_PER_THREAD,
                                       relu)
-        else:  # a row block of an F-ordered a (a transpose) is neither C nor F: copied
-            with parallel_region:
-                _matmul_blas_parallel_copying(_readonly(a), b, out,
-                                              blocks * GEMM_CHUNKS_PER_THREAD, relu)
         return (out,)
     a, b = _readonly(np.ascontiguousarray(a)), _readonly(np.ascontiguousarray(b))
     threads = _pool_threads(ctx, m * n * k, PARALLEL_MIN_MACS)
@@ -903,7 +887,7 @@ def warmup(dtypes=("float32", "float64", "int32", "int64"), parallel: bool = Tru
                     _tanh32_parallel(TANH, v, o, 2)
                 _matmul_blas_parallel(m2, m2, o2, 2, True)
                 _matmul_blas_parallel(m2, m2.T, o2, 2, True)
-                _matmul_blas_parallel_copying(m2.T, m2, o2, 2, True)
-                _matmul_blas_parallel_copying(m2.T, m2.T, o2, 2, True)
+                _matmul_blas_parallel(m2.T, m2, o2, 2, True)
+                _matmul_blas_parallel(m2.T, m2.T, o2, 2, True)
             else:
                 _matmul_int_parallel(m2, m2, o2, 2)
