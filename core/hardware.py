@@ -613,7 +613,8 @@ def _non_negative_int(culprit: str, attr: str, value) -> None:
 _ADDED_FIELDS = {"step_overhead", "part_overhead", "lock_wakeup", "kernel_costs",
                  "parallel_min_elements", "size_costs", "dtype_flops", "bandwidth_curve",
                  "window_copy_costs", "alloc_costs", "warm_kernel_costs", "warm_span",
-                 "gemm_costs", "products_split", "shared_bandwidth", "wait", "cpu_costs", "busy_cores"}
+                 "gemm_costs", "products_split", "shared_bandwidth", "wait", "cpu_costs",
+                 "busy_cores"}
 
 # JSON types of the record fields, by their annotation.
 _JSON_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "str | None": (str, type(None)),

@@ -446,8 +446,8 @@ def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) 
     """One block of :func:`calibrate`'s figures of the CPU ``device`` (a
     :class:`core.cluster.Device`), as ``Device`` fields: its rates (``peak_flops``,
     ``intra_op_speedup``, ``bandwidth_curve``, ``mem_bandwidth``), its ``op_overhead``,
-    ``window_copy_costs``, ``gemm_costs`` and ``products_split``, and with ``kernel_costs`` its ``kernel_costs`` and
-    ``parallel_min_elements``."""
+    ``window_copy_costs``, ``gemm_costs`` and ``products_split``, and with
+    ``kernel_costs`` its ``kernel_costs`` and ``parallel_min_elements``."""
     from runtime.kernels.cpu import products_split
     n, repeat = (192, 3) if quick else (1024, 7)
     single = measure_matmul_rate(1, n, repeat)

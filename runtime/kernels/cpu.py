@@ -410,8 +410,8 @@ def _matmul_blas_parallel(a, b, out, nchunks, relu):
     a C-ordered ``a`` is C-ordered; one of an F-ordered ``a`` (a transposed operand) is
     neither, and the thread that multiplies it copies it first (numba's
     ``ascontiguousarray`` copies only then), so the copy is split over the threads and
-    lands in the cache of the core that uses it (copied whole by the calling thread, it
-    took about as long as the product's gemms: ``docs/probes/transposed_split_probe.py``).
+    lands in the cache of the core that uses it (copied whole by the calling thread
+    first, the product took 13-15% longer: ``docs/probes/transposed_split_probe.py``).
     With ``relu``, each block is relu'd in place right after its gemm, while in cache."""
     m = a.shape[0]
     n = out.shape[1]
