@@ -431,6 +431,8 @@ class OpDef:
             # (runtime.kernels.cpu.matmul): with fewer rows it is one gemm on one core.
             rows = product_dims(inputs[0].shape, inputs[1].shape, attrs)[0]
             return big_product and rows >= 2 * MIN_ROWS_PER_BLOCK
+        if self.type in CONVOLUTIONS and inputs[0].dtype.is_floating:
+            return big_product and _convolution_splits(self.type, inputs, outputs, attrs)
         return largest >= min_elements or big_product
 
 
@@ -438,6 +440,33 @@ class OpDef:
 #: the intra-op pool from this many multiply-adds (the CPU kernels' own threshold,
 #: ``runtime.kernels.cpu.GEMM_PARALLEL_MIN_MACS``, is this figure).
 SPLIT_MIN_MACS = 1 << 24
+
+#: The convolutions, whose CPU kernels split a big float product by images, or by rows
+#: for a 1 x 1 window (:func:`_convolution_splits`).
+CONVOLUTIONS = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"})
+
+
+def _convolution_splits(op_type: str, inputs, outputs, attrs) -> bool:
+    """Whether a big float convolution's CPU kernel splits (``runtime.kernels.cpu_nn``):
+    by blocks of images, so with at least two; a 1 x 1 window at stride 1 is one
+    product, split by rows (two blocks of :data:`core.gemm.MIN_ROWS_PER_BLOCK` rows of
+    ``images x output pixels``) for the forward and input-gradient kernels, and never
+    for the filter gradient's.  A batch-1 convolution used to take the whole pool and
+    run on one core of it."""
+    if op_type == "Conv2D":
+        window, images, pixels = inputs[1].shape, inputs[0].shape, outputs[0].shape
+    elif op_type == "Conv2DBackpropInput":
+        window, images, pixels = inputs[0].shape, inputs[1].shape, inputs[1].shape
+    else:
+        window, images, pixels = outputs[0].shape, inputs[0].shape, inputs[1].shape
+    strides = tuple(attrs.get("strides") or (1, 1, 1, 1))
+    pointwise = tuple(window[:2]) == (1, 1) and tuple(strides[1:3]) == (1, 1)
+    if not pointwise:
+        return images[0] >= 2
+    if op_type == "Conv2DBackpropFilter":
+        return False
+    return pixels[0] * pixels[1] * pixels[2] >= 2 * MIN_ROWS_PER_BLOCK
+
 
 #: The ops whose CPU kernels compute a float product by BLAS gemm calls, split over the
 #: intra-op pool only where the process left the BLAS's threads to the kernels

@@ -362,3 +362,39 @@ def test_warmup_compiles_the_nn_kernels_and_leaves_the_thresholds():
             cpu_nn.GEMM_MIN_ROWS_PER_CHUNK) == before
     assert cpu_nn._conv_serial.signatures and cpu_nn_rows._gather_serial.signatures
     assert cpu_nn_rows.PARALLEL_MIN_ELEMENTS == cpu.PARALLEL_MIN_ELEMENTS
+
+
+@pytest.mark.parametrize("x_shape, f_shape, stride", [
+    ((1, 32, 32, 64), (3, 3, 64, 64), 1),     # one image: serial, however big
+    ((2, 32, 32, 64), (3, 3, 64, 64), 1),     # two images: one block each
+    ((2, 32, 32, 64), (3, 3, 64, 64), 2),
+    ((1, 32, 32, 256), (1, 1, 256, 256), 1),  # 1 x 1: one product, split by rows
+])
+def test_a_convolution_takes_the_pool_exactly_where_its_kernel_splits(x_shape, f_shape, stride):
+    """``OpDef.splits`` (how the executor and the simulator give an op its cores)
+    agrees with the CPU kernels of the forward convolution and both its gradients on
+    big products: a kernel that runs on one core must not hold the pool."""
+    import core as tf
+    from core.opdef import CONVOLUTIONS
+    from runtime.kernels.cpu import PARALLEL_MIN_ELEMENTS
+    rng = np.random.default_rng(0)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(rng.standard_normal(x_shape).astype(np.float32))
+        w = tf.constant(rng.standard_normal(f_shape).astype(np.float32))
+        y = tf.nn.conv2d(x, w, strides=stride, padding="SAME")
+        tf.gradients(tf.reduce_sum(y), [x, w])
+    ops = [op for op in g.get_operations() if op.type in CONVOLUTIONS]
+    assert sorted(op.type for op in ops) == sorted(CONVOLUTIONS)
+    parallel = ("_conv_parallel", "_input_parallel", "_filter_parallel", "_gemm_parallel")
+    for op in ops:
+        inputs = tuple(rng.standard_normal(t.shape).astype(np.float32) for t in op.inputs)
+        with mock.patch.object(cpu_nn, "_blas_single_threaded", return_value=True), \
+                mock.patch.multiple(cpu_nn, **{name: mock.DEFAULT for name in parallel}) as m:
+            # (a mocked parallel loop leaves its output unset: whatever is summed there)
+            with np.errstate(all="ignore"):
+                get_kernel(op.type, "CPU")(KernelContext("CPU", intra_op_threads=2), inputs,
+                                           op.attrs)
+        split = any(m[name].called for name in parallel)
+        assert op.op_def.splits([t.spec for t in op.inputs], [t.spec for t in op.outputs],
+                                op.attrs, PARALLEL_MIN_ELEMENTS) == split, (op.type, split)
