@@ -471,7 +471,7 @@ def _convolution_splits(op_type: str, inputs, outputs, attrs) -> bool:
 #: The ops whose CPU kernels compute a float product by BLAS gemm calls, split over the
 #: intra-op pool only where the process left the BLAS's threads to the kernels
 #: (``runtime.kernels.cpu.products_split``).
-BLAS_PRODUCTS = frozenset({"MatMul", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"})
+BLAS_PRODUCTS = CONVOLUTIONS | {"MatMul"}
 
 
 def lazy_gradient(name: str, module: str = "core.autodiff"):

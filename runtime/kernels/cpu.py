@@ -766,22 +766,22 @@ def matmul(ctx, inputs, attrs):
         if k == 0 or m == 0 or n == 0:
             out[...] = 0
             return (out,)
-        # BLAS takes C- or F-ordered operands as they are (a transpose view is F-ordered).
+        # BLAS takes C- or F-ordered operands as they are (a transpose view is F-ordered;
+        # split in row blocks, an F-ordered a's blocks are copied by their threads).
+        a = _readonly(a if a.flags.c_contiguous or a.flags.f_contiguous
+                      else np.ascontiguousarray(a))
         b = _readonly(b if b.flags.c_contiguous or b.flags.f_contiguous
                       else np.ascontiguousarray(b))
         blocks, threads = _gemm_threads(ctx, m, n, k)
         relu = bool(attrs.get("_fused_relu"))
         if blocks == 1:
-            a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
-            _matmul_blas_serial(_readonly(a), b, out)
+            _matmul_blas_serial(a, b, out)
             if relu:
                 flat = out.reshape(-1)
                 _unary_serial(RELU, _readonly(flat), flat)
-        else:  # (an F-ordered a, a transpose: its blocks copied by their threads)
-            a = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
+        else:
             with parallel_region:
-                _matmul_blas_parallel(_readonly(a), b, out, blocks * GEMM_CHUNKS_PER_THREAD,
-                                      relu)
+                _matmul_blas_parallel(a, b, out, blocks * GEMM_CHUNKS_PER_THREAD, relu)
         return (out,)
     a, b = _readonly(np.ascontiguousarray(a)), _readonly(np.ascontiguousarray(b))
     threads = _pool_threads(ctx, m * n * k, PARALLEL_MIN_MACS)
