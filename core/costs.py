@@ -26,7 +26,7 @@ from core.shapes import ShapeHints
 
 __all__ = ["CostModel", "StaticCostModel", "MeasuredCostModel", "MissingCost", "tensor_bytes",
            "planning_bytes", "dispatch_gaps", "window_copy_time", "allocation_time",
-           "beside_roofline", "ShapeHints",
+           "beside_roofline", "on_parallel_path", "kernel_speedup", "ShapeHints",
            "UnknownDimension"]
 
 
@@ -239,10 +239,8 @@ class StaticCostModel(CostModel):
             roofline, memory = product[0] / speedup, product[1] / speedup
         beside = beside_roofline(op_def, ins, outs, op.attrs, device, copies)
         if device.kernel_costs:
-            parallel = (op_def.multithreaded and device.parallel_min_elements > 0
-                        and device.intra_op_threads > 1
-                        and _largest(ins, outs) >= device.parallel_min_elements)
-            fixed, factor = device.kernel_cost(op.type, parallel)
+            fixed, factor = device.kernel_cost(
+                op.type, on_parallel_path(op_def, ins, outs, op.attrs, device))
             return (device.op_overhead + fixed + beside + factor * roofline, factor * memory,
                     moved)
         return device.op_overhead + beside + roofline, memory, moved
@@ -292,6 +290,32 @@ def beside_roofline(op_def, ins, outs, attrs, device, copies: bool = False) -> f
     return copying + allocation_time(op_def, outs, device, copies)
 
 
+def on_parallel_path(op_def, ins, outs, attrs, device) -> bool:
+    """Whether the op's kernel runs on its parallel path on ``device``, priced by the
+    ``"<type>|parallel"`` entry of its kernel costs: a multithreaded kernel on a CPU
+    with more than one intra-op thread that knows where its kernels split
+    (``parallel_min_elements`` set), on tensors where it splits
+    (:meth:`core.opdef.OpDef.splits`: the rule the executor and the simulator give an
+    op its cores by, so that the price and the cores agree).
+
+    >>> from dataclasses import replace
+    >>> from core.cluster import Cluster
+    >>> from core.ops import get_op_def
+    >>> from core.dtypes import float32
+    >>> cpu = replace(Cluster.single_host().devices[0], intra_op_threads=2,
+    ...               parallel_min_elements=1 << 21)
+    >>> mm, s = get_op_def("MatMul"), TensorSpec(float32, (512, 512))
+    >>> on_parallel_path(mm, [s, s], [s], {}, cpu)
+    True
+    >>> on_parallel_path(mm, [s, s], [s], {}, replace(cpu, products_split=False))
+    False
+    """
+    return (op_def.multithreaded and device.is_cpu and device.parallel_min_elements > 0
+            and device.intra_op_threads > 1
+            and op_def.splits(ins, outs, attrs, device.parallel_min_elements,
+                              device.products_split))
+
+
 def kernel_speedup(op_def, ins, outs, attrs, device) -> float:
     """How many times faster than on one thread the op's kernel runs on ``device``: its
     ``intra_op_speedup`` where the kernel spreads its work over the intra-op threads,
@@ -316,8 +340,11 @@ def kernel_speedup(op_def, ins, outs, attrs, device) -> float:
     ...     return kernel_speedup(mm, [a, b], [y], {}, cpu)
     >>> speedup(512, 512, 512), speedup(64, 2048, 512), speedup(128, 128, 128)
     (1.8, 1.0, 1.0)
+    >>> cpu = replace(cpu, intra_op_threads=1)   # one thread: nothing to split over
+    >>> speedup(512, 512, 512)
+    1.0
     """
-    if not op_def.multithreaded or device.intra_op_speedup == 1.0:
+    if not op_def.multithreaded or device.intra_op_speedup == 1.0 or device.intra_op_threads < 2:
         return 1.0
     if not op_def.splits(ins, outs, attrs, device.parallel_min_elements, device.products_split):
         return 1.0
@@ -375,20 +402,6 @@ def allocation_time(op_def, outs, device, copies: bool = False) -> float:
         return 0.0
     return sum(alloc_time_at(costs, spec.dtype.itemsize * math.prod(
         1 if d is None else d for d in spec.shape)) for spec in outs)
-
-
-def _largest(*specs) -> int:
-    """Elements of the largest tensor among the lists of specs (as the model's shape
-    hints resolved them; a dimension still unknown, of an op whose roofline needed no
-    size, such as a Placeholder, counts as 1)."""
-    largest = 0
-    for group in specs:
-        for spec in group:
-            n = 1
-            for d in spec.shape:
-                n *= 1 if d is None else d
-            largest = max(largest, n)
-    return largest
 
 
 class MeasuredCostModel(CostModel):

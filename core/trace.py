@@ -33,8 +33,9 @@ FORMAT = "placement-lab.trace/1"
 class OpRecord(NamedTuple):
     """One op's execution: on ``device``, inter-op ``thread`` slot, ``[start, end)``.
 
-    ``cores`` is how many host cores the kernel held (CPU ops; 0 for other devices,
-    1 when a backend does not know).
+    ``cores`` is how many host cores the kernel held (CPU ops: 0 for one the runtime
+    served without a kernel, such as a variable; 0 for other devices, 1 when a backend
+    does not know).
     """
 
     op: str
@@ -536,7 +537,7 @@ class Trace:
                     problems.append(f"{name} thread {thread} ran {most} ops at once at {when}")
         for (host, *task), recs in by_host.items():
             cores = cluster.host(host).cpu_cores
-            most, when = _max_overlap([(r.start, r.end, max(r.cores, 1)) for r in recs], tol)
+            most, when = _max_overlap([(r.start, r.end, r.cores) for r in recs], tol)
             if most > cores:
                 who = (f"task /job:{task[0]}/task:{task[1]} on host {host}" if task
                        else f"host {host}")

@@ -269,13 +269,12 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     With ``parallel_min_elements`` (where the kernels switch to their parallel path; see
     :class:`core.cluster.Device`) and more than one intra-op thread on ``device``, the
     graph also runs on tensors of that many elements, and each multithreaded type whose
-    ops reached it gets a ``"<type>|parallel"`` entry: the same factor, and as fixed
-    cost the median of ``time - factor * roofline`` over those ops (what waking the
-    kernel's threads adds).
+    ops ran on their parallel path (:func:`core.costs.on_parallel_path`: there, or a
+    product of the fit sizes that splits) gets a ``"<type>|parallel"`` entry
+    (:func:`parallel_kernel_costs`); those ops stay out of the factors' fit.
     """
     from dataclasses import replace
 
-    from core.costs import StaticCostModel
     if parallel_min_elements:
         # The factors are fitted with the kernels' own threshold: on a device without
         # one (0: every size splits) each multithreaded kernel's arithmetic counted at
@@ -283,8 +282,6 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
         # BLAS to them) the types' factors came out up to 1.4x (MatMul) and 2.8x
         # (Conv2D) what a kernel on one thread takes.
         device = replace(device, parallel_min_elements=parallel_min_elements)
-    bare = _rates_only(device)
-    roofline = StaticCostModel()
     sizes = (large,) if isinstance(large, int) else tuple(large)
     # This process's device of that type and index (``device`` may describe a device
     # of another task of its cluster, whose figures this machine's stand for).
@@ -292,21 +289,38 @@ def measure_kernel_costs(device, steps: int = 20, small: int = 8,
     graph, traces, dispatch = warm_small_steps(small, steps, config, device=here)
     runs = {small: (graph, traces), **_interleaved_traced_steps(sizes, steps, config, here)}
     costs = kernel_costs_from_traces(device, runs, small)
-    default = costs["*"]
     if parallel_min_elements and device.intra_op_threads > 1:
         n = math.isqrt(parallel_min_elements - 1) + 1  # n * n reaches the threshold
-        graph, traces = _traced_steps(n, max(3, steps // 4), config, here)
-
-        def launch(op, t):
-            if not op.op_def.multithreaded or _largest(op) < parallel_min_elements:
-                return None
-            factor = costs.get(op.type, default)[1]
-            t = _less_side_costs(op, t, device)
-            return max(0.0, t - factor * roofline.op_time(op, bare))
-
-        for t, extra in _median_by_type(graph, _fastest_kernels(traces), launch).items():
-            costs[f"{t}|parallel"] = (extra, costs.get(t, default)[1])
+        runs[n] = _traced_steps(n, max(3, steps // 4), config, here)
+        costs.update(parallel_kernel_costs(device, runs, costs))
     return costs, dispatch
+
+
+def parallel_kernel_costs(device, runs: dict, costs: dict) -> dict[str, tuple[float, float]]:
+    """The ``"<type>|parallel"`` entries: per multithreaded type whose ops ran on their
+    parallel path in ``runs`` (``{n: (graph, traces)}``; the path as
+    :func:`core.costs.on_parallel_path` decides it on ``device``), its serial factor and,
+    as fixed cost, the median over those ops of what their fastest kernel took beyond
+    that factor on their roofline (at the intra-op speed-up): what waking the kernel's
+    threads adds.  A product splits from 256 rows, so the fit sizes' products take part
+    (``docs/probes/split_products_probe.py``: 256^3 and 512^3 products split over two
+    threads ran 117 and 135 us over that model, in caches a step left cold)."""
+    from core.costs import StaticCostModel, on_parallel_path
+    bare = _rates_only(device)
+    roofline = StaticCostModel()
+    default = costs["*"]
+    extras: dict[str, list[float]] = {}
+    for graph, traces in runs.values():
+        for name, t in _fastest_kernels(traces).items():
+            op = graph.get_operation_by_name(name)
+            if not on_parallel_path(op.op_def, [x.spec for x in op.inputs],
+                                    [x.spec for x in op.outputs], op.attrs, device):
+                continue
+            factor = costs.get(op.type, default)[1]
+            extras.setdefault(op.type, []).append(
+                max(0.0, _less_side_costs(op, t, device) - factor * roofline.op_time(op, bare)))
+    return {f"{t}|parallel": (statistics.median(v), costs.get(t, default)[1])
+            for t, v in sorted(extras.items())}
 
 
 def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[float, float]]:
@@ -315,8 +329,10 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
     tensors, its traced steps on whichever runtime ran it), ``small`` is the size whose
     fastest kernels give each type's fixed cost, the others fit the factors on the
     roofline of ``device`` (:func:`measure_kernel_costs` says how; the entry ``"*"``
-    stands for the types the graph lacks)."""
-    from core.costs import StaticCostModel
+    stands for the types the graph lacks).  Ops on their parallel path on ``device``
+    (:func:`core.costs.on_parallel_path`) are left to :func:`parallel_kernel_costs`:
+    the factor is a kernel's on one thread."""
+    from core.costs import StaticCostModel, on_parallel_path
     bare = _rates_only(device)
     roofline = StaticCostModel()
     graph, traces = runs[small]
@@ -328,6 +344,9 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
             continue
         for name, t in _fastest_kernels(traces).items():
             op = graph.get_operation_by_name(name)
+            if on_parallel_path(op.op_def, [x.spec for x in op.inputs],
+                                [x.spec for x in op.outputs], op.attrs, device):
+                continue
             samples.setdefault(op.type, []).append(
                 (roofline.op_time(op, bare), _less_side_costs(op, t, device)))
     factors = fit_factors(samples, fixed)
@@ -421,11 +440,6 @@ def warm_small_steps(n: int, steps: int = 20, config=None, target: str | None = 
             step, fixed = min(step, untraced), min(fixed, alone)
     kernels = kernels if kernels is not None else _fastest_kernels(traces)
     return graph, traces, max(0.0, (step - fixed - sum(kernels.values())) / max(1, len(kernels)))
-
-
-def _largest(op) -> int:
-    """Elements of the largest input or output of ``op`` (the kernels' measure of work)."""
-    return max((math.prod(t.shape) for t in (*op.inputs, *op.outputs)), default=0)
 
 
 def with_kernel_costs(cluster: Cluster, costs: dict[str, tuple[float, float]],

@@ -285,8 +285,8 @@ class _Simulation:
         plan, cost_model = self.plan, self.cost_model
         # The ops' signatures, worked out once for the figures computed per signature
         # (with shape hints, or another cost model, each op is its own).
-        same = (same_signature(plan) if type(cost_model) is StaticCostModel
-                and cost_model.shape_hints is None else None)
+        self.same = same = (same_signature(plan) if type(cost_model) is StaticCostModel
+                            and cost_model.shape_hints is None else None)
         self.durations = op_durations(plan, self.devices, cost_model, same)
         # The cores each op asks for: none for a GPU op, one for a CPU op, the
         # intra-op pool for a CPU kernel that splits its work (OpDef.splits).
@@ -295,6 +295,13 @@ class _Simulation:
         device = plan.array("op_device")
         self.want_cores = np.where(splitting(plan, self.devices, cost_model, same), pool[device],
                                    on_cpu[device]).tolist()
+        if self.runtime.serial_dispatch:
+            # A serial dispatcher serves a variable and its forwarded read itself: no
+            # kernel, no core (its work is the dispatcher's).
+            forwarded = self.forwarded
+            for i, op in enumerate(plan.ops):
+                if op.type == "Variable" or op.name in forwarded:
+                    self.want_cores[i] = 0
         # The CPU kernels of a host whose memory bandwidth they share (Host.shared_bandwidth):
         # what each moves, to slow those that run at once (sim.pools.HostMemory).
         memories: dict[str, HostMemory] = {}
@@ -310,10 +317,13 @@ class _Simulation:
         # (the step's forwarded reads are looked for only then: a pass over every op)
         self.warm_saving = (warm_savings(plan, self.devices, self.forwarded)
                             if any(d.warm_kernel_costs for d in self.devices) else None)
+        self.one_core = self._one_core_durations()
         if self.warm_saving is not None:
             # (never below nothing: a kernel on its parallel path has its own fixed cost)
             self.durations = [max(0.0, t - saved)
                               for t, saved in zip(self.durations, self.warm_saving)]
+            for i, t in self.one_core.items():
+                self.one_core[i] = max(0.0, t - self.warm_saving[i])
         # Bytes each op allocates when it starts: its outputs' buffers, summed per op
         # with a cumulative sum over the flat per-op lists.
         ptr, outs = plan.array("csr_op_outputs")
@@ -383,6 +393,26 @@ class _Simulation:
         if self.warm_saving is not None:
             parts = [part - saved for part, saved in zip(parts, self.warm_saving)]
         return parts
+
+    def _one_core_durations(self) -> dict[int, float]:
+        """Per op that asks for more than one core, its time when it gets only one:
+        the cost model's time for it on its device with one intra-op thread (its kernel
+        does not split: no ``"<type>|parallel"`` fixed cost, no speed-up).  Its time on
+        the pool times the speed-up would count the split's wake-up as work
+        (docs/architecture.md, the split rule)."""
+        plan, cost_model, want = self.plan, self.cost_model, self.want_cores
+        alone = {d: replace(dev, intra_op_threads=1) for d, dev in enumerate(self.devices)
+                 if dev.is_cpu and dev.intra_op_threads > 1}
+        same = self.same
+        times: dict[int, float] = {}
+        first: dict[int, float] = {}
+        for i in np.flatnonzero(np.asarray(want) > 1).tolist():
+            key = int(same[i]) if same is not None else -1 - i
+            if key not in first:
+                d = plan.op_device[i]
+                first[key] = checked_time(plan.ops[i], alone[d], cost_model.op_time)
+            times[i] = first[key]
+        return times
 
     @functools.cached_property
     def forwarded(self) -> set[str]:
@@ -621,7 +651,7 @@ class _Simulation:
         r.durations, r.want_cores = self.durations, self.want_cores
         r.memory_of = self.memory_of
         r.moved, r.moving = self.traffic or (None, None)
-        r.slowdown, r.host_of = self.slowdown, self.host_of
+        r.slowdown, r.one_core, r.host_of = self.slowdown, self.one_core, self.host_of
         r.pool_free = [pool.free for pool in self.pools]
         r.pool_waiting = [pool.waiting for pool in self.pools]
         r.transfer_time = self.transfer_durations

@@ -59,6 +59,7 @@ def _op_handlers(r: RunState):
     op_start, op_thread, op_cores = r.op_start, r.op_thread, r.op_cores
     op_device, op_note, durations, want_cores = r.op_device, r.op_note, r.durations, r.want_cores
     slowdown, host_of, pool_free, pool_waiting = r.slowdown, r.host_of, r.pool_free, r.pool_waiting
+    one_core = r.one_core
     start_at, late, serial = r.start_at, r.late, r.serial
     memory_of, moved, moving = r.memory_of, r.moved, r.moving  # (None: no shared bandwidth)
     n_ops = r.n
@@ -100,7 +101,7 @@ def _op_handlers(r: RunState):
                     continue
                 if cores > free:  # a multithreaded kernel takes what is free, runs longer
                     cores = free
-                    duration *= slowdown[d][cores]
+                    duration = one_core[i] if cores == 1 else duration * slowdown[d][cores]
                 host.free = free - cores
                 if memory_of is not None and moving[i]:  # beside the kernels at once
                     duration = memory_of[d].start(i, moved[i], moving[i], duration)
@@ -141,7 +142,7 @@ def _op_handlers(r: RunState):
             return
         duration = durations[i]
         if cores < want_cores[i]:  # a multithreaded kernel on fewer cores
-            duration *= slowdown[op_device[i]][cores]
+            duration = one_core[i] if cores == 1 else duration * slowdown[op_device[i]][cores]
         if memory_of is not None and moving[i]:  # (a CPU op: its host shares bandwidth)
             duration = memory_of[op_device[i]].start(i, moved[i], moving[i], duration)
         now = env._now
@@ -447,7 +448,6 @@ def _inline_handlers(r: RunState):
         cores = op_cores[i]
         if after is not None:
             # It holds the interpreter's lock: it takes the freed cores first.
-            got = 0
             if cores:  # a CPU op: of its cores and the free ones, as in take_thread
                 host = host_of[d]
                 total = host.free + cores
@@ -456,7 +456,9 @@ def _inline_handlers(r: RunState):
                     got = total
                 host.free = 0
                 cores = total - got  # what is left goes to the waiting ops below
-            start(after, own, got)
+                start(after, own, got)
+            else:  # it freed none (a GPU op, or one the dispatcher served itself)
+                take_thread(after, own)
         if cores:
             host_of[d].hand_out(cores, want_cores, start)
         if after is None:

@@ -38,8 +38,9 @@ with a transposed first operand lost time to the copy that makes its row blocks
 contiguous (515 us).  So the in-process check runs with ``OPENBLAS_NUM_THREADS=1`` (one gemm per
 product, an intra-op speed-up of 1, as its calibration measures) and a user's default
 path, with products split, is predicted too fast for products of a few hundred rows.
-Not modelled yet: a split product's wake-up as a fixed cost (a ``MatMul|parallel``
-entry fitted on the split products) and the transposed copy.
+Not modelled then: a split product's wake-up as a fixed cost; since 2026-11-28 20:xx
+the calibration fits a ``MatMul|parallel`` entry on the products that split (see
+``core.costs.on_parallel_path``) and the factor on those that do not.
 
 Later (18:0x): most of the user's path's error was not these products but the fit.
 The kernel calibration fitted the factors on a device that did not know its kernels'

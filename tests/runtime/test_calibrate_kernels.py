@@ -272,3 +272,48 @@ def test_the_factors_are_fitted_with_the_kernels_own_threshold(monkeypatch):
     specs = [t.spec for t in tanh.inputs], [t.spec for t in tanh.outputs]
     assert kernel_speedup(tanh.op_def, *specs, tanh.attrs, device) == 1.0
     assert kernel_speedup(tanh.op_def, *specs, tanh.attrs, cpu) == 1.9  # (as it was)
+
+
+def test_a_product_that_splits_at_a_fit_size_prices_the_parallel_path():
+    """A product the kernel splits (512^3: two row blocks of 256) is left out of
+    MatMul's factor and gives its "MatMul|parallel" entry what it took beyond the
+    factor on its roofline; a small op on one thread gives none."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import core as tf
+    from runtime.calibrate_kernels import kernel_costs_from_traces, parallel_kernel_costs
+    cpu = replace(Cluster.single_host(cpu_cores=2).devices[0], intra_op_threads=2,
+                  intra_op_speedup=2.0, parallel_min_elements=1 << 21)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.zeros([512, 512], name="x")
+        tf.matmul(x, x, name="split")
+        y = tf.zeros([64, 512], name="y")
+        tf.matmul(y, x, name="serial")  # 64 rows: one gemm on one thread
+    model = StaticCostModel()
+    bare = replace(cpu, op_overhead=0.0, kernel_costs=())
+    took = {"split": 1.5 * model.op_time(g.get_operation_by_name("split"), bare) + 1e-4,
+            "serial": 1.2 * model.op_time(g.get_operation_by_name("serial"), bare)}
+    trace = SimpleNamespace(ops=[SimpleNamespace(op=name, start=0.0, end=t)
+                                 for name, t in took.items()])
+    small_graph, _, _ = kernel_calibration_graph(4)
+    small_trace = SimpleNamespace(ops=[SimpleNamespace(op=op.name, start=0.0, end=1e-6)
+                                       for op in small_graph.get_operations()
+                                       if op.type == "MatMul"])
+    runs = {4: (small_graph, [small_trace]), 512: (g, [trace])}
+    costs = kernel_costs_from_traces(cpu, runs, small=4)
+    assert costs["MatMul"][1] == pytest.approx(1.2, rel=0.02)  # the serial product alone
+    parallel = parallel_kernel_costs(cpu, runs, costs)
+    assert set(parallel) == {"MatMul|parallel"}
+    fixed, factor = parallel["MatMul|parallel"]
+    split = g.get_operation_by_name("split")
+    assert factor == costs["MatMul"][1]
+    assert fixed == pytest.approx(took["split"] - factor * model.op_time(split, bare), rel=1e-6)
+    # ...and the cost model prices the split product by that entry, the other not
+    priced = replace(cpu, op_overhead=0.0, kernel_costs={**costs, **parallel})
+    assert model.op_time(split, priced) == pytest.approx(
+        fixed + factor * model.op_time(split, bare), rel=1e-6)
+    serial = g.get_operation_by_name("serial")
+    assert model.op_time(serial, priced) == pytest.approx(
+        costs["MatMul"][0] + factor * model.op_time(serial, bare), rel=1e-6)

@@ -596,3 +596,27 @@ def test_crossings_that_find_their_receiver_busy_start_no_burst():
     trace = simulate(g, p, c, cost_model=costs, config=COPYING)
     start = {r.op: round(r.start, 9) for r in trace.ops}
     assert start["b0"] == pytest.approx(1.3e-3) and start["b1"] == pytest.approx(2.1e-3)
+
+
+def test_a_variable_and_its_forwarded_read_hold_no_core():
+    # The executor serves a variable and a read that hands its buffer on itself, with no
+    # kernel: they take no core.  "p", a product that splits (both cores, 4 ms), runs
+    # from the start; the variable's read still runs at once, and "c", the cheap op
+    # after it on the same thread, waits for a core until p ends.
+    g = tf.Graph()
+    with g.as_default(), tf.device(W0):
+        x = tf.constant(np.ones((256, 256), np.float32), name="x")
+        p_ = tf.matmul(x, x, name="p")
+        v = tf.Variable(np.ones(4, np.float32), name="v")
+        c_ = tf.identity(v.read_value() if hasattr(v, "read_value") else v, name="c")
+    fetches = [p_.name, c_.name]
+    p = Placement({op.name: W0 for op in g.get_operations()})
+    costs = FixedCost({"p": 4e-3}, default=1e-3)
+    c = two_core_task().replace_device(W0, parallel_min_elements=1 << 21)
+    trace = simulate(g, p, c, cost_model=costs, config=INLINE, fetches=fetches)
+    trace.validate(g, c)
+    run = {r.op: (round(r.start, 9), round(r.end, 9), r.cores) for r in trace.ops}
+    assert run["p"][2] == 2
+    assert run["v"][2] == 0 and run["v/read"][2] == 0
+    assert run["v/read"][1] < run["p"][1]
+    assert run["c"][0] == run["p"][1] and run["c"][2] == 1

@@ -100,6 +100,52 @@ def test_a_multithreaded_kernel_with_fewer_cores_runs_slower():
     trace.validate(g, cluster)
 
 
+class _HoldThenStatic(StaticCostModel):
+    """The static model, but "hold" takes 10 ms and a constant nothing."""
+
+    def op_time(self, op, device):
+        if op.name == "hold":
+            return 1e-2
+        return 0.0 if op.type == "Const" else super().op_time(op, device)
+
+
+def test_a_split_kernel_on_one_core_takes_its_one_thread_time():
+    # "hold" (one core, 10 ms) starts first; the 256^3 product, which splits over the
+    # two intra-op threads, gets the one core left.  On one core its kernel does not
+    # split: it takes the cost model's time on one thread (no "MatMul|parallel" fixed
+    # cost, no speed-up), not its time on both cores times the speed-up.
+    from dataclasses import replace
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(np.ones((256, 256), np.float32), name="x")
+        tf.identity(tf.constant(np.ones(4, np.float32), name="y"), name="hold")
+        tf.matmul(x, x, name="product")
+    cluster = Cluster.single_host(cpu_cores=2, cpu_inter_op_threads=2, cpu_intra_op_threads=2)
+    cpu = cluster.devices[0]
+    cluster = cluster.replace_device(cpu.name, intra_op_speedup=1.9, parallel_min_elements=1 << 21,
+                                     kernel_costs={"MatMul": (1e-5, 1.0),
+                                                   "MatMul|parallel": (5e-5, 1.0)})
+    cpu = cluster.devices[0]
+    model = _HoldThenStatic()
+    trace = simulate(g, place_all(g, cpu.name), cluster, cost_model=model)
+    trace.validate(g, cluster)
+    rec = {r.op: r for r in trace.ops}
+    assert rec["hold"].cores == 1 and rec["product"].cores == 1
+    product = g.get_operation_by_name("product")
+    one_thread = model.op_time(product, replace(cpu, intra_op_threads=1))
+    on_both = model.op_time(product, cpu)
+    assert rec["product"].end - rec["product"].start == pytest.approx(one_thread)
+    assert one_thread != pytest.approx(on_both * 1.9)
+    # ...and with both cores free, its time on both
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.constant(np.ones((256, 256), np.float32), name="x")
+        tf.matmul(x, x, name="product")
+    rec = {r.op: r for r in simulate(g, place_all(g, cpu.name), cluster, cost_model=model).ops}
+    assert rec["product"].cores == 2
+    assert rec["product"].end - rec["product"].start == pytest.approx(on_both)
+
+
 def test_a_crossing_edge_is_one_transfer_per_destination_over_the_route():
     g = tf.Graph()
     with g.as_default():
