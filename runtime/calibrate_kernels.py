@@ -303,8 +303,8 @@ def parallel_kernel_costs(device, runs: dict, costs: dict) -> dict[str, tuple[fl
     as fixed cost, the median over those ops of what their fastest kernel took beyond
     that factor on their roofline (at the intra-op speed-up): what waking the kernel's
     threads adds.  A product splits from 256 rows, so the fit sizes' products take part
-    (``docs/probes/split_products_probe.py``: 256^3 and 512^3 products split over two
-    threads ran 117 and 135 us over that model, in caches a step left cold)."""
+    (``docs/probes/one_core_products_probe.py``: a 256^3 product split over two threads
+    gains 1.7-1.8x, not the speed-up of a large one)."""
     from core.costs import StaticCostModel, on_parallel_path
     bare = _rates_only(device)
     roofline = StaticCostModel()
