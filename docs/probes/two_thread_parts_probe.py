@@ -30,6 +30,11 @@ ms measured (us per op) and the prediction's error):
   each op's kernel a few microseconds, so the interpreter's lock changes hands, or
   fails to, around every op), where the model makes it 3-7% faster.  That is most of
   gnmt's error in ``sim_vs_inprocess``: about 1.4 us per op.
+- The same for two other large graphs (21:1x, this script): transformer:batch=2, one
+  thread 4.62 ms measured, -1.2% predicted; two threads 5.02 ms (9% slower than one),
+  -9.2%.  inception_v3:batch=2, whose kernels are longer, gains from the second thread
+  (9.24 -> 8.35 ms; predicted 8.19 -> 7.93 ms): its error is the one-thread model's
+  gradients (-13.5%), not the second thread.
 - The lock's cost with both threads busy on microsecond kernels is in
   ``inter_op_gain_probe.py`` (0.4-0.5 us per op in the fastest runs, about 1 us in the
   median); a per-dispatch cost while another thread waits was tried there and not
