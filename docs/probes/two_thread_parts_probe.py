@@ -35,6 +35,12 @@ ms measured (us per op) and the prediction's error):
   -9.2%.  inception_v3:batch=2, whose kernels are longer, gains from the second thread
   (9.24 -> 8.35 ms; predicted 8.19 -> 7.93 ms): its error is the one-thread model's
   gradients (-13.5%), not the second thread.
+- Not at the hand-overs (a scratch script, ``/work/scratch/s13/switch_gaps.py``, on the
+  three fastest of 20 traced two-thread gnmt steps, 21:1x): where one thread's op
+  follows the other's with nothing running between, it starts 5 us after, as on one
+  thread; where a thread's kernel record spans the other thread's ops (it waited for
+  the lock), it ends 11-53 us (median 14) after the other's last op, 27 times a step,
+  0.5 ms in all, about what ``lock_wakeup`` gives.  The loss is elsewhere.
 - The lock's cost with both threads busy on microsecond kernels is in
   ``inter_op_gain_probe.py`` (0.4-0.5 us per op in the fastest runs, about 1 us in the
   median); a per-dispatch cost while another thread waits was tried there and not
