@@ -35,7 +35,7 @@ ms measured (us per op) and the prediction's error):
   -9.2%.  inception_v3:batch=2, whose kernels are longer, gains from the second thread
   (9.24 -> 8.35 ms; predicted 8.19 -> 7.93 ms): its error is the one-thread model's
   gradients (-13.5%), not the second thread.
-- Not at the hand-overs (a scratch script, ``/work/scratch/s13/switch_gaps.py``, on the
+- Not at the hand-overs (a scratch script on the
   three fastest of 20 traced two-thread gnmt steps, 21:1x): where one thread's op
   follows the other's with nothing running between, it starts 5 us after, as on one
   thread; where a thread's kernel record spans the other thread's ops (it waited for
