@@ -7,9 +7,10 @@ runtime's own kernels and executor, so the figures describe what a measured step
 ============================  ==============================================================
 figure                        measured by
 ============================  ==============================================================
-``peak_flops``                :func:`measure_matmul_rate` with one intra-op thread (the
+``peak_flops``                :func:`measure_matmul_rates` with one intra-op thread (the
                               MatMul kernel, float32)
-``intra_op_speedup``          the same with the device's intra-op threads, over the above
+``intra_op_speedup``          the same with the device's intra-op threads, timed in turns
+                              with the above, over it
 ``bandwidth_curve``           :func:`measure_bandwidth_curve`: the Add kernel's rate by
                               working set (reads two arrays, writes one), one thread
 ``mem_bandwidth``             that curve's rate on the largest arrays (main memory)
@@ -100,7 +101,7 @@ from core.cluster import Cluster
 from core.runtime_model import INTERPRETER
 from runtime.calibrate_gemm import measure_gemm_costs
 
-__all__ = ["calibrate", "measure_matmul_rate", "measure_memory_bandwidth",
+__all__ = ["calibrate", "measure_matmul_rate", "measure_matmul_rates", "measure_memory_bandwidth",
            "measure_op_overhead", "measure_lock_wakeup", "measure_memcpy", "measure_pcie",
            "measure_step_overheads", "measure_process_transfer", "measure_dispatch_overhead",
            "calibrate_distributed", "runtime_session", "size_costs", "measure_crossing_cpu",
@@ -134,6 +135,37 @@ def measure_matmul_rate(threads: int = 1, n: int = 512, repeat: int = 5,
     kernel(ctx, (a, b), {})
     t = _best(lambda: kernel(ctx, (a, b), {}), repeat)
     return 2.0 * n ** 3 / t
+
+
+def measure_matmul_rates(threads: int, n: int = 512, repeat: int = 5,
+                         dtype: str = "float32") -> tuple[float, float]:
+    """``(one thread, threads)``: FLOP/s of the CPU MatMul kernel on ``n x n``
+    matrices with one intra-op thread and with ``threads``, the two timed in turns
+    (fastest of ``repeat`` each, after one untimed call of each).
+
+    In turns, not one after the other: the speed-up is their ratio, and this machine's
+    second core is sometimes busy for a while with other work, which slows only the
+    multithreaded product; timed after the single-threaded ones, all of its calls once
+    fell in such a spell (a calibration's speed-up of 1.07 against 1.93 a minute
+    before, its 256^3 products priced as on one core).  Fifteen speed-ups of 1024^3
+    products each way, the two ways taking turns (2026-11-28 21:3x): one after the
+    other 1.01-2.10, in turns 1.60-2.00.
+    """
+    from runtime.kernels import KernelContext, get_kernel
+    kernel = get_kernel("MatMul", "CPU")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(dtype)
+    b = rng.standard_normal((n, n)).astype(dtype)
+    contexts = [KernelContext("CPU", k) for k in sorted({1, max(1, threads)})]
+    best = [float("inf")] * len(contexts)
+    for ctx in contexts:
+        kernel(ctx, (a, b), {})
+    for _ in range(repeat):
+        for k, ctx in enumerate(contexts):
+            t0 = perf_counter()
+            kernel(ctx, (a, b), {})
+            best[k] = min(best[k], perf_counter() - t0)
+    return 2.0 * n ** 3 / best[0], 2.0 * n ** 3 / best[-1]
 
 
 #: Input channels of the two convolutions whose window gathering
@@ -450,9 +482,7 @@ def measure_cpu_figures(device, quick: bool = False, kernel_costs: bool = True) 
     ``kernel_costs`` its ``kernel_costs`` and ``parallel_min_elements``."""
     from runtime.kernels.cpu import products_split
     n, repeat = (192, 3) if quick else (1024, 7)
-    single = measure_matmul_rate(1, n, repeat)
-    multi = measure_matmul_rate(device.intra_op_threads, n, repeat) \
-        if device.intra_op_threads > 1 else single
+    single, multi = measure_matmul_rates(device.intra_op_threads, n, repeat)
     curve = measure_bandwidth_curve(QUICK_CURVE_ELEMENTS if quick else CURVE_ELEMENTS,
                                     3 if quick else 15)
     figures = {

@@ -7,6 +7,7 @@ import pytest
 from core.cluster import Cluster, usable_cpu_cores
 from runtime.calibrate import (calibrate, measure_bandwidth_curve, measure_memcpy,
                                measure_memory_bandwidth, measure_matmul_rate,
+                               measure_matmul_rates,
                                measure_lock_wakeup, measure_op_overhead, measure_pcie,
                                measure_shared_bandwidth)
 
@@ -101,6 +102,24 @@ def test_the_bandwidth_curves_time_each_size_given():
     assert [n for n, _ in alone] == [12 * s for s in sizes]
     assert [n for n, _ in shared] == [24 * s for s in sizes]
     assert all(rate > 0 for _, rate in alone + shared)
+
+
+def test_the_speed_up_s_two_rates_are_timed_in_turns(monkeypatch):
+    # The one-thread and the multithreaded products alternate, so a spell of other
+    # work on the second core slows both sides of the ratio, not only one.
+    import runtime.kernels as kernels
+    real = kernels.get_kernel("MatMul", "CPU")
+    calls = []
+
+    def recording(ctx, inputs, attrs):
+        calls.append(ctx.intra_op_threads)
+        return real(ctx, inputs, attrs)
+    monkeypatch.setattr(kernels, "get_kernel", lambda op, device: recording)
+    single, multi = measure_matmul_rates(2, n=64, repeat=3)
+    assert single > 0 and multi > 0
+    assert calls == [1, 2] + [1, 2] * 3
+    calls.clear()
+    assert measure_matmul_rates(1, n=64, repeat=3)[0] > 0 and calls == [1] * 4
 
 
 def test_each_measurement_is_positive():
