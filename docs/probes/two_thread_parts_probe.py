@@ -41,6 +41,20 @@ ms measured (us per op) and the prediction's error):
   thread; where a thread's kernel record spans the other thread's ops (it waited for
   the lock), it ends 11-53 us (median 14) after the other's last op, 27 times a step,
   0.5 ms in all, about what ``lock_wakeup`` gives.  The loss is elsewhere.
+- It is in the threads' sleeps.  Context switches of the process per untraced step
+  (``/proc/<pid>/task/*/status``, 30 steps each, 21:5x): gnmt 5 voluntary switches on
+  one thread, 371-375 on two, and 12.1 ms of CPU per step against 17.2-18.2 ms (wall
+  11.2-11.5 ms fastest against 13.1-13.6); transformer:batch=2 9 against 89 (4.50 ->
+  5.47 ms fastest); resnet50:batch=2 12 against 90 (fastest 5.67 -> 5.71 ms, mean
+  6.09 -> 8.93); inception_v3:batch=2 11 against 25 (8.30 -> 8.70); rnn 0 and 0, no
+  loss.  A thread waiting for the lock is woken at each release, finds the lock taken
+  again and sleeps: each such wake burns about 15 us of CPU on the other core and
+  costs the releasing thread a wake-up call, about 5 us of gnmt's step per switch.
+  In a micro-benchmark where a second thread wants the lock after every 1 us kernel,
+  the first thread's [Python, 1 us kernel] ops went from 2.0-2.8 to 3.8-5.2 us each.
+  A model would count, per task, the releases of the lock while another thread
+  sleeps waiting for it, charge the releaser the wake-up and the host the woken
+  thread's CPU; its figures by a micro-benchmark, not by gnmt.
 - The lock's cost with both threads busy on microsecond kernels is in
   ``inter_op_gain_probe.py`` (0.4-0.5 us per op in the fastest runs, about 1 us in the
   median); a per-dispatch cost while another thread waits was tried there and not
