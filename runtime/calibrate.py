@@ -101,8 +101,9 @@ from core.cluster import Cluster
 from core.runtime_model import INTERPRETER
 from runtime.calibrate_gemm import measure_gemm_costs
 
-__all__ = ["calibrate", "measure_matmul_rate", "measure_matmul_rates", "measure_memory_bandwidth",
-           "measure_op_overhead", "measure_lock_wakeup", "measure_memcpy", "measure_pcie",
+__all__ = ["calibrate", "measure_matmul_rate", "measure_matmul_rates",
+           "measure_memory_bandwidth", "measure_op_overhead", "measure_lock_wakeup",
+           "measure_memcpy", "measure_pcie",
            "measure_step_overheads", "measure_process_transfer", "measure_dispatch_overhead",
            "calibrate_distributed", "runtime_session", "size_costs", "measure_crossing_cpu",
            "measure_bandwidth_curve", "measure_shared_bandwidth", "CROSSING_CPU_SIZES",
@@ -126,15 +127,7 @@ def measure_matmul_rate(threads: int = 1, n: int = 512, repeat: int = 5,
                         dtype: str = "float32") -> float:
     """FLOP/s of the CPU MatMul kernel on ``n x n`` matrices with ``threads`` intra-op
     threads (best of ``repeat``, after one untimed call)."""
-    from runtime.kernels import KernelContext, get_kernel
-    kernel = get_kernel("MatMul", "CPU")
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n)).astype(dtype)
-    b = rng.standard_normal((n, n)).astype(dtype)
-    ctx = KernelContext("CPU", max(1, threads))
-    kernel(ctx, (a, b), {})
-    t = _best(lambda: kernel(ctx, (a, b), {}), repeat)
-    return 2.0 * n ** 3 / t
+    return _matmul_rates((max(1, threads),), n, repeat, dtype)[0]
 
 
 def measure_matmul_rates(threads: int, n: int = 512, repeat: int = 5,
@@ -151,12 +144,20 @@ def measure_matmul_rates(threads: int, n: int = 512, repeat: int = 5,
     products each way, the two ways taking turns (2026-11-28 21:3x): one after the
     other 1.01-2.10, in turns 1.60-2.00.
     """
+    rates = _matmul_rates(sorted({1, max(1, threads)}), n, repeat, dtype)
+    return rates[0], rates[-1]
+
+
+def _matmul_rates(thread_counts, n: int, repeat: int, dtype: str) -> list[float]:
+    """FLOP/s of the CPU MatMul kernel on ``n x n`` matrices with each of
+    ``thread_counts`` intra-op threads, the counts taking turns (fastest of ``repeat``
+    each, after one untimed call of each)."""
     from runtime.kernels import KernelContext, get_kernel
     kernel = get_kernel("MatMul", "CPU")
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n)).astype(dtype)
     b = rng.standard_normal((n, n)).astype(dtype)
-    contexts = [KernelContext("CPU", k) for k in sorted({1, max(1, threads)})]
+    contexts = [KernelContext("CPU", k) for k in thread_counts]
     best = [float("inf")] * len(contexts)
     for ctx in contexts:
         kernel(ctx, (a, b), {})
@@ -165,7 +166,7 @@ def measure_matmul_rates(threads: int, n: int = 512, repeat: int = 5,
             t0 = perf_counter()
             kernel(ctx, (a, b), {})
             best[k] = min(best[k], perf_counter() - t0)
-    return 2.0 * n ** 3 / best[0], 2.0 * n ** 3 / best[-1]
+    return [2.0 * n ** 3 / t for t in best]
 
 
 #: Input channels of the two convolutions whose window gathering

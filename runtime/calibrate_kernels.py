@@ -305,7 +305,7 @@ def parallel_kernel_costs(device, runs: dict, costs: dict) -> dict[str, tuple[fl
     threads adds.  A product splits from 256 rows, so the fit sizes' products take part
     (``docs/probes/one_core_products_probe.py``: a 256^3 product split over two threads
     gains 1.7-1.8x, not the speed-up of a large one)."""
-    from core.costs import StaticCostModel, on_parallel_path
+    from core.costs import StaticCostModel
     bare = _rates_only(device)
     roofline = StaticCostModel()
     default = costs["*"]
@@ -313,14 +313,20 @@ def parallel_kernel_costs(device, runs: dict, costs: dict) -> dict[str, tuple[fl
     for graph, traces in runs.values():
         for name, t in _fastest_kernels(traces).items():
             op = graph.get_operation_by_name(name)
-            if not on_parallel_path(op.op_def, [x.spec for x in op.inputs],
-                                    [x.spec for x in op.outputs], op.attrs, device):
+            if not _on_parallel_path(op, device):
                 continue
             factor = costs.get(op.type, default)[1]
             extras.setdefault(op.type, []).append(
                 max(0.0, _less_side_costs(op, t, device) - factor * roofline.op_time(op, bare)))
     return {f"{t}|parallel": (statistics.median(v), costs.get(t, default)[1])
             for t, v in sorted(extras.items())}
+
+
+def _on_parallel_path(op, device) -> bool:
+    """:func:`core.costs.on_parallel_path` of the graph op ``op`` on ``device``."""
+    from core.costs import on_parallel_path
+    return on_parallel_path(op.op_def, [x.spec for x in op.inputs],
+                            [x.spec for x in op.outputs], op.attrs, device)
 
 
 def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[float, float]]:
@@ -332,7 +338,7 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
     stands for the types the graph lacks).  Ops on their parallel path on ``device``
     (:func:`core.costs.on_parallel_path`) are left to :func:`parallel_kernel_costs`:
     the factor is a kernel's on one thread."""
-    from core.costs import StaticCostModel, on_parallel_path
+    from core.costs import StaticCostModel
     bare = _rates_only(device)
     roofline = StaticCostModel()
     graph, traces = runs[small]
@@ -344,8 +350,7 @@ def kernel_costs_from_traces(device, runs: dict, small: int) -> dict[str, tuple[
             continue
         for name, t in _fastest_kernels(traces).items():
             op = graph.get_operation_by_name(name)
-            if on_parallel_path(op.op_def, [x.spec for x in op.inputs],
-                                [x.spec for x in op.outputs], op.attrs, device):
+            if _on_parallel_path(op, device):
                 continue
             samples.setdefault(op.type, []).append(
                 (roofline.op_time(op, bare), _less_side_costs(op, t, device)))
